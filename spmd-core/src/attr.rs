@@ -1,0 +1,393 @@
+//! The data model of DESIGN §2: how one tensor is laid out on the mesh.
+
+use core::fmt;
+
+use smallvec::SmallVec;
+
+use crate::mesh::{MAX_MESH_RANK, MeshDim, MeshSet};
+
+/// How one tensor dim is split: the mesh dims that split it, major to minor.
+/// Empty means replicated; two or more is co-sharding.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Sharding {
+    len: u8,
+    dims: [MeshDim; MAX_MESH_RANK],
+}
+
+impl Sharding {
+    pub const REPLICATED: Sharding = Sharding {
+        len: 0,
+        dims: [0; MAX_MESH_RANK],
+    };
+
+    /// Split over a single mesh dim.
+    pub const fn on(d: MeshDim) -> Sharding {
+        let mut s = Sharding::REPLICATED;
+        s.dims[0] = d;
+        s.len = 1;
+        s
+    }
+
+    /// Split over several mesh dims, major first. `None` when there are more
+    /// than [`MAX_MESH_RANK`] of them.
+    pub fn co(dims: &[MeshDim]) -> Option<Sharding> {
+        if dims.len() > MAX_MESH_RANK {
+            return None;
+        }
+        let mut s = Sharding::REPLICATED;
+        s.dims[..dims.len()].copy_from_slice(dims);
+        s.len = dims.len() as u8;
+        Some(s)
+    }
+
+    #[inline]
+    pub fn as_slice(&self) -> &[MeshDim] {
+        &self.dims[..self.len as usize]
+    }
+    #[inline]
+    pub const fn is_replicated(&self) -> bool {
+        self.len == 0
+    }
+    #[inline]
+    pub const fn len(&self) -> usize {
+        self.len as usize
+    }
+    #[inline]
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The mesh dims as a set (order lost).
+    #[inline]
+    pub fn mesh_set(&self) -> MeshSet {
+        let mut m = MeshSet::EMPTY;
+        for &d in self.as_slice() {
+            m = m.with(d);
+        }
+        m
+    }
+    /// Whether `prefix` lists the same leading mesh dims.
+    #[inline]
+    pub fn starts_with(&self, prefix: &Sharding) -> bool {
+        self.as_slice().starts_with(prefix.as_slice())
+    }
+    /// This sharding without mesh dim `d` (order of the rest kept).
+    pub fn without(&self, d: MeshDim) -> Sharding {
+        let mut s = Sharding::REPLICATED;
+        for &x in self.as_slice() {
+            if x != d {
+                s.dims[s.len as usize] = x;
+                s.len += 1;
+            }
+        }
+        s
+    }
+    /// This sharding with its last (most minor) mesh dim removed.
+    pub fn without_last(&self) -> Sharding {
+        let mut s = *self;
+        s.len = s.len.saturating_sub(1);
+        s
+    }
+    /// Appends a mesh dim (ignored when full).
+    pub fn push(&mut self, d: MeshDim) {
+        if (self.len as usize) < MAX_MESH_RANK {
+            self.dims[self.len as usize] = d;
+            self.len += 1;
+        }
+    }
+}
+
+impl fmt::Debug for Sharding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Paddle's notation: `-1` replicated, `d` one mesh dim, `[d0,d1]` co-sharded.
+impl fmt::Display for Sharding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.as_slice() {
+            [] => f.write_str("-1"),
+            [d] => write!(f, "{d}"),
+            ds => {
+                f.write_str("[")?;
+                for (i, d) in ds.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{d}")?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+/// One [`Sharding`] per tensor dim. Inline up to rank 8.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct DimsMapping(SmallVec<[Sharding; 8]>);
+
+impl DimsMapping {
+    /// A mapping of rank `rank` with every dim replicated.
+    pub fn replicated(rank: usize) -> DimsMapping {
+        DimsMapping(smallvec::smallvec![Sharding::REPLICATED; rank])
+    }
+
+    /// From one optional mesh dim per tensor dim (the common, non-co-sharded case).
+    pub fn from_dims<I: IntoIterator<Item = Option<MeshDim>>>(dims: I) -> DimsMapping {
+        DimsMapping(
+            dims.into_iter()
+                .map(|d| d.map_or(Sharding::REPLICATED, Sharding::on))
+                .collect(),
+        )
+    }
+
+    pub fn from_shardings(s: &[Sharding]) -> DimsMapping {
+        DimsMapping(SmallVec::from_slice(s))
+    }
+
+    /// Paddle's integer form at a parse boundary: `-1` is replicated, `d >= 0`
+    /// is mesh dim `d`. `None` for a value below -1 or above 255.
+    pub fn from_paddle(dims: &[i64]) -> Option<DimsMapping> {
+        dims.iter()
+            .map(|&d| match d {
+                -1 => Some(Sharding::REPLICATED),
+                0..=255 => Some(Sharding::on(d as MeshDim)),
+                _ => None,
+            })
+            .collect::<Option<SmallVec<_>>>()
+            .map(DimsMapping)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.0.len()
+    }
+    pub fn as_slice(&self) -> &[Sharding] {
+        &self.0
+    }
+    pub fn get(&self, dim: usize) -> Option<&Sharding> {
+        self.0.get(dim)
+    }
+    pub fn push(&mut self, s: Sharding) {
+        self.0.push(s)
+    }
+    pub fn clear(&mut self) {
+        self.0.clear()
+    }
+    /// Every mesh dim used by some dim of this mapping.
+    pub fn mesh_set(&self) -> MeshSet {
+        self.0
+            .iter()
+            .fold(MeshSet::EMPTY, |m, s| m.union(s.mesh_set()))
+    }
+    /// Paddle's integer form, when no dim is co-sharded.
+    pub fn to_paddle(&self) -> Option<SmallVec<[i64; 8]>> {
+        self.0
+            .iter()
+            .map(|s| match s.as_slice() {
+                [] => Some(-1),
+                [d] => Some(*d as i64),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl core::ops::Index<usize> for DimsMapping {
+    type Output = Sharding;
+    fn index(&self, i: usize) -> &Sharding {
+        &self.0[i]
+    }
+}
+
+impl fmt::Debug for DimsMapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for DimsMapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, s) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{s}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// The reduction a partial value is waiting for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ReduceType {
+    #[default]
+    Sum,
+    Avg,
+    Max,
+    Min,
+    Prod,
+    Any,
+    All,
+}
+
+impl ReduceType {
+    pub const ALL: [ReduceType; 7] = [
+        ReduceType::Sum,
+        ReduceType::Avg,
+        ReduceType::Max,
+        ReduceType::Min,
+        ReduceType::Prod,
+        ReduceType::Any,
+        ReduceType::All,
+    ];
+
+    /// Paddle's upper-case name (`SUM`, `AVG`, ...).
+    pub const fn paddle_name(self) -> &'static str {
+        match self {
+            ReduceType::Sum => "SUM",
+            ReduceType::Avg => "AVG",
+            ReduceType::Max => "MAX",
+            ReduceType::Min => "MIN",
+            ReduceType::Prod => "PROD",
+            ReduceType::Any => "ANY",
+            ReduceType::All => "ALL",
+        }
+    }
+
+    /// From Paddle's name, in any case (`"sum"`, `"SUM"`, `"kRedSum"`).
+    pub fn from_name(s: &str) -> Option<ReduceType> {
+        let s = s.strip_prefix("kRed").unwrap_or(s);
+        ReduceType::ALL
+            .into_iter()
+            .find(|r| r.paddle_name().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for ReduceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.paddle_name())
+    }
+}
+
+/// The mesh dims over which a tensor holds partial values, each with its
+/// reduce type. Iteration is in increasing mesh-dim order.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Partial {
+    dims: MeshSet,
+    reduce: [ReduceType; MAX_MESH_RANK],
+}
+
+impl Partial {
+    pub const NONE: Partial = Partial {
+        dims: MeshSet::EMPTY,
+        reduce: [ReduceType::Sum; MAX_MESH_RANK],
+    };
+
+    /// Partial over `dims`, all with reduce type `r`.
+    pub fn over(dims: MeshSet, r: ReduceType) -> Partial {
+        let mut p = Partial::NONE;
+        for d in dims.iter() {
+            p.set(d, r);
+        }
+        p
+    }
+
+    pub fn set(&mut self, d: MeshDim, r: ReduceType) {
+        if (d as usize) < MAX_MESH_RANK {
+            self.dims = self.dims.with(d);
+            self.reduce[d as usize] = r;
+        }
+    }
+    pub fn remove(&mut self, dims: MeshSet) {
+        self.dims = self.dims.minus(dims);
+    }
+    pub fn dims(&self) -> MeshSet {
+        self.dims
+    }
+    pub fn is_partial(&self) -> bool {
+        !self.dims.is_empty()
+    }
+    pub fn reduce_type(&self, d: MeshDim) -> Option<ReduceType> {
+        self.dims.contains(d).then(|| self.reduce[d as usize])
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (MeshDim, ReduceType)> + '_ {
+        self.dims.iter().map(|d| (d, self.reduce[d as usize]))
+    }
+}
+
+impl fmt::Debug for Partial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Partial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("{")?;
+        for (i, (d, r)) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}: {r}")?;
+        }
+        f.write_str("}")
+    }
+}
+
+/// A tensor's layout: dims mapping plus partial status.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct DistAttr {
+    pub dims_mapping: DimsMapping,
+    pub partial: Partial,
+}
+
+impl DistAttr {
+    pub fn new(dims_mapping: DimsMapping) -> DistAttr {
+        DistAttr {
+            dims_mapping,
+            partial: Partial::NONE,
+        }
+    }
+    pub fn replicated(rank: usize) -> DistAttr {
+        DistAttr::new(DimsMapping::replicated(rank))
+    }
+    pub fn with_partial(mut self, partial: Partial) -> DistAttr {
+        self.partial = partial;
+        self
+    }
+    /// From Paddle's integer mapping (see [`DimsMapping::from_paddle`]).
+    pub fn from_paddle(dims: &[i64]) -> Option<DistAttr> {
+        DimsMapping::from_paddle(dims).map(DistAttr::new)
+    }
+}
+
+impl fmt::Debug for DistAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for DistAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.dims_mapping)?;
+        if self.partial.is_partial() {
+            write!(f, " partial{}", self.partial)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a rule receives per tensor: the global shape and the dist attr. A
+/// borrowed view, so building the argument list of a call copies nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec<'a> {
+    pub shape: &'a [usize],
+    pub attr: &'a DistAttr,
+}
+
+impl<'a> Spec<'a> {
+    pub fn new(shape: &'a [usize], attr: &'a DistAttr) -> Spec<'a> {
+        Spec { shape, attr }
+    }
+}

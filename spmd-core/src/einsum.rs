@@ -1,0 +1,83 @@
+//! Paddle's `einsum` op: a rule whose notation is the `equation` attribute,
+//! parsed once when the op is built.
+
+use spmd_notation::Notation;
+
+use crate::attr::Spec;
+use crate::error::SpmdError;
+use crate::mesh::Mesh;
+use crate::policy::Policy;
+use crate::rule::{EinsumRule, RuleResult, SpmdRule};
+use crate::trace::Trace;
+
+/// A rule built at run time from a notation string.
+#[derive(Clone, Debug)]
+pub struct Einsum {
+    notation: Notation,
+    policy: Policy,
+}
+
+impl Einsum {
+    /// Parses `equation` (all of its errors are reported at once). The rule uses
+    /// Paddle einsum's classic policy.
+    pub fn new(equation: &str) -> Result<Einsum, SpmdError> {
+        Ok(Einsum {
+            notation: spmd_notation::parse(equation)?,
+            policy: Policy::CLASSIC,
+        })
+    }
+
+    pub fn with_policy(mut self, policy: Policy) -> Einsum {
+        self.policy = policy;
+        self
+    }
+
+    pub fn notation(&self) -> &Notation {
+        &self.notation
+    }
+
+    /// The compiled rule, borrowing this op's notation.
+    pub fn rule(&self) -> EinsumRule<'_> {
+        EinsumRule::new("einsum", self.notation.plan()).with_policy(self.policy)
+    }
+
+    pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+        self.rule().forward(mesh, inputs)
+    }
+
+    pub fn backward(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        self.rule().backward(mesh, input_shapes, outputs)
+    }
+
+    /// Forward inference reporting each step to `trace`.
+    pub fn forward_traced<T: Trace>(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        trace: &mut T,
+    ) -> Result<RuleResult, SpmdError> {
+        crate::infer::forward(&self.rule(), mesh, inputs, trace)
+    }
+}
+
+impl SpmdRule for Einsum {
+    fn name(&self) -> &'static str {
+        "einsum"
+    }
+    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+        Einsum::forward(self, mesh, inputs)
+    }
+    fn backward(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        Einsum::backward(self, mesh, input_shapes, outputs)
+    }
+}

@@ -1,0 +1,231 @@
+//! The one error type of the crate (DESIGN §9): every message names the op, the
+//! tensor (role and position), the dim and the mesh dims involved.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use spmd_notation::NotationErrors;
+
+use crate::attr::Sharding;
+use crate::mesh::MeshDim;
+
+/// Whether a tensor is an input or an output of the op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Input,
+    Output,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Input => "input",
+            Role::Output => "output",
+        })
+    }
+}
+
+/// A tensor of a call: its role and position (`input 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TensorRef {
+    pub role: Role,
+    pub index: usize,
+}
+
+impl TensorRef {
+    pub const fn input(index: usize) -> TensorRef {
+        TensorRef {
+            role: Role::Input,
+            index,
+        }
+    }
+    pub const fn output(index: usize) -> TensorRef {
+        TensorRef {
+            role: Role::Output,
+            index,
+        }
+    }
+}
+
+impl fmt::Display for TensorRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.role, self.index)
+    }
+}
+
+/// An axis of a notation: a label, or the k-th dim an ellipsis stands for
+/// (counted from the left of the broadcast block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AxisName {
+    Label(char),
+    Ellipsis(u8),
+}
+
+impl fmt::Display for AxisName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AxisName::Label(c) => write!(f, "`{c}`"),
+            AxisName::Ellipsis(k) => write!(f, "`...`[{k}]"),
+        }
+    }
+}
+
+/// What a rule's rank requirement for a term is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RankNeed {
+    Exactly(usize),
+    AtLeast(usize),
+}
+
+impl fmt::Display for RankNeed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RankNeed::Exactly(n) => write!(f, "exactly {n}"),
+            RankNeed::AtLeast(n) => write!(f, "at least {n}"),
+        }
+    }
+}
+
+/// Everything that can go wrong in the crate.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpmdError {
+    #[error(
+        "invalid mesh shape {shape:?}: every extent must be at least 1, the rank at most 8, and explicit process ids one per device"
+    )]
+    InvalidMesh { shape: Vec<usize> },
+
+    #[error("invalid einsum notation: {0}")]
+    Notation(#[from] NotationErrors),
+
+    #[error("{op}: {found} {role}(s) given, the rule takes {expected}")]
+    Arity {
+        op: &'static str,
+        role: Role,
+        expected: usize,
+        found: usize,
+    },
+
+    #[error("{op}: {tensor} has rank {rank}, but its term `{term}` needs {need}")]
+    Rank {
+        op: &'static str,
+        tensor: TensorRef,
+        rank: usize,
+        term: String,
+        need: RankNeed,
+    },
+
+    #[error("{op}: {tensor} has rank {rank} but its dims mapping has {len} entries")]
+    MappingLength {
+        op: &'static str,
+        tensor: TensorRef,
+        rank: usize,
+        len: usize,
+    },
+
+    #[error(
+        "{op}: {tensor} dim {dim} is sharded on mesh dim {mesh_dim}, but the mesh has {mesh_rank} dim(s)"
+    )]
+    MeshDimOutOfRange {
+        op: &'static str,
+        tensor: TensorRef,
+        dim: usize,
+        mesh_dim: MeshDim,
+        mesh_rank: usize,
+    },
+
+    #[error(
+        "{op}: {tensor} uses mesh dim {mesh_dim} on dim {first} and again on dim {second} (a mesh dim splits at most one dim of a tensor)"
+    )]
+    MeshDimReused {
+        op: &'static str,
+        tensor: TensorRef,
+        mesh_dim: MeshDim,
+        first: usize,
+        second: usize,
+    },
+
+    #[error(
+        "{op}: {tensor} is partial over mesh dim {mesh_dim}, but the mesh has {mesh_rank} dim(s)"
+    )]
+    PartialOutOfRange {
+        op: &'static str,
+        tensor: TensorRef,
+        mesh_dim: MeshDim,
+        mesh_rank: usize,
+    },
+
+    #[error("{op}: {tensor} is partial over mesh dim {mesh_dim}, which also shards its dim {dim}")]
+    PartialAndSharded {
+        op: &'static str,
+        tensor: TensorRef,
+        mesh_dim: MeshDim,
+        dim: usize,
+    },
+
+    #[error("{op}: axis {axis} has extent {expected}, but {tensor} dim {dim} has extent {found}")]
+    ShapeMismatch {
+        op: &'static str,
+        axis: AxisName,
+        tensor: TensorRef,
+        dim: usize,
+        expected: usize,
+        found: usize,
+    },
+
+    #[error(
+        "{op}: axis {axis} is sharded by two different mesh dims: {existing} earlier, {incoming} at {tensor} dim {dim}"
+    )]
+    AxisConflict {
+        op: &'static str,
+        axis: AxisName,
+        tensor: TensorRef,
+        dim: usize,
+        existing: Sharding,
+        incoming: Sharding,
+    },
+
+    #[error(
+        "{op}: mesh dim {mesh_dim} shards both axis {first} and axis {second} (this rule does not resolve conflicts)"
+    )]
+    MeshDimConflict {
+        op: &'static str,
+        mesh_dim: MeshDim,
+        first: AxisName,
+        second: AxisName,
+    },
+
+    #[error(
+        "{op}: {tensor} dim {dim} (axis {axis}) is in no output, and this rule has no replicated fallback for it"
+    )]
+    MissingAxis {
+        op: &'static str,
+        tensor: TensorRef,
+        dim: usize,
+        axis: AxisName,
+    },
+
+    #[error(
+        "{op}: the call has {count} axes (labels plus broadcast dims); at most 64 are supported"
+    )]
+    TooManyAxes { op: &'static str, count: usize },
+
+    #[error("{op}: {tensor} is on mesh {found} but an earlier dist tensor is on mesh {expected}")]
+    MeshMismatch {
+        op: &'static str,
+        tensor: TensorRef,
+        expected: String,
+        found: String,
+    },
+
+    #[error("{op}: attribute `{attr}`: {message}")]
+    InvalidAttr {
+        op: &'static str,
+        attr: String,
+        message: String,
+    },
+
+    #[error("{op}: {message}")]
+    Rejected { op: &'static str, message: String },
+}

@@ -1,0 +1,629 @@
+//! Forward and backward inference over any plan (DESIGN §4).
+//!
+//! One call: check the tensors against the notation, learn every axis's extent,
+//! merge the given side's shardings per axis, settle conflicts, apply the
+//! divisibility policy, then project the axis map onto every tensor and mark
+//! outputs partial over the mesh dims of the axes they lack. All state is inline
+//! (`SmallVec`s sized for common ranks): no allocation, no string work.
+
+use alloc::string::String;
+
+use smallvec::{SmallVec, smallvec};
+use spmd_notation::{AxisSet, Dim, Plan, Term};
+
+use crate::attr::{DimsMapping, DistAttr, Partial, Sharding, Spec};
+use crate::error::{AxisName, RankNeed, SpmdError, TensorRef};
+use crate::merge::{AxisClash, AxisMap, MeshDimClash};
+use crate::mesh::{MAX_MESH_RANK, Mesh};
+use crate::policy::{Divisibility, MissingAxis};
+use crate::rule::{EinsumRule, RuleResult};
+use crate::trace::Trace;
+
+const UNKNOWN: usize = usize::MAX;
+const MAX_AXES: usize = 64;
+
+pub(crate) fn forward<T: Trace>(
+    rule: &EinsumRule<'_>,
+    mesh: &Mesh,
+    inputs: &[Spec<'_>],
+    trace: &mut T,
+) -> Result<RuleResult, SpmdError> {
+    let plan = &rule.plan;
+    arity(rule, TensorRef::input(0), plan.n_inputs(), inputs.len())?;
+    let mut width = 0;
+    for (i, spec) in inputs.iter().enumerate() {
+        let t = TensorRef::input(i);
+        validate(rule.name, t, spec, mesh)?;
+        width = width.max(ellipsis_len(rule, t, plan.input(i), spec.shape.len())?);
+    }
+    let mut cx = Cx::new(rule, mesh, width)?;
+    for (i, spec) in inputs.iter().enumerate() {
+        cx.learn_extents(TensorRef::input(i), plan.input(i), spec.shape)?;
+    }
+    for (i, spec) in inputs.iter().enumerate() {
+        cx.learn_compound_extents(TensorRef::input(i), plan.input(i), spec.shape)?;
+    }
+    for (i, spec) in inputs.iter().enumerate() {
+        cx.merge(TensorRef::input(i), plan.input(i), spec, trace)?;
+    }
+    cx.resolve(trace)?;
+    // Given side: the inputs; derived side: the outputs.
+    let (given, derived) = cx.fit(trace);
+
+    let mut result = RuleResult::default();
+    for (i, spec) in inputs.iter().enumerate() {
+        let mapping = cx.project(plan.input(i), spec.shape.len(), Some(spec.shape), &given);
+        result.inputs.push(DistAttr::new(mapping));
+    }
+    let input_axes = cx.input_axes();
+    for o in 0..plan.n_outputs() {
+        let term = plan.output(o);
+        let rank = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
+        let mapping = cx.project(term, rank, None, &derived);
+        let mut partial = Partial::NONE;
+        for a in input_axes.minus(cx.term_axes(term)).iter() {
+            let dims = given[a as usize].mesh_set();
+            if dims.is_empty() {
+                continue;
+            }
+            let r = rule.reduce_of(a);
+            trace.partial(o, cx.axis_name(a), dims, r);
+            for m in dims.iter() {
+                partial.set(m, r);
+            }
+        }
+        partial.remove(mapping.mesh_set());
+        result.outputs.push(DistAttr {
+            dims_mapping: mapping,
+            partial,
+        });
+    }
+    Ok(result)
+}
+
+pub(crate) fn backward<T: Trace>(
+    rule: &EinsumRule<'_>,
+    mesh: &Mesh,
+    input_shapes: &[&[usize]],
+    outputs: &[Spec<'_>],
+    trace: &mut T,
+) -> Result<RuleResult, SpmdError> {
+    let plan = &rule.plan;
+    arity(
+        rule,
+        TensorRef::input(0),
+        plan.n_inputs(),
+        input_shapes.len(),
+    )?;
+    arity(rule, TensorRef::output(0), plan.n_outputs(), outputs.len())?;
+    let mut width = 0;
+    for (i, shape) in input_shapes.iter().enumerate() {
+        width = width.max(ellipsis_len(
+            rule,
+            TensorRef::input(i),
+            plan.input(i),
+            shape.len(),
+        )?);
+    }
+    for (o, spec) in outputs.iter().enumerate() {
+        let t = TensorRef::output(o);
+        validate(rule.name, t, spec, mesh)?;
+        let term = plan.output(o);
+        let need = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
+        if spec.shape.len() != need {
+            return Err(rank_error(
+                rule,
+                t,
+                term,
+                spec.shape.len(),
+                RankNeed::Exactly(need),
+            ));
+        }
+    }
+    let mut cx = Cx::new(rule, mesh, width)?;
+    for (i, shape) in input_shapes.iter().enumerate() {
+        cx.learn_extents(TensorRef::input(i), plan.input(i), shape)?;
+    }
+    for (o, spec) in outputs.iter().enumerate() {
+        cx.learn_extents(TensorRef::output(o), plan.output(o), spec.shape)?;
+    }
+    for (i, shape) in input_shapes.iter().enumerate() {
+        cx.learn_compound_extents(TensorRef::input(i), plan.input(i), shape)?;
+    }
+    for (o, spec) in outputs.iter().enumerate() {
+        cx.learn_compound_extents(TensorRef::output(o), plan.output(o), spec.shape)?;
+    }
+    for (o, spec) in outputs.iter().enumerate() {
+        cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
+    }
+    cx.resolve(trace)?;
+    // Given side: the outputs; derived side: the inputs.
+    let (given, derived) = cx.fit(trace);
+
+    if rule.policy.missing_axis == MissingAxis::Error {
+        cx.check_no_missing_axis(input_shapes)?;
+    }
+    let mut result = RuleResult::default();
+    for (i, shape) in input_shapes.iter().enumerate() {
+        let mapping = cx.project(plan.input(i), shape.len(), Some(shape), &derived);
+        result.inputs.push(DistAttr::new(mapping));
+    }
+    for (o, spec) in outputs.iter().enumerate() {
+        let mapping = cx.project(plan.output(o), spec.shape.len(), Some(spec.shape), &given);
+        let mut partial = spec.attr.partial;
+        partial.remove(mapping.mesh_set());
+        result.outputs.push(DistAttr {
+            dims_mapping: mapping,
+            partial,
+        });
+    }
+    Ok(result)
+}
+
+fn arity(
+    rule: &EinsumRule<'_>,
+    t: TensorRef,
+    expected: usize,
+    found: usize,
+) -> Result<(), SpmdError> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(SpmdError::Arity {
+            op: rule.name,
+            role: t.role,
+            expected,
+            found,
+        })
+    }
+}
+
+/// Checks a given tensor's dist attr against its shape and the mesh.
+fn validate(op: &'static str, t: TensorRef, spec: &Spec<'_>, mesh: &Mesh) -> Result<(), SpmdError> {
+    let mapping = &spec.attr.dims_mapping;
+    if mapping.rank() != spec.shape.len() {
+        return Err(SpmdError::MappingLength {
+            op,
+            tensor: t,
+            rank: spec.shape.len(),
+            len: mapping.rank(),
+        });
+    }
+    let mut used = [usize::MAX; MAX_MESH_RANK];
+    for (dim, s) in mapping.as_slice().iter().enumerate() {
+        for &m in s.as_slice() {
+            if m as usize >= mesh.rank() {
+                return Err(SpmdError::MeshDimOutOfRange {
+                    op,
+                    tensor: t,
+                    dim,
+                    mesh_dim: m,
+                    mesh_rank: mesh.rank(),
+                });
+            }
+            if used[m as usize] != usize::MAX {
+                return Err(SpmdError::MeshDimReused {
+                    op,
+                    tensor: t,
+                    mesh_dim: m,
+                    first: used[m as usize],
+                    second: dim,
+                });
+            }
+            used[m as usize] = dim;
+        }
+    }
+    for (m, _) in spec.attr.partial.iter() {
+        if m as usize >= mesh.rank() {
+            return Err(SpmdError::PartialOutOfRange {
+                op,
+                tensor: t,
+                mesh_dim: m,
+                mesh_rank: mesh.rank(),
+            });
+        }
+        if used[m as usize] != usize::MAX {
+            return Err(SpmdError::PartialAndSharded {
+                op,
+                tensor: t,
+                mesh_dim: m,
+                dim: used[m as usize],
+            });
+        }
+    }
+    Ok(())
+}
+
+/// How many dims the term's ellipsis stands for in a tensor of this rank.
+fn ellipsis_len(
+    rule: &EinsumRule<'_>,
+    t: TensorRef,
+    term: Term,
+    rank: usize,
+) -> Result<usize, SpmdError> {
+    let n = term.len as usize;
+    match term.ellipsis {
+        Some(_) if rank >= n => Ok(rank - n),
+        Some(_) => Err(rank_error(rule, t, term, rank, RankNeed::AtLeast(n))),
+        None if rank == n => Ok(0),
+        None => Err(rank_error(rule, t, term, rank, RankNeed::Exactly(n))),
+    }
+}
+
+fn rank_error(
+    rule: &EinsumRule<'_>,
+    t: TensorRef,
+    term: Term,
+    rank: usize,
+    need: RankNeed,
+) -> SpmdError {
+    SpmdError::Rank {
+        op: rule.name,
+        tensor: t,
+        rank,
+        term: term_text(&rule.plan, term),
+        need,
+    }
+}
+
+/// A term written back as notation text (for error messages only).
+pub(crate) fn term_text(plan: &Plan<'_>, term: Term) -> String {
+    let mut s = String::new();
+    for (i, d) in plan.dims_of(term).iter().enumerate() {
+        if term.ellipsis == Some(i as u16) {
+            s.push_str("...");
+        }
+        match *d {
+            Dim::Axis(a) => s.push(plan.label(a)),
+            Dim::One => s.push('1'),
+            Dim::Compound { start, len } => {
+                s.push('(');
+                for &a in plan.compound(start, len) {
+                    s.push(plan.label(a));
+                }
+                s.push(')');
+            }
+        }
+    }
+    if term.ellipsis == Some(term.len) {
+        s.push_str("...");
+    }
+    s
+}
+
+/// Per-call state: the axis table (labels, then the dims an ellipsis stands
+/// for, right-aligned), each axis's extent and the merged axis map.
+struct Cx<'r, 'a> {
+    rule: &'r EinsumRule<'a>,
+    mesh: &'r Mesh,
+    n_labels: usize,
+    width: usize,
+    extent: SmallVec<[usize; 16]>,
+    never: AxisSet,
+    map: AxisMap,
+}
+
+impl<'r, 'a> Cx<'r, 'a> {
+    fn new(rule: &'r EinsumRule<'a>, mesh: &'r Mesh, width: usize) -> Result<Self, SpmdError> {
+        let plan = &rule.plan;
+        let n_labels = plan.n_axes();
+        let n_axes = n_labels + width;
+        if n_axes > MAX_AXES {
+            return Err(SpmdError::TooManyAxes {
+                op: rule.name,
+                count: n_axes,
+            });
+        }
+        Ok(Cx {
+            rule,
+            mesh,
+            n_labels,
+            width,
+            extent: smallvec![UNKNOWN; n_axes],
+            never: rule
+                .never_sharded
+                .union(plan.diagonal)
+                .union(plan.compound_minor),
+            map: AxisMap::new(n_axes),
+        })
+    }
+
+    fn axis_name(&self, a: u8) -> AxisName {
+        axis_name(&self.rule.plan, self.n_labels, a)
+    }
+
+    /// The ellipsis axes as a set.
+    fn ellipsis_axes(&self) -> AxisSet {
+        let all = if self.width == 0 {
+            0
+        } else {
+            (u64::MAX >> (64 - self.width)) << self.n_labels
+        };
+        AxisSet(all)
+    }
+
+    fn term_axes(&self, term: Term) -> AxisSet {
+        let axes = self.rule.plan.axes_of(term);
+        if term.ellipsis.is_some() {
+            axes.union(self.ellipsis_axes())
+        } else {
+            axes
+        }
+    }
+
+    fn input_axes(&self) -> AxisSet {
+        let plan = &self.rule.plan;
+        if plan.inputs_have_ellipsis() {
+            plan.input_axes.union(self.ellipsis_axes())
+        } else {
+            plan.input_axes
+        }
+    }
+
+    /// What tensor dim `dim` of a tensor of rank `rank` is: a plain axis (labels
+    /// and ellipsis dims alike), `1`, or a compound.
+    #[inline]
+    fn slot(&self, term: Term, rank: usize, dim: usize) -> Dim {
+        let dims = self.rule.plan.dims_of(term);
+        match term.ellipsis {
+            None => dims[dim],
+            Some(e) => {
+                let e = e as usize;
+                let ell = rank - term.len as usize;
+                if dim < e {
+                    dims[dim]
+                } else if dim < e + ell {
+                    Dim::Axis((self.n_labels + self.width - ell + (dim - e)) as u8)
+                } else {
+                    dims[dim - ell]
+                }
+            }
+        }
+    }
+
+    /// Records the extent of every plain axis. An extent of 1 against a larger
+    /// one is broadcasting; two different larger extents are an error.
+    fn learn_extents(
+        &mut self,
+        t: TensorRef,
+        term: Term,
+        shape: &[usize],
+    ) -> Result<(), SpmdError> {
+        for (dim, &size) in shape.iter().enumerate() {
+            if let Dim::Axis(a) = self.slot(term, shape.len(), dim) {
+                let known = self.extent[a as usize];
+                if known == UNKNOWN || known == 1 {
+                    self.extent[a as usize] = size;
+                } else if size != known && size != 1 {
+                    return Err(SpmdError::ShapeMismatch {
+                        op: self.rule.name,
+                        axis: self.axis_name(a),
+                        tensor: t,
+                        dim,
+                        expected: known,
+                        found: size,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Compound dims: a single factor of unknown extent is the quotient of the
+    /// dim's size by the others; when all factors are known, their product must
+    /// be the dim's size.
+    fn learn_compound_extents(
+        &mut self,
+        t: TensorRef,
+        term: Term,
+        shape: &[usize],
+    ) -> Result<(), SpmdError> {
+        let plan = self.rule.plan;
+        for (dim, &size) in shape.iter().enumerate() {
+            let Dim::Compound { start, len } = self.slot(term, shape.len(), dim) else {
+                continue;
+            };
+            let factors = plan.compound(start, len);
+            let mut known = 1usize;
+            let mut unknown = None;
+            let mut n_unknown = 0;
+            for &f in factors {
+                match self.extent[f as usize] {
+                    UNKNOWN => {
+                        unknown = Some(f);
+                        n_unknown += 1;
+                    }
+                    e => known = known.saturating_mul(e),
+                }
+            }
+            match (n_unknown, unknown) {
+                (0, _) if known != size => {
+                    return Err(SpmdError::ShapeMismatch {
+                        op: self.rule.name,
+                        axis: self.axis_name(factors[0]),
+                        tensor: t,
+                        dim,
+                        expected: known,
+                        found: size,
+                    });
+                }
+                (1, Some(f)) if known != 0 && size % known == 0 => {
+                    self.extent[f as usize] = size / known;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The axis a given tensor dim's sharding goes to, or `None` when that dim
+    /// never carries one (`1`, a broadcast size-1 dim, a never-sharded axis).
+    #[inline]
+    fn carrier(&self, slot: Dim, size: Option<usize>) -> Option<u8> {
+        let a = match slot {
+            Dim::Axis(a) => {
+                if size == Some(1)
+                    && self.extent[a as usize] > 1
+                    && self.extent[a as usize] != UNKNOWN
+                {
+                    return None;
+                }
+                a
+            }
+            Dim::One => return None,
+            Dim::Compound { start, .. } => self.rule.plan.compound_axes[start as usize],
+        };
+        (!self.never.contains(a)).then_some(a)
+    }
+
+    fn merge<T: Trace>(
+        &mut self,
+        t: TensorRef,
+        term: Term,
+        spec: &Spec<'_>,
+        trace: &mut T,
+    ) -> Result<(), SpmdError> {
+        let rank = spec.shape.len();
+        for dim in 0..rank {
+            let given = spec.attr.dims_mapping[dim];
+            if given.is_replicated() {
+                continue;
+            }
+            let Some(a) = self.carrier(self.slot(term, rank, dim), Some(spec.shape[dim])) else {
+                continue;
+            };
+            match self.map.merge(a, given) {
+                Ok(now) => trace.merged(self.axis_name(a), t, dim, given, now),
+                Err(AxisClash { existing }) => {
+                    return Err(SpmdError::AxisConflict {
+                        op: self.rule.name,
+                        axis: self.axis_name(a),
+                        tensor: t,
+                        dim,
+                        existing,
+                        incoming: given,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn resolve<T: Trace>(&mut self, trace: &mut T) -> Result<(), SpmdError> {
+        let (plan, n_labels) = (self.rule.plan, self.n_labels);
+        let name = move |a: u8| axis_name(&plan, n_labels, a);
+        self.map
+            .resolve(
+                self.mesh.rank(),
+                self.rule.policy.conflicts,
+                |m, kept, lost| trace.conflict(m, name(kept), name(lost)),
+            )
+            .map_err(
+                |MeshDimClash {
+                     mesh_dim,
+                     first,
+                     second,
+                 }| SpmdError::MeshDimConflict {
+                    op: self.rule.name,
+                    mesh_dim,
+                    first: name(first),
+                    second: name(second),
+                },
+            )
+    }
+
+    /// Applies the divisibility policy: the axis maps for the given side and
+    /// for the derived side. A compound's major factor must always divide (else
+    /// the reshape could not carry its sharding), whatever the policy.
+    fn fit<T: Trace>(&self, trace: &mut T) -> (SmallVec<[Sharding; 16]>, SmallVec<[Sharding; 16]>) {
+        let policy = self.rule.policy.divisibility;
+        let compound_major = self.rule.plan.compound_major;
+        let mut given = self.map.sharding.clone();
+        let mut derived = self.map.sharding.clone();
+        for a in 0..given.len() {
+            let s = given[a];
+            if s.is_replicated() {
+                continue;
+            }
+            let always = compound_major.contains(a as u8);
+            let fitted = self.fit_one(a as u8, s, trace);
+            if always || policy == Divisibility::Drop {
+                given[a] = fitted;
+            }
+            if always || matches!(policy, Divisibility::Drop | Divisibility::DropDerived) {
+                derived[a] = fitted;
+            }
+        }
+        (given, derived)
+    }
+
+    /// Drops trailing mesh dims until their product divides the axis extent.
+    fn fit_one<T: Trace>(&self, a: u8, mut s: Sharding, trace: &mut T) -> Sharding {
+        let extent = self.extent[a as usize];
+        while let Some(&last) = s.as_slice().last() {
+            let product: usize = s.as_slice().iter().map(|&m| self.mesh.dim(m)).product();
+            if extent != UNKNOWN && extent % product == 0 {
+                break;
+            }
+            trace.not_divisible(self.axis_name(a), extent, last);
+            s = s.without_last();
+        }
+        s
+    }
+
+    /// The mapping of one tensor under an axis map.
+    fn project(
+        &self,
+        term: Term,
+        rank: usize,
+        shape: Option<&[usize]>,
+        table: &[Sharding],
+    ) -> DimsMapping {
+        let mut mapping = DimsMapping::default();
+        for dim in 0..rank {
+            let size = shape.map(|s| s[dim]);
+            let s = match self.carrier(self.slot(term, rank, dim), size) {
+                Some(a) => table[a as usize],
+                None => Sharding::REPLICATED,
+            };
+            mapping.push(s);
+        }
+        mapping
+    }
+
+    /// For [`MissingAxis::Error`]: fails on the first input dim whose axis no
+    /// output has.
+    fn check_no_missing_axis(&self, input_shapes: &[&[usize]]) -> Result<(), SpmdError> {
+        let plan = &self.rule.plan;
+        let mut out_axes = AxisSet::EMPTY;
+        for o in 0..plan.n_outputs() {
+            out_axes = out_axes.union(self.term_axes(plan.output(o)));
+        }
+        for (i, shape) in input_shapes.iter().enumerate() {
+            for dim in 0..shape.len() {
+                if let Some(a) =
+                    self.carrier(self.slot(plan.input(i), shape.len(), dim), Some(shape[dim]))
+                {
+                    if !out_axes.contains(a) {
+                        return Err(SpmdError::MissingAxis {
+                            op: self.rule.name,
+                            tensor: TensorRef::input(i),
+                            dim,
+                            axis: self.axis_name(a),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Labels name themselves; the dims an ellipsis stands for are numbered.
+fn axis_name(plan: &Plan<'_>, n_labels: usize, a: u8) -> AxisName {
+    if (a as usize) < n_labels {
+        AxisName::Label(plan.label(a))
+    } else {
+        AxisName::Ellipsis(a - n_labels as u8)
+    }
+}

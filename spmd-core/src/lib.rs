@@ -1,0 +1,42 @@
+//! Sharding-propagation (SPMD) inference.
+//!
+//! A rule is an einsum notation plus policies ([`EinsumRule`]). Forward inference
+//! takes the inputs' [`Spec`]s (global shape + [`DistAttr`]) and answers the
+//! inputs' required attrs and the outputs' attrs, partial where an output lacks a
+//! sharded axis; backward inference does the reverse from the outputs.
+//!
+//! ```
+//! use spmd_core::{DistAttr, Einsum, Mesh, Spec};
+//!
+//! let mesh = Mesh::new(&[2, 3])?;
+//! let matmul = Einsum::new("mk,kn->mn")?;
+//! let x = DistAttr::from_paddle(&[1, 0]).unwrap();   // m on mesh dim 1, k on 0
+//! let y = DistAttr::from_paddle(&[-1, -1]).unwrap();
+//! let r = matmul.forward(&mesh, &[Spec::new(&[64, 32], &x), Spec::new(&[32, 48], &y)])?;
+//! assert_eq!(r.inputs[1].to_string(), "[0, -1]");          // y must be split on k too
+//! assert_eq!(r.outputs[0].to_string(), "[1, -1] partial{0: SUM}");
+//! # Ok::<(), spmd_core::SpmdError>(())
+//! ```
+#![cfg_attr(not(feature = "std"), no_std)]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+
+mod attr;
+mod einsum;
+mod error;
+mod infer;
+mod merge;
+mod mesh;
+mod policy;
+mod rule;
+mod trace;
+
+pub use attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
+pub use einsum::Einsum;
+pub use error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
+pub use mesh::{MAX_MESH_RANK, Mesh, MeshDim, MeshSet};
+pub use policy::{Conflicts, Divisibility, MissingAxis, PartialInputs, Policy};
+pub use rule::{EinsumRule, RuleResult, SpmdRule};
+pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
+pub use trace::{NoTrace, Trace};

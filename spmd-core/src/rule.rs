@@ -1,0 +1,132 @@
+//! Rules: the compiled [`EinsumRule`] that inference runs on, the result type,
+//! and the object-safe [`SpmdRule`] trait that registries store.
+
+use smallvec::SmallVec;
+use spmd_notation::{AxisId, AxisSet, Plan};
+
+use crate::attr::{DistAttr, ReduceType, Spec};
+use crate::error::SpmdError;
+use crate::mesh::Mesh;
+use crate::policy::Policy;
+
+/// What a rule answers: the dist attrs the inputs must have (a requirement that
+/// differs from the given attr means "reshard first") and the outputs' attrs.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RuleResult {
+    pub inputs: SmallVec<[DistAttr; 4]>,
+    pub outputs: SmallVec<[DistAttr; 2]>,
+}
+
+/// A notation plus everything a rule decides about it. Const-constructible, so
+/// `#[spmd_rule]` emits one as a `const` and inference reads it directly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EinsumRule<'a> {
+    /// The registry name, used in error messages.
+    pub name: &'static str,
+    pub plan: Plan<'a>,
+    pub policy: Policy,
+    /// Reduce type of partial results over contracted axes...
+    pub reduce: ReduceType,
+    /// ...except for these axes.
+    pub reduce_overrides: &'a [(AxisId, ReduceType)],
+    /// Axes the rule declares never sharded (on top of `1` dims, diagonals and
+    /// minor compound factors, which the notation itself declares).
+    pub never_sharded: AxisSet,
+}
+
+impl<'a> EinsumRule<'a> {
+    /// A rule over `plan` with the classic policy, `Sum` reductions and no
+    /// never-sharded axes.
+    pub const fn new(name: &'static str, plan: Plan<'a>) -> EinsumRule<'a> {
+        EinsumRule {
+            name,
+            plan,
+            policy: Policy::CLASSIC,
+            reduce: ReduceType::Sum,
+            reduce_overrides: &[],
+            never_sharded: AxisSet::EMPTY,
+        }
+    }
+
+    pub const fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+    pub const fn with_reduce(mut self, reduce: ReduceType) -> Self {
+        self.reduce = reduce;
+        self
+    }
+    pub const fn with_never_sharded(mut self, axes: AxisSet) -> Self {
+        self.never_sharded = axes;
+        self
+    }
+    pub const fn with_reduce_overrides(mut self, o: &'a [(AxisId, ReduceType)]) -> Self {
+        self.reduce_overrides = o;
+        self
+    }
+
+    /// The reduce type of partial results over axis `a`.
+    pub fn reduce_of(&self, a: AxisId) -> ReduceType {
+        self.reduce_overrides
+            .iter()
+            .find(|(x, _)| *x == a)
+            .map_or(self.reduce, |(_, r)| *r)
+    }
+
+    /// Forward inference: the inputs' specs give the requirements and outputs.
+    pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+        crate::infer::forward(self, mesh, inputs, &mut crate::trace::NoTrace)
+    }
+
+    /// Backward (reverse) inference: the outputs' specs and the inputs' shapes
+    /// give the inputs' requirements and the (possibly corrected) outputs.
+    pub fn backward(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        crate::infer::backward(
+            self,
+            mesh,
+            input_shapes,
+            outputs,
+            &mut crate::trace::NoTrace,
+        )
+    }
+}
+
+/// A sharding rule as registries and generic callers see it. Object safe; every
+/// implementation is `Send + Sync` so one registry serves many threads.
+pub trait SpmdRule: Send + Sync {
+    /// The registry name (Paddle's name for built-ins).
+    fn name(&self) -> &'static str;
+
+    /// Forward inference (see [`EinsumRule::forward`]).
+    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError>;
+
+    /// Backward inference (see [`EinsumRule::backward`]).
+    fn backward(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError>;
+}
+
+impl SpmdRule for EinsumRule<'static> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+        EinsumRule::forward(self, mesh, inputs)
+    }
+    fn backward(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        EinsumRule::backward(self, mesh, input_shapes, outputs)
+    }
+}

@@ -1,0 +1,180 @@
+//! Notation errors: a kind plus the byte range of the offending fragment.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::Range;
+
+/// Which side of the arrow a term is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Input,
+    Output,
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Side::Input => "operand",
+            Side::Output => "output",
+        })
+    }
+}
+
+/// What is wrong with a fragment of a notation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No `->` at all.
+    MissingArrow,
+    /// A second (third, ...) `->`.
+    ExtraArrow,
+    /// Nothing before the `->`.
+    EmptyOperands,
+    /// A character outside the grammar.
+    UnexpectedChar(char),
+    /// `.` or `..` that is not a full `...`.
+    MalformedEllipsis,
+    /// A second `...` in one term.
+    RepeatedEllipsis,
+    /// `...` inside a compound dim.
+    EllipsisInCompound,
+    /// `1` inside a compound dim.
+    OneInCompound,
+    /// `(` with no matching `)`.
+    UnclosedParen,
+    /// `)` with no matching `(`.
+    UnopenedParen,
+    /// `(` inside a compound dim.
+    NestedParen,
+    /// A compound dim with fewer than two labels.
+    ShortCompound,
+    /// A label twice inside one compound dim.
+    RepeatedInCompound(char),
+    /// `...` in an output when no input has one.
+    OutputEllipsisWithoutInput,
+    /// An output label that no input has.
+    UnknownOutputLabel(char),
+    /// A label twice in one output.
+    RepeatedOutputLabel(char),
+    /// The number of operands or outputs disagrees with the op's declaration.
+    Arity {
+        side: Side,
+        expected: usize,
+        found: usize,
+    },
+    /// A label named by a rule option (never-sharded axes, reduce types, ...)
+    /// that the notation does not have.
+    UnknownLabel(char),
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErrorKind::MissingArrow => f.write_str("missing `->`"),
+            ErrorKind::ExtraArrow => f.write_str("more than one `->`"),
+            ErrorKind::EmptyOperands => f.write_str("empty operand list before `->`"),
+            ErrorKind::UnexpectedChar(c) => write!(
+                f,
+                "unexpected character {c:?} (expected a letter, `1`, `...`, `(`, `)`, `,` or `->`)"
+            ),
+            ErrorKind::MalformedEllipsis => f.write_str("malformed ellipsis (expected `...`)"),
+            ErrorKind::RepeatedEllipsis => f.write_str("more than one `...` in one term"),
+            ErrorKind::EllipsisInCompound => f.write_str("`...` inside a compound dim"),
+            ErrorKind::OneInCompound => f.write_str("`1` inside a compound dim"),
+            ErrorKind::UnclosedParen => f.write_str("unclosed `(`"),
+            ErrorKind::UnopenedParen => f.write_str("`)` without a matching `(`"),
+            ErrorKind::NestedParen => f.write_str("nested `(` (compound dims do not nest)"),
+            ErrorKind::ShortCompound => {
+                f.write_str("compound dim with fewer than two labels (write `(hd)`)")
+            }
+            ErrorKind::RepeatedInCompound(c) => {
+                write!(f, "label `{c}` twice in one compound dim")
+            }
+            ErrorKind::OutputEllipsisWithoutInput => {
+                f.write_str("`...` in an output but in no operand")
+            }
+            ErrorKind::UnknownOutputLabel(c) => write!(f, "unknown output label `{c}`"),
+            ErrorKind::RepeatedOutputLabel(c) => write!(f, "label `{c}` twice in one output"),
+            ErrorKind::Arity {
+                side,
+                expected,
+                found,
+            } => write!(f, "{found} {side}(s) where the op declares {expected}"),
+            ErrorKind::UnknownLabel(c) => write!(f, "label `{c}` is not in the notation"),
+        }
+    }
+}
+
+impl ErrorKind {
+    /// A short clause after the location, where the kind needs one.
+    fn hint(&self) -> Option<&'static str> {
+        match self {
+            ErrorKind::UnknownOutputLabel(_) => Some("no input has it"),
+            _ => None,
+        }
+    }
+}
+
+/// One problem of a notation: its kind and the byte range of the fragment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotationError {
+    pub kind: ErrorKind,
+    /// Byte range in the notation text (an empty range points between bytes).
+    pub range: Range<usize>,
+}
+
+impl NotationError {
+    pub fn new(kind: ErrorKind, range: Range<usize>) -> Self {
+        NotationError { kind, range }
+    }
+
+    /// 1-based column (in characters) where the fragment starts.
+    pub fn column(&self, source: &str) -> usize {
+        let start = self.range.start.min(source.len());
+        source
+            .char_indices()
+            .take_while(|(i, _)| *i < start)
+            .count()
+            + 1
+    }
+
+    /// The message for this error in `source`: the kind, the column and the
+    /// notation, e.g. ``unknown output label `q` at column 9 of einsum "mk,kn->mq"``.
+    pub fn message(&self, source: &str) -> String {
+        use core::fmt::Write;
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "{} at column {} of einsum {:?}",
+            self.kind,
+            self.column(source),
+            source
+        );
+        if let Some(h) = self.kind.hint() {
+            let _ = write!(s, " ({h})");
+        }
+        s
+    }
+}
+
+/// All problems of one notation, with the text they refer to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotationErrors {
+    pub source: String,
+    pub errors: Vec<NotationError>,
+}
+
+impl fmt::Display for NotationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            f.write_str(&e.message(&self.source))?;
+        }
+        Ok(())
+    }
+}
+
+impl core::error::Error for NotationErrors {}

@@ -1,0 +1,43 @@
+//! The einsum notation of spmd sharding rules.
+//!
+//! ```text
+//! rule    := operands "->" outputs
+//! operands, outputs := term ("," term)*
+//! term    := ["..."] dim*      (ellipsis at most once per term; a scalar is the empty term)
+//! dim     := label | "1" | "(" label label+ ")"
+//! label   := one ASCII letter a-z or A-Z
+//! ```
+//!
+//! This crate has no dependencies so that the same parser runs inside the
+//! `#[spmd_rule]` macro (compile time) and inside `spmd-core` (notations built at
+//! run time): both report exactly the same errors.
+//!
+//! [`parse`] returns a [`Notation`] (owned) or *every* problem of the text as
+//! [`NotationError`]s with byte ranges. [`Notation::plan`] lends a [`Plan`], the
+//! flat, borrowed form that inference runs on and that the macro emits as a
+//! `const` (all its fields are public and const-constructible).
+//!
+//! ```
+//! let n = spmd_notation::parse("...mk,kn->...mn").unwrap();
+//! let plan = n.plan();
+//! assert_eq!(plan.n_inputs(), 2);
+//! assert_eq!(plan.contracted().len(), 1); // k
+//! let errs = spmd_notation::parse("mk,kn->mq").unwrap_err();
+//! assert_eq!(errs.to_string(),
+//!     "unknown output label `q` at column 9 of einsum \"mk,kn->mq\" (no input has it)");
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+
+mod error;
+mod parse;
+mod plan;
+
+pub use error::{ErrorKind, NotationError, NotationErrors, Side};
+pub use parse::{Notation, parse};
+pub use plan::{AxisId, AxisSet, Dim, Plan, Term};
+
+/// At most this many distinct labels (`a-z`, `A-Z`).
+pub const MAX_LABELS: usize = 52;

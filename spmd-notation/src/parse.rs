@@ -1,0 +1,254 @@
+//! The parser: text -> [`Notation`], collecting every error instead of stopping
+//! at the first one (a macro user wants to see all problems of a literal at once).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use crate::error::{ErrorKind, NotationError, NotationErrors};
+use crate::plan::{AxisId, AxisSet, Dim, Plan, Term};
+
+/// A parsed, validated notation that owns its storage; [`Notation::plan`] lends
+/// the [`Plan`] that inference reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notation {
+    source: String,
+    labels: Vec<u8>,
+    terms: Vec<Term>,
+    n_inputs: u16,
+    dims: Vec<Dim>,
+    compound_axes: Vec<AxisId>,
+    input_axes: AxisSet,
+    output_axes: AxisSet,
+    diagonal: AxisSet,
+    compound_minor: AxisSet,
+    compound_major: AxisSet,
+}
+
+impl Notation {
+    pub fn plan(&self) -> Plan<'_> {
+        Plan {
+            source: &self.source,
+            labels: &self.labels,
+            terms: &self.terms,
+            n_inputs: self.n_inputs,
+            dims: &self.dims,
+            compound_axes: &self.compound_axes,
+            input_axes: self.input_axes,
+            output_axes: self.output_axes,
+            diagonal: self.diagonal,
+            compound_minor: self.compound_minor,
+            compound_major: self.compound_major,
+        }
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// Parses and validates a notation, returning every problem found.
+pub fn parse(source: &str) -> Result<Notation, NotationErrors> {
+    let mut p = Parser {
+        src: source,
+        errors: Vec::new(),
+        n: Notation {
+            source: String::from(source),
+            labels: Vec::new(),
+            terms: Vec::new(),
+            n_inputs: 0,
+            dims: Vec::new(),
+            compound_axes: Vec::new(),
+            input_axes: AxisSet::EMPTY,
+            output_axes: AxisSet::EMPTY,
+            diagonal: AxisSet::EMPTY,
+            compound_minor: AxisSet::EMPTY,
+            compound_major: AxisSet::EMPTY,
+        },
+    };
+    p.run();
+    if p.errors.is_empty() {
+        Ok(p.n)
+    } else {
+        p.errors.sort_by_key(|e| (e.range.start, e.range.end));
+        Err(NotationErrors {
+            source: String::from(source),
+            errors: p.errors,
+        })
+    }
+}
+
+struct Parser<'s> {
+    src: &'s str,
+    errors: Vec<NotationError>,
+    n: Notation,
+}
+
+impl Parser<'_> {
+    fn err(&mut self, kind: ErrorKind, range: Range<usize>) {
+        self.errors.push(NotationError::new(kind, range));
+    }
+
+    fn run(&mut self) {
+        let bytes = self.src.as_bytes();
+        let arrows: Vec<usize> = (0..bytes.len().saturating_sub(1))
+            .filter(|&i| bytes[i] == b'-' && bytes[i + 1] == b'>')
+            .collect();
+        for &a in arrows.iter().skip(1) {
+            self.err(ErrorKind::ExtraArrow, a..a + 2);
+        }
+        let Some(&first) = arrows.first() else {
+            self.err(ErrorKind::MissingArrow, 0..self.src.len());
+            // Still read the text as operands so stray characters are reported too.
+            self.side(0..self.src.len(), false);
+            return;
+        };
+        if self.src[..first].trim().is_empty() {
+            self.err(ErrorKind::EmptyOperands, first..first + 2);
+        } else {
+            self.side(0..first, false);
+        }
+        self.n.n_inputs = self.n.terms.len() as u16;
+        let end = arrows.get(1).copied().unwrap_or(self.src.len());
+        self.side(first + 2..end, true);
+    }
+
+    /// Parses one side of the arrow: terms separated by commas.
+    fn side(&mut self, range: Range<usize>, output: bool) {
+        let mut start = range.start;
+        for i in range.clone() {
+            if self.src.as_bytes()[i] == b',' {
+                self.term(start..i, output);
+                start = i + 1;
+            }
+        }
+        self.term(start..range.end, output);
+    }
+
+    fn term(&mut self, range: Range<usize>, output: bool) {
+        let text = &self.src[range.clone()];
+        let base = range.start;
+        let dims_start = self.n.dims.len();
+        let mut ellipsis: Option<u16> = None;
+        // An open compound dim: where its `(` is and its axes so far.
+        let mut open: Option<(usize, Vec<AxisId>)> = None;
+        let mut seen = AxisSet::EMPTY;
+        let mut chars = text.char_indices().peekable();
+        while let Some((off, c)) = chars.next() {
+            let at = base + off;
+            let here = at..at + c.len_utf8();
+            match c {
+                c if c.is_whitespace() => {}
+                'a'..='z' | 'A'..='Z' => {
+                    let Some(id) = self.axis(c, output, here.clone()) else {
+                        continue;
+                    };
+                    if seen.contains(id) {
+                        if output {
+                            self.err(ErrorKind::RepeatedOutputLabel(c), here.clone());
+                        } else {
+                            self.n.diagonal = self.n.diagonal.with(id);
+                        }
+                    }
+                    seen = seen.with(id);
+                    match &mut open {
+                        Some((_, axes)) => {
+                            if axes.contains(&id) {
+                                self.err(ErrorKind::RepeatedInCompound(c), here);
+                            } else {
+                                axes.push(id);
+                            }
+                        }
+                        None => self.n.dims.push(Dim::Axis(id)),
+                    }
+                }
+                '1' => {
+                    if open.is_some() {
+                        self.err(ErrorKind::OneInCompound, here);
+                    } else {
+                        self.n.dims.push(Dim::One);
+                    }
+                }
+                '.' => {
+                    let mut run = 1;
+                    while chars.next_if(|&(_, c)| c == '.').is_some() {
+                        run += 1;
+                    }
+                    let range = at..at + run;
+                    if run != 3 {
+                        self.err(ErrorKind::MalformedEllipsis, range);
+                    } else if open.is_some() {
+                        self.err(ErrorKind::EllipsisInCompound, range);
+                    } else if ellipsis.is_some() {
+                        self.err(ErrorKind::RepeatedEllipsis, range);
+                    } else {
+                        ellipsis = Some((self.n.dims.len() - dims_start) as u16);
+                    }
+                }
+                '(' => {
+                    if open.is_some() {
+                        self.err(ErrorKind::NestedParen, here);
+                    } else {
+                        open = Some((at, Vec::new()));
+                    }
+                }
+                ')' => match open.take() {
+                    None => self.err(ErrorKind::UnopenedParen, here),
+                    Some((from, axes)) if axes.len() < 2 => {
+                        self.err(ErrorKind::ShortCompound, from..at + 1)
+                    }
+                    Some((_, axes)) => {
+                        self.n.compound_major = self.n.compound_major.with(axes[0]);
+                        for &minor in &axes[1..] {
+                            self.n.compound_minor = self.n.compound_minor.with(minor);
+                        }
+                        let start = self.n.compound_axes.len() as u16;
+                        self.n.compound_axes.extend_from_slice(&axes);
+                        self.n.dims.push(Dim::Compound {
+                            start,
+                            len: axes.len() as u8,
+                        });
+                    }
+                },
+                c => self.err(ErrorKind::UnexpectedChar(c), here),
+            }
+        }
+        if let Some((from, _)) = open {
+            self.err(ErrorKind::UnclosedParen, from..from + 1);
+        }
+        if output && ellipsis.is_some() && !self.inputs_have_ellipsis() {
+            let at = text.find("...").map_or(base, |o| base + o);
+            self.err(ErrorKind::OutputEllipsisWithoutInput, at..at + 3);
+        }
+        if output {
+            self.n.output_axes = self.n.output_axes.union(seen);
+        } else {
+            self.n.input_axes = self.n.input_axes.union(seen);
+        }
+        self.n.terms.push(Term {
+            start: dims_start as u16,
+            len: (self.n.dims.len() - dims_start) as u16,
+            ellipsis,
+        });
+    }
+
+    fn inputs_have_ellipsis(&self) -> bool {
+        self.n.terms[..self.n.n_inputs as usize]
+            .iter()
+            .any(|t| t.ellipsis.is_some())
+    }
+
+    /// The id of a label: interned on the input side, looked up on the output side.
+    fn axis(&mut self, c: char, output: bool, here: Range<usize>) -> Option<AxisId> {
+        let b = c as u8;
+        if let Some(p) = self.n.labels.iter().position(|&l| l == b) {
+            return Some(p as AxisId);
+        }
+        if output {
+            self.err(ErrorKind::UnknownOutputLabel(c), here);
+            return None;
+        }
+        self.n.labels.push(b);
+        Some((self.n.labels.len() - 1) as AxisId)
+    }
+}

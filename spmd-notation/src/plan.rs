@@ -1,0 +1,177 @@
+//! The compiled, borrowed form of a notation.
+//!
+//! Everything is flat slices of small `Copy` values so that the macro can emit a
+//! plan as a `const` and the run-time parser can lend one out of its own vectors
+//! (no self-references, no allocation when inference reads it).
+
+use core::fmt;
+
+/// Index of a labelled axis in [`Plan::labels`].
+pub type AxisId = u8;
+
+/// A set of axis ids (or, in `spmd-core`, of mesh dims) as a 64-bit mask.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AxisSet(pub u64);
+
+impl AxisSet {
+    pub const EMPTY: AxisSet = AxisSet(0);
+
+    #[inline]
+    pub const fn with(self, id: AxisId) -> AxisSet {
+        AxisSet(self.0 | (1u64 << id))
+    }
+    #[inline]
+    pub const fn contains(self, id: AxisId) -> bool {
+        id < 64 && self.0 & (1u64 << id) != 0
+    }
+    #[inline]
+    pub const fn union(self, other: AxisSet) -> AxisSet {
+        AxisSet(self.0 | other.0)
+    }
+    #[inline]
+    pub const fn minus(self, other: AxisSet) -> AxisSet {
+        AxisSet(self.0 & !other.0)
+    }
+    #[inline]
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    #[inline]
+    pub const fn len(self) -> u32 {
+        self.0.count_ones()
+    }
+    /// Members in increasing order.
+    pub fn iter(self) -> impl Iterator<Item = AxisId> {
+        let mut bits = self.0;
+        core::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            let id = bits.trailing_zeros() as AxisId;
+            bits &= bits - 1;
+            Some(id)
+        })
+    }
+}
+
+impl fmt::Debug for AxisSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+/// One dim of a term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dim {
+    /// A labelled axis.
+    Axis(AxisId),
+    /// `1`: a dim that is never sharded.
+    One,
+    /// `(hd)`: a dim made of several axes, major first; the axes are
+    /// `compound_axes[start .. start + len]` of the plan.
+    Compound { start: u16, len: u8 },
+}
+
+/// One operand or output: `dims[start .. start + len]` of the plan, with the
+/// ellipsis (if any) standing just before the dim at index `ellipsis` of the term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Term {
+    pub start: u16,
+    pub len: u16,
+    pub ellipsis: Option<u16>,
+}
+
+/// A compiled notation: inputs' terms then outputs' terms over one axis table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan<'a> {
+    /// The notation as written (for messages and `explain`; never parsed again).
+    pub source: &'a str,
+    /// Axis id -> its label, in order of first appearance.
+    pub labels: &'a [u8],
+    /// Inputs' terms, then outputs' terms.
+    pub terms: &'a [Term],
+    pub n_inputs: u16,
+    pub dims: &'a [Dim],
+    pub compound_axes: &'a [AxisId],
+    /// Axes of any input.
+    pub input_axes: AxisSet,
+    /// Axes of any output.
+    pub output_axes: AxisSet,
+    /// Axes repeated inside one input term (diagonals): never sharded.
+    pub diagonal: AxisSet,
+    /// Axes that are a non-major factor of some compound dim: never sharded,
+    /// because only the major factor of a reshape carries a sharding across it.
+    pub compound_minor: AxisSet,
+    /// Axes that are the major factor of some compound dim: their sharding must
+    /// divide their extent, or a reshape could not carry it.
+    pub compound_major: AxisSet,
+}
+
+impl<'a> Plan<'a> {
+    pub const fn n_inputs(&self) -> usize {
+        self.n_inputs as usize
+    }
+    pub const fn n_outputs(&self) -> usize {
+        self.terms.len() - self.n_inputs as usize
+    }
+    pub const fn n_axes(&self) -> usize {
+        self.labels.len()
+    }
+    pub fn input(&self, i: usize) -> Term {
+        self.terms[i]
+    }
+    pub fn output(&self, i: usize) -> Term {
+        self.terms[self.n_inputs as usize + i]
+    }
+    /// The dims of a term (without the ellipsis).
+    pub fn dims_of(&self, term: Term) -> &'a [Dim] {
+        &self.dims[term.start as usize..term.start as usize + term.len as usize]
+    }
+    /// The axes of a compound dim, major first.
+    pub fn compound(&self, start: u16, len: u8) -> &'a [AxisId] {
+        &self.compound_axes[start as usize..start as usize + len as usize]
+    }
+    /// Axes in some input but in no output.
+    pub const fn contracted(&self) -> AxisSet {
+        self.input_axes.minus(self.output_axes)
+    }
+    /// The label of an axis as a `char`.
+    pub fn label(&self, id: AxisId) -> char {
+        self.labels[id as usize] as char
+    }
+    /// The axis with this label.
+    pub fn axis(&self, label: char) -> Option<AxisId> {
+        self.labels
+            .iter()
+            .position(|&l| l as char == label)
+            .map(|p| p as AxisId)
+    }
+    /// Axes that appear in a term (compound factors included).
+    pub fn axes_of(&self, term: Term) -> AxisSet {
+        let mut set = AxisSet::EMPTY;
+        for d in self.dims_of(term) {
+            match *d {
+                Dim::Axis(a) => set = set.with(a),
+                Dim::One => {}
+                Dim::Compound { start, len } => {
+                    for &a in self.compound(start, len) {
+                        set = set.with(a);
+                    }
+                }
+            }
+        }
+        set
+    }
+    /// Whether any input term has an ellipsis.
+    pub fn inputs_have_ellipsis(&self) -> bool {
+        self.terms[..self.n_inputs()]
+            .iter()
+            .any(|t| t.ellipsis.is_some())
+    }
+}
+
+impl fmt::Display for Plan<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.source)
+    }
+}
