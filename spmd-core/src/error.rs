@@ -228,4 +228,24 @@ pub enum SpmdError {
 
     #[error("{op}: {message}")]
     Rejected { op: &'static str, message: String },
+
+    #[error("no rule named `{name}`{}", did_you_mean(suggestions))]
+    UnknownRule {
+        name: String,
+        suggestions: Vec<String>,
+    },
+
+    #[error("a rule named `{name}` is already registered")]
+    DuplicateRule { name: String },
+}
+
+fn did_you_mean(suggestions: &[String]) -> String {
+    match suggestions {
+        [] => String::new(),
+        [one] => alloc::format!(" (did you mean `{one}`?)"),
+        many => {
+            let list: Vec<String> = many.iter().map(|s| alloc::format!("`{s}`")).collect();
+            alloc::format!(" (did you mean one of {}?)", list.join(", "))
+        }
+    }
 }

@@ -23,22 +23,30 @@
 extern crate alloc;
 
 mod attr;
+mod attrs;
 mod einsum;
 mod error;
 mod infer;
 mod merge;
 mod mesh;
 mod mixed;
+mod op;
 mod policy;
+mod registry;
 mod rule;
 mod trace;
 
 pub use attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
+pub use attrs::{AttrValue, Attrs, FromAttr};
 pub use einsum::Einsum;
 pub use error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 pub use mesh::{MAX_MESH_RANK, Mesh, MeshDim, MeshSet};
 pub use mixed::{Promoted, Tensor, backward_mixed, forward_mixed, outputs_needing_grad, promote};
+pub use op::{Call, Op};
 pub use policy::{Conflicts, Divisibility, MissingAxis, PartialInputs, Policy};
+pub use registry::{Registry, RuleInfo};
+#[cfg(feature = "std")]
+pub use registry::{global, global_mut, register_global};
 pub use rule::{EinsumRule, RuleResult, SpmdRule};
 pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
 pub use trace::{NoTrace, Trace};

@@ -1,0 +1,49 @@
+//! What `#[spmd_rule]` implements for an op struct: [`Op`] (name, notations,
+//! construction from attributes) on top of [`SpmdRule`], and the [`Call`] that
+//! its validation and adjustment hooks receive.
+
+use crate::attr::Spec;
+use crate::attrs::Attrs;
+use crate::error::SpmdError;
+use crate::mesh::Mesh;
+use crate::rule::SpmdRule;
+
+/// The direction and the given tensors of one inference call.
+#[derive(Clone, Copy, Debug)]
+pub enum Call<'c> {
+    Forward {
+        mesh: &'c Mesh,
+        inputs: &'c [Spec<'c>],
+    },
+    Backward {
+        mesh: &'c Mesh,
+        input_shapes: &'c [&'c [usize]],
+        outputs: &'c [Spec<'c>],
+    },
+}
+
+impl<'c> Call<'c> {
+    pub fn mesh(&self) -> &'c Mesh {
+        match *self {
+            Call::Forward { mesh, .. } | Call::Backward { mesh, .. } => mesh,
+        }
+    }
+    pub fn is_forward(&self) -> bool {
+        matches!(self, Call::Forward { .. })
+    }
+}
+
+/// An op type with a sharding rule: what registries need to list it and to
+/// build it from Paddle-style attributes. `#[spmd_rule]` implements it.
+pub trait Op: SpmdRule + Sized + 'static {
+    /// The registry name.
+    const NAME: &'static str;
+    /// The notations the rule can use (the first is the default); empty when
+    /// the notation is built at run time.
+    const NOTATIONS: &'static [&'static str];
+    /// The attribute names the op reads (its fields).
+    const ATTRS: &'static [&'static str];
+    /// Builds the op from attributes by name; missing attributes without a
+    /// default and values of the wrong kind are errors.
+    fn from_attrs(attrs: &Attrs) -> Result<Self, SpmdError>;
+}
