@@ -21,12 +21,19 @@
 #![forbid(unsafe_code)]
 
 extern crate alloc;
+// The macro's expansions name `::spmd_core`; this makes them work in this crate too.
+extern crate self as spmd_core;
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod attr;
 mod attrs;
 mod einsum;
 mod error;
 mod infer;
+#[cfg(feature = "serde")]
+pub mod json;
 mod merge;
 mod mesh;
 mod mixed;
@@ -50,3 +57,5 @@ pub use registry::{global, global_mut, register_global};
 pub use rule::{EinsumRule, RuleResult, SpmdRule};
 pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
 pub use trace::{NoTrace, Trace};
+
+pub use spmd_macros::spmd_rule;

@@ -1,0 +1,457 @@
+//! Expand: a validated [`Rule`] becomes the struct plus `Op` and `SpmdRule`
+//! impls over `const` plans. On error: the struct, the errors, and stub impls
+//! so that code using the type reports nothing further.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use spmd_notation::{Dim, Notation};
+use syn::{Item, ItemStruct, LitByteStr, LitStr, Path};
+
+use crate::args::{self, FieldSource, Literal, Rule, Source};
+
+pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    let item = match syn::parse2::<Item>(item.clone()) {
+        Ok(Item::Struct(s)) => s,
+        Ok(other) => return not_a_struct(&other, item),
+        Err(e) => {
+            let e = e.into_compile_error();
+            return quote!(#item #e);
+        }
+    };
+    let mut stripped = item.clone();
+    match args::parse(args.clone(), &mut stripped) {
+        Ok(rule) => rule_impls(&rule),
+        Err(errors) => fallback(&args, &stripped, errors.write_errors()),
+    }
+}
+
+/// `#[spmd_rule]` on an enum, union, fn, ...: the item is emitted unchanged.
+fn not_a_struct(item: &Item, tokens: TokenStream) -> TokenStream {
+    let (what, span) = match item {
+        Item::Enum(e) => ("an enum", e.enum_token.span),
+        Item::Union(u) => ("a union", u.union_token.span),
+        Item::Fn(f) => ("a function", f.sig.fn_token.span),
+        Item::Impl(i) => ("an impl block", i.impl_token.span),
+        Item::Trait(t) => ("a trait", t.trait_token.span),
+        _ => ("this item", Span::call_site()),
+    };
+    let msg = format!(
+        "#[spmd_rule] goes on a struct whose fields are the op's attributes, not on {what}"
+    );
+    quote_spanned!(span=> ::core::compile_error!(#msg);)
+        .into_iter()
+        .chain(tokens)
+        .collect()
+}
+
+fn rule_impls(rule: &Rule) -> TokenStream {
+    let item = &rule.item;
+    let ident = &item.ident;
+    let krate = &rule.krate;
+    let name = &rule.name;
+    let span = ident.span();
+
+    let policy = {
+        let (c, d, m) = (&rule.conflicts, &rule.divisibility, &rule.missing_axis);
+        quote! {
+            __spmd::Policy::CLASSIC
+                .with_conflicts(__spmd::Conflicts::#c)
+                .with_divisibility(__spmd::Divisibility::#d)
+                .with_missing_axis(__spmd::MissingAxis::#m)
+        }
+    };
+    let reduce = &rule.reduce;
+
+    let (consts, notations, with_rule): (
+        TokenStream,
+        Vec<LitStr>,
+        Box<dyn Fn(TokenStream) -> TokenStream>,
+    ) = match &rule.source {
+        Source::Literal { default, cases } => {
+            let mut consts = TokenStream::new();
+            let mut literals = vec![default];
+            literals.extend(cases.iter().map(|(_, l)| l));
+            for (i, l) in literals.iter().enumerate() {
+                let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
+                let expr = literal_rule(rule, l, &policy);
+                consts.extend(quote!(const #c: __spmd::EinsumRule<'static> = #expr;));
+            }
+            let whens: Vec<TokenStream> = cases
+                .iter()
+                .enumerate()
+                .map(|(i, (when, _))| {
+                    let c = syn::Ident::new(&format!("__RULE_{}", i + 1), Span::call_site());
+                    quote!(if #when { &#c } else)
+                })
+                .collect();
+            let notations = literals.iter().map(|l| l.lit.clone()).collect();
+            let select = quote!(#(#whens)* { &__RULE_0 });
+            (
+                consts,
+                notations,
+                Box::new(move |call: TokenStream| {
+                    quote! {{
+                        let rule: &__spmd::EinsumRule<'static> = #select;
+                        rule.#call
+                    }}
+                }),
+            )
+        }
+        Source::Build(path) => {
+            let never = &rule.never_sharded;
+            let overrides = rule
+                .reduce_axes
+                .iter()
+                .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
+            let overrides = quote!(&[#(#overrides),*]);
+            let path = path.clone();
+            let policy = policy.clone();
+            (
+                TokenStream::new(),
+                Vec::new(),
+                Box::new(move |call: TokenStream| {
+                    quote! {{
+                        let einsum: __spmd::Einsum = #path(self)?;
+                        __spmd::runtime_rule(
+                            __NAME,
+                            einsum.notation().plan(),
+                            #policy,
+                            __spmd::ReduceType::#reduce,
+                            #never,
+                            #overrides,
+                            |rule| rule.#call,
+                        )
+                    }}
+                }),
+            )
+        }
+    };
+
+    let forward_body = with_rule(quote!(forward(mesh, inputs)));
+    let backward_body = with_rule(quote!(backward(mesh, input_shapes, outputs)));
+    let validate = rule
+        .validate
+        .as_ref()
+        .map(|p| quote_spanned!(p_span(p)=> #p(self, &call)?;));
+    let adjust = rule
+        .adjust
+        .as_ref()
+        .map(|p| quote_spanned!(p_span(p)=> #p(self, &call, &mut result)?;));
+    let (attr_names, from_attrs) = from_attrs(rule);
+
+    let op_impl = quote_spanned! {span=>
+        #[automatically_derived]
+        impl __spmd::Op for #ident {
+            const NAME: &'static str = __NAME;
+            const NOTATIONS: &'static [&'static str] = &[#(#notations),*];
+            const ATTRS: &'static [&'static str] = &[#(#attr_names),*];
+            fn from_attrs(attrs: &__spmd::Attrs) -> __spmd::Result<Self, __spmd::SpmdError> {
+                #from_attrs
+            }
+        }
+    };
+    let rule_impl = quote_spanned! {span=>
+        #[automatically_derived]
+        impl __spmd::SpmdRule for #ident {
+            fn name(&self) -> &'static str {
+                __NAME
+            }
+            fn forward(
+                &self,
+                mesh: &__spmd::Mesh,
+                inputs: &[__spmd::Spec<'_>],
+            ) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
+                let call = __spmd::Call::Forward { mesh, inputs };
+                #validate
+                let mut result = #forward_body?;
+                #adjust
+                let _ = &call;
+                __spmd::Ok(result)
+            }
+            fn backward(
+                &self,
+                mesh: &__spmd::Mesh,
+                input_shapes: &[&[usize]],
+                outputs: &[__spmd::Spec<'_>],
+            ) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
+                let call = __spmd::Call::Backward { mesh, input_shapes, outputs };
+                #validate
+                let mut result = #backward_body?;
+                #adjust
+                let _ = &call;
+                __spmd::Ok(result)
+            }
+        }
+    };
+    quote! {
+        #item
+        #[allow(non_upper_case_globals, clippy::all, unused_mut)]
+        const _: () = {
+            use #krate::__private as __spmd;
+            const __NAME: &'static str = #name;
+            #consts
+            #op_impl
+            #rule_impl
+        };
+    }
+}
+
+fn p_span(p: &Path) -> Span {
+    p.segments
+        .last()
+        .map_or_else(Span::call_site, |s| s.ident.span())
+}
+
+/// The body of `Op::from_attrs` and the attribute names.
+fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
+    let fields = &rule.fields;
+    let mut names = Vec::new();
+    let inits = fields.iter().map(|f| {
+        let ident = &f.ident;
+        let attr = &f.attr_name;
+        let span = ident.span();
+        let value = match &f.source {
+            FieldSource::Required => quote_spanned!(span=> attrs.require(__NAME, #attr)?),
+            FieldSource::Default => {
+                quote_spanned!(span=> attrs.get_or(__NAME, #attr, __spmd::Default::default())?)
+            }
+            FieldSource::DefaultExpr(e) => quote_spanned!(span=> attrs.get_or(__NAME, #attr, #e)?),
+            FieldSource::Skip => quote_spanned!(span=> __spmd::Default::default()),
+        };
+        if !matches!(f.source, FieldSource::Skip) {
+            names.push(attr.clone());
+        }
+        quote!(#ident: #value)
+    });
+    let body = match &rule.item.fields {
+        syn::Fields::Unit => quote!(__spmd::Ok(Self)),
+        _ => quote!(__spmd::Ok(Self { #(#inits,)* })),
+    };
+    (names, body)
+}
+
+/// `EinsumRule::new(..)` with every option, over the literal's plan.
+fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
+    let plan_expr = plan(&l.notation, l.lit.span());
+    let plan = l.notation.plan();
+    let reduce = &rule.reduce;
+    // Labels were checked against every literal in `args`; a missing one here
+    // cannot happen, and would only leave that label unconstrained.
+    let never = rule
+        .never_sharded
+        .chars()
+        .filter_map(|c| plan.axis(c))
+        .fold(0u64, |m, a| m | 1 << a);
+    let overrides = rule
+        .reduce_axes
+        .iter()
+        .filter_map(|(c, r)| plan.axis(*c).map(|a| quote!((#a, __spmd::ReduceType::#r))));
+    quote! {
+        __spmd::EinsumRule::new(__NAME, #plan_expr)
+            .with_policy(#policy)
+            .with_reduce(__spmd::ReduceType::#reduce)
+            .with_reduce_overrides(&[#(#overrides),*])
+            .with_never_sharded(__spmd::AxisSet(#never))
+    }
+}
+
+/// A notation as a `Plan` literal: the compile-time parse, emitted as data.
+fn plan(n: &Notation, span: Span) -> TokenStream {
+    let p = n.plan();
+    let source = LitStr::new(p.source, span);
+    let labels = LitByteStr::new(p.labels, span);
+    let terms = p.terms.iter().map(|t| {
+        let (start, len) = (t.start, t.len);
+        let ellipsis = match t.ellipsis {
+            Some(e) => quote!(__spmd::Option::Some(#e)),
+            None => quote!(__spmd::Option::None),
+        };
+        quote!(__spmd::Term { start: #start, len: #len, ellipsis: #ellipsis })
+    });
+    let dims = p.dims.iter().map(|d| match *d {
+        Dim::Axis(a) => quote!(__spmd::Dim::Axis(#a)),
+        Dim::One => quote!(__spmd::Dim::One),
+        Dim::Compound { start, len } => quote!(__spmd::Dim::Compound { start: #start, len: #len }),
+    });
+    let compound = p.compound_axes;
+    let n_inputs = p.n_inputs;
+    let set = |s: spmd_notation::AxisSet| {
+        let bits = s.0;
+        quote!(__spmd::AxisSet(#bits))
+    };
+    let (ia, oa, dg, mi, ma) = (
+        set(p.input_axes),
+        set(p.output_axes),
+        set(p.diagonal),
+        set(p.compound_minor),
+        set(p.compound_major),
+    );
+    quote! {
+        __spmd::Plan {
+            source: #source,
+            labels: #labels,
+            terms: &[#(#terms),*],
+            n_inputs: #n_inputs,
+            dims: &[#(#dims),*],
+            compound_axes: &[#(#compound),*],
+            input_axes: #ia,
+            output_axes: #oa,
+            diagonal: #dg,
+            compound_minor: #mi,
+            compound_major: #ma,
+        }
+    }
+}
+
+/// The struct, the errors, and stub impls (they return an error and are never
+/// run: the crate does not compile) so uses of the type report nothing more.
+fn fallback(args: &TokenStream, item: &ItemStruct, errors: TokenStream) -> TokenStream {
+    let ident = &item.ident;
+    if !item.generics.params.is_empty() {
+        return quote!(#item #errors);
+    }
+    let krate = crate_path(args).unwrap_or_else(|| syn::parse_quote!(::spmd_core));
+    let name = args::snake_case(&ident.to_string());
+    let stub = quote!(__spmd::Err(__spmd::SpmdError::Rejected {
+        op: #name,
+        message: ::std::string::String::new(),
+    }));
+    let mut out = item.to_token_stream();
+    out.extend(errors);
+    out.extend(quote! {
+        #[allow(unused_variables, clippy::all)]
+        const _: () = {
+            use #krate::__private as __spmd;
+            impl __spmd::Op for #ident {
+                const NAME: &'static str = #name;
+                const NOTATIONS: &'static [&'static str] = &[];
+                const ATTRS: &'static [&'static str] = &[];
+                fn from_attrs(attrs: &__spmd::Attrs) -> __spmd::Result<Self, __spmd::SpmdError> { #stub }
+            }
+            impl __spmd::SpmdRule for #ident {
+                fn name(&self) -> &'static str { #name }
+                fn forward(&self, mesh: &__spmd::Mesh, inputs: &[__spmd::Spec<'_>])
+                    -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> { #stub }
+                fn backward(&self, mesh: &__spmd::Mesh, input_shapes: &[&[usize]], outputs: &[__spmd::Spec<'_>])
+                    -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> { #stub }
+            }
+        };
+    });
+    out
+}
+
+/// `crate = path` read straight from the arguments, so that even when the rest
+/// is invalid the stub impls name the right crate.
+fn crate_path(args: &TokenStream) -> Option<Path> {
+    let metas = darling::ast::NestedMeta::parse_meta_list(args.clone()).ok()?;
+    metas.iter().find_map(|m| match m {
+        darling::ast::NestedMeta::Meta(syn::Meta::NameValue(nv)) if nv.path.is_ident("crate") => {
+            match &nv.value {
+                syn::Expr::Path(p) => Some(p.path.clone()),
+                _ => None,
+            }
+        }
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pretty(tokens: TokenStream) -> String {
+        match syn::parse2::<syn::File>(tokens.clone()) {
+            Ok(file) => prettyplease::unparse(&file),
+            Err(_) => tokens.to_string(),
+        }
+    }
+
+    #[test]
+    fn plain_einsum() {
+        let out = expand(
+            quote!(einsum = "...k,jk->...k"),
+            quote!(
+                struct Embedding {
+                    padding_idx: i64,
+                }
+            ),
+        );
+        insta::assert_snapshot!(pretty(out));
+    }
+
+    #[test]
+    fn options_and_hooks() {
+        let out = expand(
+            quote!(
+                name = "reduce_max",
+                einsum = "ij->i",
+                reduce = "max",
+                never_sharded = "",
+                conflicts = "strict",
+                divisibility = "drop_derived",
+                validate = Self::check,
+                crate = ::spmd
+            ),
+            quote!(
+                pub struct ReduceMax {
+                    #[spmd(default)]
+                    keep_dim: bool,
+                }
+            ),
+        );
+        insta::assert_snapshot!(pretty(out));
+    }
+
+    #[test]
+    fn attribute_dependent_notation() {
+        let out = expand(
+            quote!(
+                name = "matmul",
+                einsum = "mk,kn->mn",
+                case(when = self.trans_x && !self.trans_y, einsum = "km,kn->mn"),
+                case(when = !self.trans_x && self.trans_y, einsum = "mk,nk->mn"),
+                case(when = self.trans_x && self.trans_y, einsum = "km,nk->mn"),
+            ),
+            quote!(
+                struct Matmul {
+                    trans_x: bool,
+                    trans_y: bool,
+                }
+            ),
+        );
+        insta::assert_snapshot!(pretty(out));
+    }
+
+    #[test]
+    fn notation_built_at_run_time() {
+        let out = expand(
+            quote!(name = "sum", build = Self::notation, reduce_axes(k = "max")),
+            quote!(
+                struct Sum {
+                    axis: Vec<i64>,
+                }
+            ),
+        );
+        insta::assert_snapshot!(pretty(out));
+    }
+
+    #[test]
+    fn errors_keep_the_struct_and_add_stubs() {
+        let out = expand(
+            quote!(einsum = "mk,kn->mq"),
+            quote!(
+                struct Bad {
+                    x: bool,
+                }
+            ),
+        );
+        let text = pretty(out);
+        assert!(text.contains("struct Bad"), "{text}");
+        assert!(text.contains("compile_error"), "{text}");
+        assert!(
+            text.contains("unknown output label `q` at column 9"),
+            "{text}"
+        );
+        assert!(text.contains("impl __spmd::SpmdRule for Bad"), "{text}");
+    }
+}
