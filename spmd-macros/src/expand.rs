@@ -49,7 +49,6 @@ fn rule_impls(rule: &Rule) -> TokenStream {
     let ident = &item.ident;
     let krate = &rule.krate;
     let name = &rule.name;
-    let span = ident.span();
 
     let policy = {
         let (c, d, m) = (&rule.conflicts, &rule.divisibility, &rule.missing_axis);
@@ -111,7 +110,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 Vec::new(),
                 Box::new(move |call: TokenStream| {
                     quote! {{
-                        let einsum: __spmd::Einsum = #path(self)?;
+                        let einsum: __spmd::Einsum = #path(self, &call)?;
                         __spmd::runtime_rule(
                             __NAME,
                             einsum.notation().plan(),
@@ -129,17 +128,17 @@ fn rule_impls(rule: &Rule) -> TokenStream {
 
     let forward_body = with_rule(quote!(forward(mesh, inputs)));
     let backward_body = with_rule(quote!(backward(mesh, input_shapes, outputs)));
-    let validate = rule
-        .validate
-        .as_ref()
-        .map(|p| quote_spanned!(p_span(p)=> #p(self, &call)?;));
+    // Hook paths keep their own spans (type errors land on them); the locals
+    // around them are ours, at call site, so a caller's macro hygiene cannot
+    // separate `self` or `call` from their definitions.
+    let validate = rule.validate.as_ref().map(|p| quote!(#p(self, &call)?;));
     let adjust = rule
         .adjust
         .as_ref()
-        .map(|p| quote_spanned!(p_span(p)=> #p(self, &call, &mut result)?;));
+        .map(|p| quote!(#p(self, &call, &mut result)?;));
     let (attr_names, from_attrs) = from_attrs(rule);
 
-    let op_impl = quote_spanned! {span=>
+    let op_impl = quote! {
         #[automatically_derived]
         impl __spmd::Op for #ident {
             const NAME: &'static str = __NAME;
@@ -150,7 +149,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             }
         }
     };
-    let rule_impl = quote_spanned! {span=>
+    let rule_impl = quote! {
         #[automatically_derived]
         impl __spmd::SpmdRule for #ident {
             fn name(&self) -> &'static str {
@@ -196,12 +195,6 @@ fn rule_impls(rule: &Rule) -> TokenStream {
     }
 }
 
-fn p_span(p: &Path) -> Span {
-    p.segments
-        .last()
-        .map_or_else(Span::call_site, |s| s.ident.span())
-}
-
 /// The body of `Op::from_attrs` and the attribute names.
 fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
     let fields = &rule.fields;
@@ -210,12 +203,21 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
         let ident = &f.ident;
         let attr = &f.attr_name;
         let span = ident.span();
+        // Only the function path carries the field's span, so "FromAttr is not
+        // implemented" lands on the field; `attrs` stays at call site (hygiene).
         let value = match &f.source {
-            FieldSource::Required => quote_spanned!(span=> attrs.require(__NAME, #attr)?),
-            FieldSource::Default => {
-                quote_spanned!(span=> attrs.get_or(__NAME, #attr, __spmd::Default::default())?)
+            FieldSource::Required => {
+                let f = quote_spanned!(span=> __spmd::Attrs::require);
+                quote!(#f(attrs, __NAME, #attr)?)
             }
-            FieldSource::DefaultExpr(e) => quote_spanned!(span=> attrs.get_or(__NAME, #attr, #e)?),
+            FieldSource::Default => {
+                let f = quote_spanned!(span=> __spmd::Attrs::get_or);
+                quote!(#f(attrs, __NAME, #attr, __spmd::Default::default())?)
+            }
+            FieldSource::DefaultExpr(e) => {
+                let f = quote_spanned!(span=> __spmd::Attrs::get_or);
+                quote!(#f(attrs, __NAME, #attr, #e)?)
+            }
             FieldSource::Skip => quote_spanned!(span=> __spmd::Default::default()),
         };
         if !matches!(f.source, FieldSource::Skip) {

@@ -1,0 +1,59 @@
+//! `embedding` / `lookup_table_v2`: rows of a table picked by integer ids.
+
+use spmd_core::{Call, SpmdError, spmd_rule};
+
+/// Paddle's `embedding`: `out[..., k] = weight[ids[...], k]`. A table split by
+/// rows (`j`) gives partial outputs (each rank holds the rows it owns and zeros
+/// elsewhere), which Paddle supports only without `padding_idx` and `sparse`.
+#[spmd_rule(
+    name = "embedding",
+    einsum = "...,jk->...k",
+    conflicts = "strict",
+    validate = Self::check_row_parallel,
+    inputs(x, weight),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Embedding {
+    #[spmd(default = -1)]
+    pub padding_idx: i64,
+    #[spmd(default)]
+    pub sparse: bool,
+}
+
+impl Default for Embedding {
+    fn default() -> Self {
+        Embedding {
+            padding_idx: -1,
+            sparse: false,
+        }
+    }
+}
+
+impl Embedding {
+    /// A row-sharded table supports neither `padding_idx` nor `sparse`.
+    fn check_row_parallel(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+        let Call::Forward { inputs, .. } = *call else {
+            return Ok(());
+        };
+        let Some(rows) = inputs.get(1).and_then(|w| w.attr.dims_mapping.get(0)) else {
+            return Ok(());
+        };
+        if rows.is_replicated() || (self.padding_idx == -1 && !self.sparse) {
+            return Ok(());
+        }
+        let what = if self.sparse {
+            "sparse = true".to_string()
+        } else {
+            format!("padding_idx = {}", self.padding_idx)
+        };
+        Err(SpmdError::Rejected {
+            op: "embedding",
+            message: format!(
+                "input 1 (weight) dim 0 (its rows) is sharded on mesh dim {rows}, and row-parallel \
+                 embedding does not support {what} (use padding_idx = -1 and sparse = false, or \
+                 replicate the rows)"
+            ),
+        })
+    }
+}
