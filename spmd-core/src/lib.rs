@@ -58,4 +58,5 @@ pub use rule::{EinsumRule, RuleResult, SpmdRule};
 pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
 pub use trace::{NoTrace, Trace};
 
+#[doc = include_str!("macro_docs.md")]
 pub use spmd_macros::spmd_rule;
