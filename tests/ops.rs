@@ -1,0 +1,259 @@
+//! The built-in ops declared with `#[spmd_rule]`, through the registry: each
+//! macro option proven on a real op, and the registry's contract.
+
+use spmd_core::{
+    Attrs, DistAttr, EinsumRule, Mesh, ReduceType, Registry, Spec, SpmdError, SpmdRule,
+};
+use spmd_ops::{Embedding, Matmul};
+
+fn attr(m: &[i64]) -> DistAttr {
+    DistAttr::from_paddle(m).unwrap()
+}
+
+fn mesh(shape: &[usize]) -> Mesh {
+    Mesh::new(shape).unwrap()
+}
+
+fn build(op: &str, attrs: Attrs) -> Box<dyn SpmdRule> {
+    spmd_ops::builtins().build(op, &attrs).unwrap()
+}
+
+#[test]
+fn matmul_transposes_pick_their_notation() {
+    let m = mesh(&[2, 3]);
+    // x^T is [k, m] = [32, 64]: k (dim 0) on mesh dim 0, m (dim 1) on mesh dim 1.
+    let op = build(
+        "matmul",
+        Attrs::new().with("trans_x", true).with("trans_y", false),
+    );
+    let (x, y) = (attr(&[0, 1]), attr(&[-1, -1]));
+    let r = op
+        .forward(&m, &[Spec::new(&[32, 64], &x), Spec::new(&[32, 48], &y)])
+        .unwrap();
+    assert_eq!(r.inputs[1], attr(&[0, -1]));
+    assert_eq!(r.outputs[0].dims_mapping, attr(&[1, -1]).dims_mapping);
+    assert_eq!(r.outputs[0].partial.reduce_type(0), Some(ReduceType::Sum));
+
+    // y^T is [n, k] = [48, 32]: k is now y's last dim.
+    let op = build("matmul", Attrs::new().with("trans_y", true));
+    let (x, y) = (attr(&[1, 0]), attr(&[-1, -1]));
+    let r = op
+        .forward(&m, &[Spec::new(&[64, 32], &x), Spec::new(&[48, 32], &y)])
+        .unwrap();
+    assert_eq!(r.inputs[1], attr(&[-1, 0]));
+    assert_eq!(r.outputs[0].to_string(), "[1, -1] partial{0: SUM}");
+}
+
+#[test]
+fn matmul_backward_follows_the_output() {
+    // Paddle suite: out [64,48] mapping [1,0] -> x [1,-1], y [-1,0], out unchanged.
+    let op = build("matmul", Attrs::new());
+    let out = attr(&[1, 0]);
+    let r = op
+        .backward(
+            &mesh(&[2, 3]),
+            &[&[64, 32], &[32, 48]],
+            &[Spec::new(&[64, 48], &out)],
+        )
+        .unwrap();
+    assert_eq!(r.inputs[0], attr(&[1, -1]));
+    assert_eq!(r.inputs[1], attr(&[-1, 0]));
+    assert_eq!(r.outputs[0], out);
+}
+
+#[test]
+fn the_macro_rule_answers_like_the_direct_core_path() {
+    let notation = spmd_core::notation::parse("...mk,...kn->...mn").unwrap();
+    let direct = EinsumRule::new("matmul", notation.plan());
+    let m = mesh(&[2, 2]);
+    let cases: [(&[i64], &[i64]); 4] = [
+        (&[0, 1, -1], &[-1, -1, 0]),
+        (&[-1, 0, 1], &[1, -1, -1]),
+        (&[1, -1, 0], &[-1, 0, 1]),
+        (&[-1, -1, -1], &[0, 1, -1]),
+    ];
+    for (x, y) in cases {
+        let (x, y) = (attr(x), attr(y));
+        let specs = [Spec::new(&[4, 8, 16], &x), Spec::new(&[4, 16, 6], &y)];
+        assert_eq!(
+            Matmul::default().forward(&m, &specs),
+            direct.forward(&m, &specs),
+            "x {x} y {y}"
+        );
+    }
+}
+
+#[test]
+fn embedding_row_parallel_is_partial() {
+    let op = build("embedding", Attrs::new());
+    let (x, w) = (attr(&[1, -1]), attr(&[0, -1]));
+    let r = op
+        .forward(
+            &mesh(&[2, 4]),
+            &[Spec::new(&[4, 1024], &x), Spec::new(&[512, 768], &w)],
+        )
+        .unwrap();
+    assert_eq!(r.inputs[0], attr(&[1, -1]));
+    assert_eq!(r.inputs[1], attr(&[0, -1]));
+    assert_eq!(r.outputs[0].to_string(), "[1, -1, -1] partial{0: SUM}");
+}
+
+#[test]
+fn embedding_rejects_row_sharding_with_padding_idx_or_sparse() {
+    let (x, w) = (attr(&[1, -1]), attr(&[0, -1]));
+    let specs = [Spec::new(&[4, 1024], &x), Spec::new(&[512, 768], &w)];
+    for attrs in [
+        Attrs::new().with("padding_idx", 128i64),
+        Attrs::new().with("sparse", true),
+    ] {
+        let err = build("lookup_table_v2", attrs)
+            .forward(&mesh(&[2, 4]), &specs)
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("mesh dim 0") && msg.contains("input 1"),
+            "the message must name the tensor and the mesh dim sharding the rows: {msg}"
+        );
+    }
+    // With replicated rows the same attributes are fine.
+    let w = attr(&[-1, 0]);
+    let specs = [Spec::new(&[4, 1024], &x), Spec::new(&[512, 768], &w)];
+    let op = Embedding {
+        padding_idx: 128,
+        sparse: true,
+    };
+    assert!(op.forward(&mesh(&[2, 4]), &specs).is_ok());
+}
+
+#[test]
+fn embedding_backward_replicates_the_missing_row_axis() {
+    let op = build("embedding", Attrs::new());
+    let out = attr(&[-1, 0, 1]);
+    let r = op
+        .backward(
+            &mesh(&[2, 4]),
+            &[&[4, 1024], &[512, 768]],
+            &[Spec::new(&[4, 1024, 768], &out)],
+        )
+        .unwrap();
+    assert_eq!(r.inputs[0], attr(&[-1, 0]));
+    assert_eq!(r.inputs[1], attr(&[-1, 1]));
+    assert_eq!(r.outputs[0], out);
+}
+
+#[test]
+fn softmax_never_shards_its_axis() {
+    let m = mesh(&[2, 4]);
+    let x = attr(&[-1, 1, 0]);
+    // Paddle suite: axis 1 and axis -2 both replicate dim 1 and keep dim 2.
+    for axis in [1i64, -2] {
+        let op = build("softmax", Attrs::new().with("axis", axis));
+        let r = op.forward(&m, &[Spec::new(&[8, 16, 48], &x)]).unwrap();
+        assert_eq!(r.inputs[0], attr(&[-1, -1, 0]), "axis {axis}");
+        assert_eq!(r.outputs[0], attr(&[-1, -1, 0]), "axis {axis}");
+    }
+    // Backward: the given output loses the sharding of the softmax axis too.
+    let op = build("softmax", Attrs::new());
+    let out = attr(&[1, -1, 0]);
+    let r = op
+        .backward(&m, &[&[8, 16, 48]], &[Spec::new(&[8, 16, 48], &out)])
+        .unwrap();
+    assert_eq!(r.inputs[0], attr(&[1, -1, -1]));
+    assert_eq!(r.outputs[0], attr(&[1, -1, -1]));
+}
+
+#[test]
+fn softmax_axis_out_of_range_is_an_error_naming_the_attribute() {
+    let op = build("softmax", Attrs::new().with("axis", 3i64));
+    let x = attr(&[-1, 1, 0]);
+    let err = op
+        .forward(&mesh(&[2, 4]), &[Spec::new(&[8, 16, 48], &x)])
+        .unwrap_err();
+    assert!(
+        matches!(&err, SpmdError::InvalidAttr { attr, .. } if attr == "axis"),
+        "{err}"
+    );
+}
+
+#[test]
+fn reductions_carry_their_own_reduce_type() {
+    let m = mesh(&[2, 2]);
+    let x = attr(&[0, 1, -1]);
+    for (op, r) in [
+        ("sum", ReduceType::Sum),
+        ("max", ReduceType::Max),
+        ("min", ReduceType::Min),
+        ("prod", ReduceType::Prod),
+    ] {
+        let rule = build(
+            op,
+            Attrs::new().with("axis", vec![1i64]).with("keep_dim", true),
+        );
+        let res = rule.forward(&m, &[Spec::new(&[4, 6, 8], &x)]).unwrap();
+        assert_eq!(
+            res.outputs[0].dims_mapping,
+            attr(&[0, -1, -1]).dims_mapping,
+            "{op}"
+        );
+        assert_eq!(res.outputs[0].partial.reduce_type(1), Some(r), "{op}");
+        assert_eq!(res.outputs[0].partial.reduce_type(0), None, "{op}");
+    }
+    // Reducing every axis without keep_dim gives a scalar.
+    let rule = build("max", Attrs::new());
+    let res = rule.forward(&m, &[Spec::new(&[4, 6, 8], &x)]).unwrap();
+    assert_eq!(res.outputs[0].to_string(), "[] partial{0: MAX, 1: MAX}");
+}
+
+#[test]
+fn registry_rejects_duplicates_and_suggests_near_names() {
+    let mut r = spmd_ops::builtins();
+    assert!(matches!(
+        r.register::<Matmul>(),
+        Err(SpmdError::DuplicateRule { name }) if name == "matmul"
+    ));
+    let msg = match r.build("softmx", &Attrs::new()) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("an unknown name must not build"),
+    };
+    assert_eq!(msg, "no rule named `softmx` (did you mean `softmax`?)");
+    let none = Registry::new().get("matmul").unwrap_err();
+    assert_eq!(none.to_string(), "no rule named `matmul`");
+}
+
+#[test]
+fn required_and_mistyped_attributes_are_errors() {
+    let r = spmd_ops::builtins();
+    let err = match r.build("matmul", &Attrs::new().with("trans_x", 1i64)) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a mistyped attribute must not build"),
+    };
+    assert_eq!(err, "matmul: attribute `trans_x`: expected a bool, got 1");
+}
+
+#[test]
+fn every_builtin_is_listed_with_its_attributes() {
+    let r = spmd_ops::builtins();
+    for name in [
+        "matmul",
+        "matmul_v2",
+        "embedding",
+        "lookup_table_v2",
+        "softmax",
+        "sum",
+        "max",
+    ] {
+        assert!(r.contains(name), "{name} missing");
+    }
+    let info = r.get("embedding").unwrap();
+    assert_eq!(info.attrs, ["padding_idx", "sparse"]);
+    assert_eq!(info.notations, ["...,jk->...k"]);
+}
+
+#[test]
+fn the_global_registry_takes_custom_ops() {
+    #[spmd_core::spmd_rule(einsum = "ij->ji", name = "my_transpose")]
+    struct MyTranspose {}
+    spmd_core::register_global::<MyTranspose>().unwrap();
+    assert!(spmd_core::global().contains("my_transpose"));
+    assert!(spmd_core::register_global::<MyTranspose>().is_err());
+}
