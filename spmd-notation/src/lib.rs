@@ -34,6 +34,8 @@ extern crate alloc;
 mod error;
 mod parse;
 mod plan;
+#[cfg(test)]
+mod tests;
 
 pub use error::{ErrorKind, NotationError, NotationErrors, Side};
 pub use parse::{Notation, parse};
