@@ -255,9 +255,13 @@ impl ReduceType {
         }
     }
 
-    /// From Paddle's name, in any case (`"sum"`, `"SUM"`, `"kRedSum"`).
+    /// From Paddle's name, in any case (`"sum"`, `"SUM"`, `"kRedSum"`, and
+    /// `"PRODUCT"`, which Paddle's Python side prints for `Prod`).
     pub fn from_name(s: &str) -> Option<ReduceType> {
         let s = s.strip_prefix("kRed").unwrap_or(s);
+        if s.eq_ignore_ascii_case("product") {
+            return Some(ReduceType::Prod);
+        }
         ReduceType::ALL
             .into_iter()
             .find(|r| r.paddle_name().eq_ignore_ascii_case(s))

@@ -562,7 +562,7 @@ impl<'r, 'a> Cx<'r, 'a> {
         let extent = self.extent[a as usize];
         while let Some(&last) = s.as_slice().last() {
             let product: usize = s.as_slice().iter().map(|&m| self.mesh.dim(m)).product();
-            if extent != UNKNOWN && extent % product == 0 {
+            if extent != UNKNOWN && extent.is_multiple_of(product) {
                 break;
             }
             trace.not_divisible(self.axis_name(a), extent, last);
@@ -601,17 +601,16 @@ impl<'r, 'a> Cx<'r, 'a> {
         }
         for (i, shape) in input_shapes.iter().enumerate() {
             for dim in 0..shape.len() {
-                if let Some(a) =
-                    self.carrier(self.slot(plan.input(i), shape.len(), dim), Some(shape[dim]))
+                let slot = self.slot(plan.input(i), shape.len(), dim);
+                if let Some(a) = self.carrier(slot, Some(shape[dim]))
+                    && !out_axes.contains(a)
                 {
-                    if !out_axes.contains(a) {
-                        return Err(SpmdError::MissingAxis {
-                            op: self.rule.name,
-                            tensor: TensorRef::input(i),
-                            dim,
-                            axis: self.axis_name(a),
-                        });
-                    }
+                    return Err(SpmdError::MissingAxis {
+                        op: self.rule.name,
+                        tensor: TensorRef::input(i),
+                        dim,
+                        axis: self.axis_name(a),
+                    });
                 }
             }
         }

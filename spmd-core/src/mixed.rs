@@ -50,12 +50,14 @@ impl<'a> Promoted<'a> {
     }
 }
 
+/// Tensors of one role, with how to name the i-th of them in an error.
+type Group<'g, 'a> = (&'g [Tensor<'a>], fn(usize) -> TensorRef);
+
 /// The mesh shared by every dist tensor of `groups` (checked to be one mesh),
-/// or `None` when all are dense. Tensor positions in errors count within each
-/// group with `roles` giving the group's role.
+/// or `None` when all are dense.
 fn common_mesh<'a>(
     op: &'static str,
-    groups: &[(&[Tensor<'a>], fn(usize) -> TensorRef)],
+    groups: &[Group<'_, 'a>],
 ) -> Result<Option<&'a Mesh>, SpmdError> {
     let mut mesh: Option<&'a Mesh> = None;
     for (tensors, role) in groups {
@@ -120,8 +122,7 @@ pub fn backward_mixed(
     inputs: &[Tensor<'_>],
     outputs: &[Tensor<'_>],
 ) -> Result<Option<RuleResult>, SpmdError> {
-    let groups: [(&[Tensor<'_>], fn(usize) -> TensorRef); 2] =
-        [(inputs, TensorRef::input), (outputs, TensorRef::output)];
+    let groups: [Group<'_, '_>; 2] = [(inputs, TensorRef::input), (outputs, TensorRef::output)];
     let Some(mesh) = common_mesh(rule.name(), &groups)? else {
         return Ok(None);
     };

@@ -44,6 +44,10 @@ fn not_a_struct(item: &Item, tokens: TokenStream) -> TokenStream {
         .collect()
 }
 
+/// Wraps a method call on the selected rule (`forward(..)` / `backward(..)`)
+/// in the code that selects or builds that rule.
+type WithRule<'a> = Box<dyn Fn(TokenStream) -> TokenStream + 'a>;
+
 fn rule_impls(rule: &Rule) -> TokenStream {
     let item = &rule.item;
     let ident = &item.ident;
@@ -61,11 +65,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
     };
     let reduce = &rule.reduce;
 
-    let (consts, notations, with_rule): (
-        TokenStream,
-        Vec<LitStr>,
-        Box<dyn Fn(TokenStream) -> TokenStream>,
-    ) = match &rule.source {
+    let (consts, notations, with_rule): (TokenStream, Vec<LitStr>, WithRule<'_>) = match &rule.source {
         Source::Literal { default, cases } => {
             let mut consts = TokenStream::new();
             let mut literals = vec![default];

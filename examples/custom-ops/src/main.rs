@@ -36,19 +36,18 @@ struct MoeGate {
 
 impl MoeGate {
     fn experts_whole(&self, call: &Call<'_>) -> Result<(), SpmdError> {
-        if let Call::Forward { inputs, .. } = *call {
-            if let Some(s) = inputs.get(1).and_then(|w| w.attr.dims_mapping.get(1)) {
-                if !s.is_replicated() {
-                    return Err(SpmdError::Rejected {
-                        op: "moe_gate",
-                        message: format!(
-                            "input 1 (gate_weight) dim 1 (experts) is sharded on mesh dim {s}; \
-                             top-{} selection needs every expert on every rank",
-                            self.top_k
-                        ),
-                    });
-                }
-            }
+        if let Call::Forward { inputs, .. } = *call
+            && let Some(s) = inputs.get(1).and_then(|w| w.attr.dims_mapping.get(1))
+            && !s.is_replicated()
+        {
+            return Err(SpmdError::Rejected {
+                op: "moe_gate",
+                message: format!(
+                    "input 1 (gate_weight) dim 1 (experts) is sharded on mesh dim {s}; \
+                     top-{} selection needs every expert on every rank",
+                    self.top_k
+                ),
+            });
         }
         Ok(())
     }
