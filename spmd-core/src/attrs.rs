@@ -106,6 +106,20 @@ impl Attrs {
     }
 }
 
+impl AttrValue {
+    /// Whether this is a list with no items. An empty list has no element
+    /// type (JSON's `[]`), so every list field accepts one.
+    pub fn is_empty_list(&self) -> bool {
+        match self {
+            AttrValue::Bools(v) => v.is_empty(),
+            AttrValue::Ints(v) => v.is_empty(),
+            AttrValue::Floats(v) => v.is_empty(),
+            AttrValue::Strs(v) => v.is_empty(),
+            _ => false,
+        }
+    }
+}
+
 fn convert<T: FromAttr>(op: &'static str, name: &str, v: &AttrValue) -> Result<T, SpmdError> {
     T::from_attr(v).ok_or_else(|| SpmdError::InvalidAttr {
         op,
@@ -146,6 +160,7 @@ macro_rules! int_attr {
             const EXPECTED: &'static str = concat!("a list of integers that fit ", stringify!($t));
             fn from_attr(v: &AttrValue) -> Option<Self> {
                 match v {
+                    v if v.is_empty_list() => Some(Vec::new()),
                     AttrValue::Ints(l) => l.iter().map(|&i| <$t>::try_from(i).ok()).collect(),
                     // Paddle accepts a scalar where a one-element list is meant.
                     AttrValue::Int(i) => <$t>::try_from(*i).ok().map(|x| alloc::vec![x]),
@@ -189,6 +204,7 @@ impl FromAttr for Vec<bool> {
     const EXPECTED: &'static str = "a list of bools";
     fn from_attr(v: &AttrValue) -> Option<Self> {
         match v {
+            v if v.is_empty_list() => Some(Vec::new()),
             AttrValue::Bools(l) => Some(l.clone()),
             _ => None,
         }
@@ -199,6 +215,7 @@ impl FromAttr for Vec<String> {
     const EXPECTED: &'static str = "a list of strings";
     fn from_attr(v: &AttrValue) -> Option<Self> {
         match v {
+            v if v.is_empty_list() => Some(Vec::new()),
             AttrValue::Strs(l) => Some(l.clone()),
             _ => None,
         }
@@ -330,6 +347,20 @@ mod tests {
             e.contains("expected an integer") && e.contains("got true"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_empty_list_fits_every_list_field() {
+        let a = Attrs::new().with("axis", Vec::<bool>::new());
+        assert_eq!(
+            a.require::<Vec<i64>>("sum", "axis").unwrap(),
+            Vec::<i64>::new()
+        );
+        assert_eq!(
+            a.require::<Vec<String>>("op", "axis").unwrap(),
+            Vec::<String>::new()
+        );
+        assert!(a.require::<i64>("op", "axis").is_err());
     }
 
     #[test]
