@@ -1289,3 +1289,33 @@ fn mesh_sets_of_out_of_range_mesh_dims_do_not_panic_or_alias() {
     let r = std::panic::catch_unwind(|| MeshSet::EMPTY.with(9));
     assert!(r.is_ok(), "MeshSet::with panicked");
 }
+
+#[test]
+#[ignore = "core bug: Sharding's derived PartialEq/Hash compare the storage past `len`, so a sharding trimmed to nothing != REPLICATED (and results of inference that trims compare unequal to equal attrs)"]
+fn trimmed_shardings_compare_equal() {
+    let trimmed = Sharding::co(&[0, 2]).unwrap().without_last().without_last();
+    assert!(trimmed.is_replicated());
+    assert_eq!(trimmed, Sharding::REPLICATED);
+    // Through inference: i = 2 over [0,2] on [3,3,2]: 6 and then 3 do not
+    // divide 2, so Drop trims it to replicated on both sides.
+    let n = plan_of("i->i");
+    let x = co(&[&[0, 2]]);
+    let res = fwd(
+        &with_div(&n, Divisibility::Drop),
+        &mesh(&[3, 3, 2]),
+        &[(&[2], &x)],
+    )
+    .unwrap();
+    assert_eq!(res.outputs[0].to_string(), "[-1]");
+    assert_eq!(res.inputs[0], DistAttr::replicated(1));
+    assert_eq!(res.outputs[0], DistAttr::replicated(1));
+}
+
+#[test]
+#[ignore = "core bug: Partial's derived PartialEq/Hash compare the reduce types of mesh dims no longer in the set"]
+fn partials_compare_by_their_live_dims() {
+    let mut p = Partial::over(MeshSet::single(0), ReduceType::Max);
+    p.remove(MeshSet::single(0));
+    assert!(!p.is_partial());
+    assert_eq!(p, Partial::NONE);
+}
