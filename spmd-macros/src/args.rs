@@ -12,7 +12,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, Ident, ItemStruct, LitStr, Path};
 
 /// The attribute's arguments as written.
-#[derive(FromMeta)]
+#[derive(FromMeta, Default)]
 struct RawArgs {
     einsum: Option<LitStr>,
     name: Option<LitStr>,
@@ -100,24 +100,28 @@ pub struct Rule {
 
 /// Parses and validates; on failure returns all errors together.
 pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
+    // First, so that `#[spmd(...)]` field attributes are taken off even when
+    // the arguments do not parse: left on, each would be one more error
+    // ("cannot find attribute `spmd`"). Its errors are reported after the
+    // attribute's, which come first in the source.
+    let fields = fields(item);
     let mut errors = Error::accumulator();
-    let metas = NestedMeta::parse_meta_list(args).map_err(Error::from)?;
-    let raw = errors.handle(RawArgs::from_list(&metas));
-    let fields = errors.handle(fields(item));
-    if !item.generics.params.is_empty() {
+    let Some(metas) = errors.handle(NestedMeta::parse_meta_list(args).map_err(Error::from)) else {
+        errors.handle(fields);
+        errors.finish()?;
+        return Err(Error::custom("invalid arguments"));
+    };
+    let (raw, given) = raw_args(&mut errors, &metas);
+    if let Some(param) = item.generics.params.first() {
+        // On the first parameter: `Spanned` of the whole `<...>` is only its
+        // `<` on stable (spans cannot be joined there).
         errors.push(
             Error::custom(
                 "#[spmd_rule] op structs cannot be generic: a registry builds them by name",
             )
-            .with_span(&item.generics),
+            .with_span(param),
         );
     }
-    let Some(raw) = raw else {
-        return Err(errors
-            .finish()
-            .err()
-            .unwrap_or_else(|| Error::custom("invalid arguments")));
-    };
     let name = match &raw.name {
         Some(n) if n.value().is_empty() => {
             errors.push(Error::custom("the rule name must not be empty").with_span(n));
@@ -133,13 +137,17 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     );
     let mut literals: Vec<&Literal> = Vec::new();
     let source = match (&raw.einsum, &raw.build) {
-        (Some(_), Some(b)) => {
+        (Some(_), Some(_)) => {
             errors.push(
                 Error::custom("give either `einsum = \"...\"` or `build = path`, not both")
-                    .with_span(b),
+                    .with_span(&given.span("build")),
             );
             None
         }
+        // Given but invalid, or possibly given under a misspelled key
+        // (`einsun = "..."`, reported as unknown): "missing" would be a
+        // follow-on error.
+        (None, None) if given.has("einsum") || given.has("build") || given.invalid => None,
         (None, None) => {
             errors.push(Error::custom(
                 "missing notation: add `einsum = \"...\"` (or `build = path` for a notation built at run time)",
@@ -211,25 +219,31 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
             .filter(char::is_ascii_alphabetic)
             .collect()
     });
-    let reduce = choice(&mut errors, raw.reduce.as_ref(), REDUCE, "Sum");
+    let reduce = choice(
+        &mut errors,
+        raw.reduce.as_ref(),
+        "reduce type",
+        REDUCE,
+        "Sum",
+    );
     let mut reduce_axes = Vec::new();
     for (label, lit) in raw.reduce_axes.iter().flatten() {
         let text = label.to_string();
         let mut chars = text.chars();
         match (chars.next(), chars.next()) {
             (Some(c), None) if c.is_ascii_alphabetic() => {
-                for l in &literals {
-                    if l.notation.plan().axis(c).is_none() {
-                        errors.push(
-                            Error::custom(format!(
-                                "label `{c}` is not in the notation {:?}",
-                                l.lit.value()
-                            ))
-                            .with_span(label),
-                        );
-                    }
+                if let Some(notations) = missing_from(c, &literals) {
+                    errors.push(
+                        Error::custom(format!(
+                            "`reduce_axes` names label `{c}`, which is not in {notations}"
+                        ))
+                        .with_span(label),
+                    );
                 }
-                reduce_axes.push((c, choice(&mut errors, Some(lit), REDUCE, "Sum")));
+                reduce_axes.push((
+                    c,
+                    choice(&mut errors, Some(lit), "reduce type", REDUCE, "Sum"),
+                ));
             }
             _ => errors.push(
                 Error::custom(
@@ -240,20 +254,29 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         }
     }
     reduce_axes.sort_by_key(|(c, _)| *c);
-    let conflicts = choice(&mut errors, raw.conflicts.as_ref(), CONFLICTS, "FirstWins");
+    let conflicts = choice(
+        &mut errors,
+        raw.conflicts.as_ref(),
+        "`conflicts` policy",
+        CONFLICTS,
+        "FirstWins",
+    );
     let divisibility = choice(
         &mut errors,
         raw.divisibility.as_ref(),
+        "`divisibility` policy",
         DIVISIBILITY,
         "Uneven",
     );
     let missing_axis = choice(
         &mut errors,
         raw.missing_axis.as_ref(),
+        "`missing_axis` policy",
         MISSING_AXIS,
         "Replicate",
     );
 
+    let fields = errors.handle(fields);
     errors.finish()?;
     let source = source.ok_or_else(|| Error::custom("invalid notation"))?;
     Ok(Rule {
@@ -271,6 +294,129 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         validate: raw.validate,
         adjust: raw.adjust,
     })
+}
+
+/// The options written in the attribute, valid or not.
+struct Given {
+    /// Each key with its span.
+    keys: Vec<(String, Span)>,
+    /// Some option (or a bare literal) was reported as invalid.
+    invalid: bool,
+}
+
+impl Given {
+    fn has(&self, key: &str) -> bool {
+        self.keys.iter().any(|(k, _)| k == key)
+    }
+
+    fn span(&self, key: &str) -> Span {
+        self.keys
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or_else(Span::call_site, |(_, s)| *s)
+    }
+}
+
+/// Parses the arguments one option at a time. darling rejects the whole list
+/// on its first unknown, duplicated or mistyped option, which would hide every
+/// notation error behind a typo in another option; here each bad option is
+/// reported and left out, and the rest are still parsed and checked.
+fn raw_args(errors: &mut darling::error::Accumulator, metas: &[NestedMeta]) -> (RawArgs, Given) {
+    let mut given = Given {
+        keys: Vec::new(),
+        invalid: false,
+    };
+    let mut good = Vec::new();
+    for m in metas {
+        if let NestedMeta::Meta(meta) = m {
+            let path = meta.path();
+            let key = darling::util::path_to_string(path);
+            // `case` is the one option that may repeat.
+            if key != "case" && given.has(&key) {
+                errors.push(Error::duplicate_field_path(path).with_span(path));
+                continue;
+            }
+            given.keys.push((key, path.span()));
+        }
+        if let Some(e) = string_expected(m) {
+            errors.push(e);
+            given.invalid = true;
+        } else if errors
+            .handle(RawArgs::from_list(std::slice::from_ref(m)))
+            .is_some()
+        {
+            good.push(m.clone());
+        } else {
+            given.invalid = true;
+        }
+    }
+    // Each option parsed on its own and none repeats, so this cannot fail.
+    let raw = errors.handle(RawArgs::from_list(&good)).unwrap_or_default();
+    (raw, given)
+}
+
+/// Options that take a string literal, with an example for the error message.
+const STRING_OPTIONS: &[(&str, &str)] = &[
+    ("einsum", "einsum = \"mk,kn->mn\""),
+    ("name", "name = \"matmul\""),
+    ("reduce", "reduce = \"max\""),
+    ("never_sharded", "never_sharded = \"k\""),
+    ("conflicts", "conflicts = \"strict\""),
+    ("divisibility", "divisibility = \"drop\""),
+    ("missing_axis", "missing_axis = \"error\""),
+];
+
+/// `einsum = 3` and the like: darling would say only "Unexpected type `int`".
+/// Also looks inside `case(...)`.
+fn string_expected(m: &NestedMeta) -> Option<Error> {
+    match m {
+        NestedMeta::Meta(syn::Meta::NameValue(nv)) => {
+            let key = nv.path.get_ident()?.to_string();
+            let (_, example) = STRING_OPTIONS.iter().find(|(k, _)| *k == key)?;
+            (!is_str(&nv.value)).then(|| {
+                Error::custom(format!(
+                    "`{key}` takes a string literal in double quotes, e.g. `{example}`"
+                ))
+                .with_span(&nv.value)
+            })
+        }
+        // `reduce_axes(k = 4)`: darling would say "Unexpected type `int`".
+        NestedMeta::Meta(syn::Meta::List(list)) if list.path.is_ident("reduce_axes") => {
+            let inner = NestedMeta::parse_meta_list(list.tokens.clone()).ok()?;
+            inner.iter().find_map(|m| match m {
+                NestedMeta::Meta(syn::Meta::NameValue(nv)) if !is_str(&nv.value) => Some(
+                    Error::custom(
+                        "`reduce_axes` gives each label a reduce type in double quotes, e.g. `reduce_axes(k = \"max\")`",
+                    )
+                    .with_span(&nv.value),
+                ),
+                _ => None,
+            })
+        }
+        NestedMeta::Meta(syn::Meta::List(list)) if list.path.is_ident("case") => {
+            let inner = NestedMeta::parse_meta_list(list.tokens.clone()).ok()?;
+            inner
+                .iter()
+                .filter(|m| matches!(m, NestedMeta::Meta(m) if m.path().is_ident("einsum")))
+                .find_map(string_expected)
+        }
+        _ => None,
+    }
+}
+
+/// A string literal, possibly in the invisible group a `$x:literal` of a
+/// `macro_rules!` arrives in.
+fn is_str(mut value: &Expr) -> bool {
+    while let Expr::Group(g) = value {
+        value = &g.expr;
+    }
+    matches!(
+        value,
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(_),
+            ..
+        })
+    )
 }
 
 const REDUCE: &[(&str, &str)] = &[
@@ -294,6 +440,7 @@ const MISSING_AXIS: &[(&str, &str)] = &[("replicate", "Replicate"), ("error", "E
 fn choice(
     errors: &mut darling::error::Accumulator,
     lit: Option<&LitStr>,
+    what: &str,
     table: &[(&str, &str)],
     default: &str,
 ) -> Ident {
@@ -307,7 +454,7 @@ fn choice(
             let allowed: Vec<String> = table.iter().map(|(k, _)| format!("\"{k}\"")).collect();
             errors.push(
                 Error::custom(format!(
-                    "unknown value {value:?}; expected one of {}",
+                    "unknown {what} {value:?}; expected one of {}",
                     allowed.join(", ")
                 ))
                 .with_span(lit),
@@ -324,12 +471,21 @@ fn literal(
     declared: (Option<usize>, Option<usize>),
 ) -> Option<Literal> {
     let token = lit.token().to_string();
-    if !token.starts_with('"') || !token.ends_with('"') || token[1..token.len() - 1].contains('\\')
-    {
+    // Offsets in the value map to offsets in the token only for a plain literal.
+    let found = if token.starts_with('r') {
+        Some("a raw string")
+    } else if !token.ends_with('"') {
+        Some("a suffix")
+    } else if token.contains('\\') {
+        Some("an escape")
+    } else {
+        None
+    };
+    if let Some(found) = found {
         errors.push(
-            Error::custom(
-                "the notation must be a plain string literal: no raw string, escape or suffix",
-            )
+            Error::custom(format!(
+                "the notation must be a plain \"...\" string literal, without raw string, escape or suffix (found {found} in {token})"
+            ))
             .with_span(lit),
         );
         return None;
@@ -353,12 +509,43 @@ fn literal(
             }
             p
         }
-        Err(e) => e.errors,
+        Err(e) => follow_on_dropped(e.errors),
     };
     for p in problems.drain(..) {
         errors.push(Error::custom(p.message(&value)).with_span(&inside(lit, &p)));
     }
     None
+}
+
+/// Drops the parser's errors that only follow from an earlier one, so each
+/// mistake is reported once. (They would be better never produced: the same
+/// parser returns them for notations built at run time.)
+/// - With no operand (`"->mn"`), every output label and `...` is "unknown".
+/// - After a nested `(` (`"b(h(dk))->b"`), its `)` closes the compound and
+///   the outer one's `)` is reported as unmatched.
+fn follow_on_dropped(mut errors: Vec<NotationError>) -> Vec<NotationError> {
+    if errors.iter().any(|e| e.kind == ErrorKind::EmptyOperands) {
+        errors.retain(|e| {
+            !matches!(
+                e.kind,
+                ErrorKind::UnknownOutputLabel(_) | ErrorKind::OutputEllipsisWithoutInput
+            )
+        });
+    }
+    let nested: Vec<usize> = errors
+        .iter()
+        .filter(|e| e.kind == ErrorKind::NestedParen)
+        .map(|e| e.range.start)
+        .collect();
+    for at in nested {
+        if let Some(i) = errors
+            .iter()
+            .position(|e| e.kind == ErrorKind::UnopenedParen && e.range.start > at)
+        {
+            errors.remove(i);
+        }
+    }
+    errors
 }
 
 /// An arity error points at the side it is about: the operands before `->`,
@@ -387,43 +574,61 @@ fn inside(lit: &LitStr, e: &NotationError) -> Span {
         .unwrap_or_else(|| lit.span())
 }
 
-/// Every label of a label list must be in every literal notation.
+/// Every label of `never_sharded` must be in every literal notation; one
+/// error per label, naming the notations that lack it.
 fn labels_in(errors: &mut darling::error::Accumulator, lit: &LitStr, literals: &[&Literal]) {
     let value = lit.value();
-    for (i, c) in value.char_indices() {
+    for (column, (at, c)) in (1..).zip(value.char_indices()) {
         if c.is_whitespace() || c == ',' {
             continue;
         }
         if !c.is_ascii_alphabetic() {
             errors.push(
                 Error::custom(format!(
-                    "{c:?} at column {} of {value:?} is not an axis label",
-                    i + 1
+                    "{c:?} at column {column} of never_sharded {value:?} is not an axis label (a letter)"
                 ))
-                .with_span(lit),
+                .with_span(&lit_span(lit, at..at + c.len_utf8())),
             );
-            continue;
-        }
-        for l in literals {
-            if l.notation.plan().axis(c).is_none() {
-                let e = NotationError::new(ErrorKind::UnknownLabel(c), i..i + 1);
-                errors.push(
-                    Error::custom(format!(
-                        "{} (the notation is {:?})",
-                        e.message(&value).replacen("of einsum", "of", 1),
-                        l.lit.value()
-                    ))
-                    .with_span(lit),
-                );
-            }
+        } else if let Some(notations) = missing_from(c, literals) {
+            errors.push(
+                Error::custom(format!(
+                    "label `{c}` at column {column} of never_sharded {value:?} is not in {notations}"
+                ))
+                .with_span(&lit_span(lit, at..at + c.len_utf8())),
+            );
         }
     }
+}
+
+/// The notations among `literals` that lack label `c`, for a message: `the
+/// notation "mk->m"` or `the notations "mk->m", "km->m"`; `None` if all have it.
+fn missing_from(c: char, literals: &[&Literal]) -> Option<String> {
+    let missing: Vec<String> = literals
+        .iter()
+        .filter(|l| l.notation.plan().axis(c).is_none())
+        .map(|l| format!("{:?}", l.lit.value()))
+        .collect();
+    match missing.len() {
+        0 => None,
+        1 => Some(format!("the notation {}", missing[0])),
+        _ => Some(format!("the notations {}", missing.join(", "))),
+    }
+}
+
+/// The span of a byte range of a plain literal's value (exact on nightly, the
+/// whole literal on stable; the message carries the column).
+fn lit_span(lit: &LitStr, range: std::ops::Range<usize>) -> Span {
+    let token = lit.token().to_string();
+    let plain = token.starts_with('"') && !token.contains('\\');
+    plain
+        .then(|| lit.token().subspan(range.start + 1..range.end + 1))
+        .flatten()
+        .unwrap_or_else(|| lit.span())
 }
 
 /// The struct's fields and how each is filled; `#[spmd(...)]` attributes are
 /// taken off the fields so the re-emitted struct compiles.
 fn fields(item: &mut ItemStruct) -> Result<Vec<Field>, Error> {
-    let mut errors = Error::accumulator();
     let named = match &mut item.fields {
         syn::Fields::Named(named) => named,
         syn::Fields::Unit => return Ok(Vec::new()),
@@ -434,6 +639,9 @@ fn fields(item: &mut ItemStruct) -> Result<Vec<Field>, Error> {
             .with_span(&u.span()));
         }
     };
+    // Created only now: an `Accumulator` dropped unfinished panics, so the
+    // early returns above (a unit struct, a tuple struct) must not own one.
+    let mut errors = Error::accumulator();
     let mut out = Vec::new();
     for f in named.named.iter_mut() {
         let Some(ident) = f.ident.clone() else {
@@ -441,11 +649,37 @@ fn fields(item: &mut ItemStruct) -> Result<Vec<Field>, Error> {
         };
         let mut raw = RawField::default();
         let mut keep = Vec::new();
+        let mut seen = false;
         for attr in f.attrs.drain(..) {
             if attr.path().is_ident("spmd") {
-                if let Some(r) = errors.handle(RawField::from_meta(&attr.meta)) {
+                // darling would say "Unexpected meta-item format `word`" for a
+                // bare `#[spmd]`, and a second `#[spmd(..)]` would silently
+                // replace the first.
+                if let syn::Meta::Path(p) = &attr.meta {
+                    errors.push(
+                        Error::custom(
+                            "`#[spmd]` needs options: `#[spmd(default)]`, `#[spmd(default = expr)]`, `#[spmd(rename = \"...\")]` or `#[spmd(skip)]`",
+                        )
+                        .with_span(p),
+                    );
+                } else if seen {
+                    errors.push(
+                        Error::custom(
+                            "a second `#[spmd(...)]` on this field: put its options in one attribute",
+                        )
+                        .with_span(attr.path()),
+                    );
+                } else if let Some(value) = bad_rename(&attr.meta) {
+                    errors.push(
+                        Error::custom(
+                            "`rename` takes the attribute's name in double quotes, e.g. `#[spmd(rename = \"transpose_x\")]`",
+                        )
+                        .with_span(&value),
+                    );
+                } else if let Some(r) = errors.handle(RawField::from_meta(&attr.meta)) {
                     raw = r;
                 }
+                seen = true;
             } else {
                 keep.push(attr);
             }
@@ -468,6 +702,23 @@ fn fields(item: &mut ItemStruct) -> Result<Vec<Field>, Error> {
         });
     }
     errors.finish_with(out)
+}
+
+/// The value of `#[spmd(rename = <not a string>)]`, which darling would report
+/// only as "Unexpected type".
+fn bad_rename(meta: &syn::Meta) -> Option<Expr> {
+    let syn::Meta::List(list) = meta else {
+        return None;
+    };
+    let inner = NestedMeta::parse_meta_list(list.tokens.clone()).ok()?;
+    inner.into_iter().find_map(|m| match m {
+        NestedMeta::Meta(syn::Meta::NameValue(nv))
+            if nv.path.is_ident("rename") && !is_str(&nv.value) =>
+        {
+            Some(nv.value)
+        }
+        _ => None,
+    })
 }
 
 /// `MatMul` -> `mat_mul`, `LayerNorm2D` -> `layer_norm2_d`... digits stay with

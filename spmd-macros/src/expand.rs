@@ -65,66 +65,67 @@ fn rule_impls(rule: &Rule) -> TokenStream {
     };
     let reduce = &rule.reduce;
 
-    let (consts, notations, with_rule): (TokenStream, Vec<LitStr>, WithRule<'_>) = match &rule.source {
-        Source::Literal { default, cases } => {
-            let mut consts = TokenStream::new();
-            let mut literals = vec![default];
-            literals.extend(cases.iter().map(|(_, l)| l));
-            for (i, l) in literals.iter().enumerate() {
-                let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
-                let expr = literal_rule(rule, l, &policy);
-                consts.extend(quote!(const #c: __spmd::EinsumRule<'static> = #expr;));
+    let (consts, notations, with_rule): (TokenStream, Vec<LitStr>, WithRule<'_>) =
+        match &rule.source {
+            Source::Literal { default, cases } => {
+                let mut consts = TokenStream::new();
+                let mut literals = vec![default];
+                literals.extend(cases.iter().map(|(_, l)| l));
+                for (i, l) in literals.iter().enumerate() {
+                    let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
+                    let expr = literal_rule(rule, l, &policy);
+                    consts.extend(quote!(const #c: __spmd::EinsumRule<'static> = #expr;));
+                }
+                let whens: Vec<TokenStream> = cases
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (when, _))| {
+                        let c = syn::Ident::new(&format!("__RULE_{}", i + 1), Span::call_site());
+                        quote!(if #when { &#c } else)
+                    })
+                    .collect();
+                let notations = literals.iter().map(|l| l.lit.clone()).collect();
+                let select = quote!(#(#whens)* { &__RULE_0 });
+                (
+                    consts,
+                    notations,
+                    Box::new(move |call: TokenStream| {
+                        quote! {{
+                            let rule: &__spmd::EinsumRule<'static> = #select;
+                            rule.#call
+                        }}
+                    }),
+                )
             }
-            let whens: Vec<TokenStream> = cases
-                .iter()
-                .enumerate()
-                .map(|(i, (when, _))| {
-                    let c = syn::Ident::new(&format!("__RULE_{}", i + 1), Span::call_site());
-                    quote!(if #when { &#c } else)
-                })
-                .collect();
-            let notations = literals.iter().map(|l| l.lit.clone()).collect();
-            let select = quote!(#(#whens)* { &__RULE_0 });
-            (
-                consts,
-                notations,
-                Box::new(move |call: TokenStream| {
-                    quote! {{
-                        let rule: &__spmd::EinsumRule<'static> = #select;
-                        rule.#call
-                    }}
-                }),
-            )
-        }
-        Source::Build(path) => {
-            let never = &rule.never_sharded;
-            let overrides = rule
-                .reduce_axes
-                .iter()
-                .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
-            let overrides = quote!(&[#(#overrides),*]);
-            let path = path.clone();
-            let policy = policy.clone();
-            (
-                TokenStream::new(),
-                Vec::new(),
-                Box::new(move |call: TokenStream| {
-                    quote! {{
-                        let einsum: __spmd::Einsum = #path(self, &call)?;
-                        __spmd::runtime_rule(
-                            __NAME,
-                            einsum.notation().plan(),
-                            #policy,
-                            __spmd::ReduceType::#reduce,
-                            #never,
-                            #overrides,
-                            |rule| rule.#call,
-                        )
-                    }}
-                }),
-            )
-        }
-    };
+            Source::Build(path) => {
+                let never = &rule.never_sharded;
+                let overrides = rule
+                    .reduce_axes
+                    .iter()
+                    .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
+                let overrides = quote!(&[#(#overrides),*]);
+                let path = path.clone();
+                let policy = policy.clone();
+                (
+                    TokenStream::new(),
+                    Vec::new(),
+                    Box::new(move |call: TokenStream| {
+                        quote! {{
+                            let einsum: __spmd::Einsum = #path(self, &call)?;
+                            __spmd::runtime_rule(
+                                __NAME,
+                                einsum.notation().plan(),
+                                #policy,
+                                __spmd::ReduceType::#reduce,
+                                #never,
+                                #overrides,
+                                |rule| rule.#call,
+                            )
+                        }}
+                    }),
+                )
+            }
+        };
 
     let forward_body = with_rule(quote!(forward(mesh, inputs)));
     let backward_body = with_rule(quote!(backward(mesh, input_shapes, outputs)));
@@ -203,20 +204,33 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
         let ident = &f.ident;
         let attr = &f.attr_name;
         let span = ident.span();
-        // Only the function path carries the field's span, so "FromAttr is not
-        // implemented" lands on the field; `attrs` stays at call site (hygiene).
+        // The function path and the call's parentheses carry the field's span,
+        // so the whole call expression is the field's and "FromAttr is not
+        // implemented" lands on the field (rustc points at the call, whose span
+        // is the field's only if both ends are). The arguments keep their own
+        // spans: `attrs` stays at call site (hygiene).
+        let call = |f: TokenStream, args: TokenStream| quote_spanned!(span=> #f(#args));
         let value = match &f.source {
             FieldSource::Required => {
-                let f = quote_spanned!(span=> __spmd::Attrs::require);
-                quote!(#f(attrs, __NAME, #attr)?)
+                let f = call(
+                    quote_spanned!(span=> __spmd::Attrs::require),
+                    quote!(attrs, __NAME, #attr),
+                );
+                quote!(#f?)
             }
             FieldSource::Default => {
-                let f = quote_spanned!(span=> __spmd::Attrs::get_or);
-                quote!(#f(attrs, __NAME, #attr, __spmd::Default::default())?)
+                let f = call(
+                    quote_spanned!(span=> __spmd::Attrs::get_or),
+                    quote!(attrs, __NAME, #attr, __spmd::Default::default()),
+                );
+                quote!(#f?)
             }
             FieldSource::DefaultExpr(e) => {
-                let f = quote_spanned!(span=> __spmd::Attrs::get_or);
-                quote!(#f(attrs, __NAME, #attr, #e)?)
+                let f = call(
+                    quote_spanned!(span=> __spmd::Attrs::get_or),
+                    quote!(attrs, __NAME, #attr, #e),
+                );
+                quote!(#f?)
             }
             FieldSource::Skip => quote_spanned!(span=> __spmd::Default::default()),
         };
