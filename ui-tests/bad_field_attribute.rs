@@ -1,0 +1,9 @@
+use spmd_core::spmd_rule;
+
+#[spmd_rule(einsum = "ij->ji")]
+struct Transpose {
+    #[spmd(defualt)]
+    perm: Vec<i64>,
+}
+
+fn main() {}

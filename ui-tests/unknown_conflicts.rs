@@ -1,0 +1,9 @@
+use spmd_core::spmd_rule;
+
+#[spmd_rule(einsum = "ij->ij", conflicts = "last_wins")]
+struct Transpose {
+    #[spmd(default)]
+    flag: bool,
+}
+
+fn main() {}
