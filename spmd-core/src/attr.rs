@@ -7,8 +7,9 @@ use smallvec::SmallVec;
 use crate::mesh::{MAX_MESH_RANK, MeshDim, MeshSet};
 
 /// How one tensor dim is split: the mesh dims that split it, major to minor.
-/// Empty means replicated; two or more is co-sharding.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// Empty means replicated; two or more is co-sharding. Equality and hashing
+/// look at the listed mesh dims only, never at spare storage.
+#[derive(Clone, Copy, Default)]
 pub struct Sharding {
     len: u8,
     dims: [MeshDim; MAX_MESH_RANK],
@@ -96,6 +97,20 @@ impl Sharding {
     }
 }
 
+impl PartialEq for Sharding {
+    fn eq(&self, other: &Sharding) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Sharding {}
+
+impl core::hash::Hash for Sharding {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state)
+    }
+}
+
 impl fmt::Debug for Sharding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
@@ -139,6 +154,16 @@ impl DimsMapping {
                 .map(|d| d.map_or(Sharding::REPLICATED, Sharding::on))
                 .collect(),
         )
+    }
+
+    /// From one list of mesh dims per tensor dim (major first; empty =
+    /// replicated): `[[0, 1], []]` splits dim 0 over mesh dims 0 then 1.
+    /// `None` when a list is longer than [`MAX_MESH_RANK`].
+    pub fn from_nested(dims: &[&[MeshDim]]) -> Option<DimsMapping> {
+        dims.iter()
+            .map(|d| Sharding::co(d))
+            .collect::<Option<SmallVec<_>>>()
+            .map(DimsMapping)
     }
 
     pub fn from_shardings(s: &[Sharding]) -> DimsMapping {
@@ -275,8 +300,9 @@ impl fmt::Display for ReduceType {
 }
 
 /// The mesh dims over which a tensor holds partial values, each with its
-/// reduce type. Iteration is in increasing mesh-dim order.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// reduce type. Iteration is in increasing mesh-dim order. Equality and
+/// hashing look at the partial mesh dims and their reduce types only.
+#[derive(Clone, Copy, Default)]
 pub struct Partial {
     dims: MeshSet,
     reduce: [ReduceType; MAX_MESH_RANK],
@@ -317,6 +343,32 @@ impl Partial {
     }
     pub fn iter(&self) -> impl Iterator<Item = (MeshDim, ReduceType)> + '_ {
         self.dims.iter().map(|d| (d, self.reduce[d as usize]))
+    }
+}
+
+impl PartialEq for Partial {
+    fn eq(&self, other: &Partial) -> bool {
+        self.dims == other.dims && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Partial {}
+
+impl core::hash::Hash for Partial {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        for entry in self.iter() {
+            entry.hash(state);
+        }
+    }
+}
+
+impl FromIterator<(MeshDim, ReduceType)> for Partial {
+    fn from_iter<I: IntoIterator<Item = (MeshDim, ReduceType)>>(iter: I) -> Partial {
+        let mut p = Partial::NONE;
+        for (d, r) in iter {
+            p.set(d, r);
+        }
+        p
     }
 }
 

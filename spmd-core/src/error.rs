@@ -60,6 +60,9 @@ impl fmt::Display for TensorRef {
 pub enum AxisName {
     Label(char),
     Ellipsis(u8),
+    /// A dim that never carries a sharding (`1`, a broadcast size-1 dim, a
+    /// never-sharded axis) but was given one.
+    Unsharded,
 }
 
 impl fmt::Display for AxisName {
@@ -67,6 +70,7 @@ impl fmt::Display for AxisName {
         match self {
             AxisName::Label(c) => write!(f, "`{c}`"),
             AxisName::Ellipsis(k) => write!(f, "`...`[{k}]"),
+            AxisName::Unsharded => f.write_str("(a never-sharded dim)"),
         }
     }
 }
@@ -207,7 +211,7 @@ pub enum SpmdError {
     },
 
     #[error(
-        "{op}: the call has {count} axes (labels plus broadcast dims); at most 64 are supported"
+        "{op}: the call has {count} axes (labels plus the dims `...` stands for); at most 63 are supported"
     )]
     TooManyAxes { op: &'static str, count: usize },
 

@@ -13,14 +13,15 @@ use spmd_notation::{AxisSet, Dim, Plan, Term};
 
 use crate::attr::{DimsMapping, DistAttr, Partial, Sharding, Spec};
 use crate::error::{AxisName, RankNeed, SpmdError, TensorRef};
-use crate::merge::{AxisClash, AxisMap, MeshDimClash};
+use crate::merge::{AxisClash, AxisMap, MeshDimClash, UNSHARDED};
 use crate::mesh::{MAX_MESH_RANK, Mesh};
 use crate::policy::{Divisibility, MissingAxis};
 use crate::rule::{EinsumRule, RuleResult};
 use crate::trace::Trace;
 
 const UNKNOWN: usize = usize::MAX;
-const MAX_AXES: usize = 64;
+// One id (63) is the claimant of dims that never carry a sharding.
+const MAX_AXES: usize = 63;
 
 pub(crate) fn forward<T: Trace>(
     rule: &EinsumRule<'_>,
@@ -490,6 +491,8 @@ impl<'r, 'a> Cx<'r, 'a> {
                 continue;
             }
             let Some(a) = self.carrier(self.slot(term, rank, dim), Some(spec.shape[dim])) else {
+                // Replicated in the end, but its claims count (DESIGN §4 steps 2-3).
+                self.map.claim_unsharded(given);
                 continue;
             };
             match self.map.merge(a, given) {
@@ -546,13 +549,14 @@ impl<'r, 'a> Cx<'r, 'a> {
                 continue;
             }
             let always = compound_major.contains(a as u8);
+            if !always && policy == Divisibility::Uneven {
+                continue;
+            }
             let fitted = self.fit_one(a as u8, s, trace);
             if always || policy == Divisibility::Drop {
                 given[a] = fitted;
             }
-            if always || matches!(policy, Divisibility::Drop | Divisibility::DropDerived) {
-                derived[a] = fitted;
-            }
+            derived[a] = fitted;
         }
         (given, derived)
     }
@@ -561,6 +565,7 @@ impl<'r, 'a> Cx<'r, 'a> {
     fn fit_one<T: Trace>(&self, a: u8, mut s: Sharding, trace: &mut T) -> Sharding {
         let extent = self.extent[a as usize];
         while let Some(&last) = s.as_slice().last() {
+            // Mesh::new guarantees the whole mesh's product fits in a usize.
             let product: usize = s.as_slice().iter().map(|&m| self.mesh.dim(m)).product();
             if extent != UNKNOWN && extent.is_multiple_of(product) {
                 break;
@@ -620,7 +625,9 @@ impl<'r, 'a> Cx<'r, 'a> {
 
 /// Labels name themselves; the dims an ellipsis stands for are numbered.
 fn axis_name(plan: &Plan<'_>, n_labels: usize, a: u8) -> AxisName {
-    if (a as usize) < n_labels {
+    if a == UNSHARDED {
+        AxisName::Unsharded
+    } else if (a as usize) < n_labels {
         AxisName::Label(plan.label(a))
     } else {
         AxisName::Ellipsis(a - n_labels as u8)

@@ -10,6 +10,12 @@ use crate::policy::Conflicts;
 
 const NOBODY: u8 = u8::MAX;
 
+/// The claimant standing for every dim that never carries a sharding (`1`, a
+/// broadcast size-1 dim, a never-sharded axis). Such a dim still claims the
+/// mesh dims it is given, in order (Paddle's `'1'` label does), so an axis
+/// that claims them later loses them; it never conflicts as an axis.
+pub(crate) const UNSHARDED: u8 = 63;
+
 /// Axis -> sharding, plus for each mesh dim which axes claimed it and which
 /// claimed it first.
 pub(crate) struct AxisMap {
@@ -70,6 +76,18 @@ impl AxisMap {
         Ok(merged)
     }
 
+    /// Records the claims of a dim that carries no sharding (see [`UNSHARDED`]).
+    #[inline]
+    pub(crate) fn claim_unsharded(&mut self, given: Sharding) {
+        for &m in given.as_slice() {
+            let m = m as usize;
+            if self.first[m] == NOBODY {
+                self.first[m] = UNSHARDED;
+            }
+            self.claimants[m] |= 1u64 << UNSHARDED;
+        }
+    }
+
     /// Settles every mesh dim claimed by more than one axis. `lost(m, kept, lost)`
     /// is told of each mesh dim an axis gives up.
     pub(crate) fn resolve(
@@ -100,8 +118,10 @@ impl AxisMap {
                     while bits != 0 {
                         let a = bits.trailing_zeros() as u8;
                         bits &= bits - 1;
-                        let s = &mut self.sharding[a as usize];
-                        *s = s.without(m as MeshDim);
+                        if a != UNSHARDED {
+                            let s = &mut self.sharding[a as usize];
+                            *s = s.without(m as MeshDim);
+                        }
                         lost(m as MeshDim, first, a);
                     }
                 }
@@ -173,6 +193,27 @@ mod tests {
         m.resolve(2, Conflicts::FirstWins, |_, _, _| {}).unwrap();
         assert_eq!(m.sharding[0], Sharding::on(1));
         assert_eq!(m.sharding[1], Sharding::on(0));
+    }
+
+    #[test]
+    fn an_unsharded_dim_that_claims_first_takes_the_mesh_dim_from_later_axes() {
+        let mut m = AxisMap::new(2);
+        m.claim_unsharded(Sharding::on(0));
+        m.merge(0, Sharding::on(0)).unwrap();
+        m.merge(1, Sharding::on(1)).unwrap();
+        m.resolve(2, Conflicts::FirstWins, |_, _, _| {}).unwrap();
+        assert_eq!(m.sharding[0], Sharding::REPLICATED);
+        assert_eq!(m.sharding[1], Sharding::on(1));
+    }
+
+    #[test]
+    fn unsharded_dims_claiming_different_mesh_dims_do_not_conflict() {
+        let mut m = AxisMap::new(1);
+        m.claim_unsharded(Sharding::on(0));
+        m.claim_unsharded(Sharding::on(1));
+        m.merge(0, Sharding::on(1)).unwrap();
+        m.resolve(2, Conflicts::FirstWins, |_, _, _| {}).unwrap();
+        assert_eq!(m.sharding[0], Sharding::REPLICATED);
     }
 
     #[test]

@@ -24,7 +24,10 @@ impl Mesh {
     /// A mesh of this shape; every extent must be at least 1 and the rank at
     /// most [`MAX_MESH_RANK`].
     pub fn new(shape: &[usize]) -> Result<Mesh, SpmdError> {
-        if shape.len() > MAX_MESH_RANK || shape.contains(&0) {
+        // The device count must be representable: products of extents are
+        // taken freely later (divisibility, process ids).
+        let count = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if shape.len() > MAX_MESH_RANK || shape.contains(&0) || count.is_none() {
             return Err(SpmdError::InvalidMesh {
                 shape: shape.to_vec(),
             });
@@ -86,17 +89,24 @@ pub struct MeshSet(pub u8);
 impl MeshSet {
     pub const EMPTY: MeshSet = MeshSet(0);
 
+    /// The set of one mesh dim; empty for a mesh dim no mesh has (>= 8), which
+    /// inference rejects before it builds any set.
     #[inline]
     pub const fn single(d: MeshDim) -> MeshSet {
-        MeshSet(1 << d)
+        if (d as usize) < MAX_MESH_RANK {
+            MeshSet(1 << d)
+        } else {
+            MeshSet::EMPTY
+        }
     }
     #[inline]
     pub const fn contains(self, d: MeshDim) -> bool {
         (d as usize) < MAX_MESH_RANK && self.0 & (1 << d) != 0
     }
+    /// This set plus mesh dim `d` (unchanged for `d >= 8`, see [`MeshSet::single`]).
     #[inline]
     pub const fn with(self, d: MeshDim) -> MeshSet {
-        MeshSet(self.0 | (1 << d))
+        self.union(MeshSet::single(d))
     }
     #[inline]
     pub const fn union(self, o: MeshSet) -> MeshSet {
