@@ -509,43 +509,12 @@ fn literal(
             }
             p
         }
-        Err(e) => follow_on_dropped(e.errors),
+        Err(e) => e.errors,
     };
     for p in problems.drain(..) {
         errors.push(Error::custom(p.message(&value)).with_span(&inside(lit, &p)));
     }
     None
-}
-
-/// Drops the parser's errors that only follow from an earlier one, so each
-/// mistake is reported once. (They would be better never produced: the same
-/// parser returns them for notations built at run time.)
-/// - With no operand (`"->mn"`), every output label and `...` is "unknown".
-/// - After a nested `(` (`"b(h(dk))->b"`), its `)` closes the compound and
-///   the outer one's `)` is reported as unmatched.
-fn follow_on_dropped(mut errors: Vec<NotationError>) -> Vec<NotationError> {
-    if errors.iter().any(|e| e.kind == ErrorKind::EmptyOperands) {
-        errors.retain(|e| {
-            !matches!(
-                e.kind,
-                ErrorKind::UnknownOutputLabel(_) | ErrorKind::OutputEllipsisWithoutInput
-            )
-        });
-    }
-    let nested: Vec<usize> = errors
-        .iter()
-        .filter(|e| e.kind == ErrorKind::NestedParen)
-        .map(|e| e.range.start)
-        .collect();
-    for at in nested {
-        if let Some(i) = errors
-            .iter()
-            .position(|e| e.kind == ErrorKind::UnopenedParen && e.range.start > at)
-        {
-            errors.remove(i);
-        }
-    }
-    errors
 }
 
 /// An arity error points at the side it is about: the operands before `->`,

@@ -65,6 +65,7 @@ pub fn parse(source: &str) -> Result<Notation, NotationErrors> {
             compound_minor: AxisSet::EMPTY,
             compound_major: AxisSet::EMPTY,
         },
+        no_operands: false,
     };
     p.run();
     if p.errors.is_empty() {
@@ -82,6 +83,9 @@ struct Parser<'s> {
     src: &'s str,
     errors: Vec<NotationError>,
     n: Notation,
+    /// Nothing before the arrow: output labels cannot be checked against the
+    /// operands, and reporting each as unknown would only repeat that error.
+    no_operands: bool,
 }
 
 impl Parser<'_> {
@@ -105,12 +109,22 @@ impl Parser<'_> {
         };
         if self.src[..first].trim().is_empty() {
             self.err(ErrorKind::EmptyOperands, first..first + 2);
+            self.no_operands = true;
         } else {
             self.side(0..first, false);
         }
         self.n.n_inputs = self.n.terms.len() as u16;
         let end = arrows.get(1).copied().unwrap_or(self.src.len());
         self.side(first + 2..end, true);
+        // Text after an extra arrow is read for its own errors only (the
+        // notation is invalid anyway); its terms are dropped.
+        let (terms, dims) = (self.n.terms.len(), self.n.dims.len());
+        for (i, &a) in arrows.iter().enumerate().skip(1) {
+            let end = arrows.get(i + 1).copied().unwrap_or(self.src.len());
+            self.side(a + 2..end, true);
+        }
+        self.n.terms.truncate(terms);
+        self.n.dims.truncate(dims);
     }
 
     /// Parses one side of the arrow: terms separated by commas.
@@ -132,6 +146,9 @@ impl Parser<'_> {
         let mut ellipsis: Option<u16> = None;
         // An open compound dim: where its `(` is and its axes so far.
         let mut open: Option<(usize, Vec<AxisId>)> = None;
+        // `(`s opened inside a compound (each already an error): their `)`s
+        // close them, not the compound, so no second error follows.
+        let mut nested = 0usize;
         let mut seen = AxisSet::EMPTY;
         let mut chars = text.char_indices().peekable();
         while let Some((off, c)) = chars.next() {
@@ -188,10 +205,12 @@ impl Parser<'_> {
                 '(' => {
                     if open.is_some() {
                         self.err(ErrorKind::NestedParen, here);
+                        nested += 1;
                     } else {
                         open = Some((at, Vec::new()));
                     }
                 }
+                ')' if nested > 0 => nested -= 1,
                 ')' => match open.take() {
                     None => self.err(ErrorKind::UnopenedParen, here),
                     Some((from, axes)) if axes.len() < 2 => {
@@ -216,7 +235,7 @@ impl Parser<'_> {
         if let Some((from, _)) = open {
             self.err(ErrorKind::UnclosedParen, from..from + 1);
         }
-        if output && ellipsis.is_some() && !self.inputs_have_ellipsis() {
+        if output && ellipsis.is_some() && !self.inputs_have_ellipsis() && !self.no_operands {
             let at = text.find("...").map_or(base, |o| base + o);
             self.err(ErrorKind::OutputEllipsisWithoutInput, at..at + 3);
         }
@@ -245,7 +264,9 @@ impl Parser<'_> {
             return Some(p as AxisId);
         }
         if output {
-            self.err(ErrorKind::UnknownOutputLabel(c), here);
+            if !self.no_operands {
+                self.err(ErrorKind::UnknownOutputLabel(c), here);
+            }
             return None;
         }
         self.n.labels.push(b);

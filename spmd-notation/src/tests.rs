@@ -182,7 +182,20 @@ fn unopened_paren() {
 
 #[test]
 fn nested_paren_points_at_the_inner_paren() {
-    one_error("(h(d)->hd", ErrorKind::NestedParen, 2..3, 3);
+    one_error("(h(dk))->hdk", ErrorKind::NestedParen, 2..3, 3);
+}
+
+#[test]
+fn a_nested_paren_left_open_is_also_unclosed() {
+    // Two `(` and one `)`: the inner pair closes, the outer stays open.
+    let errs = parse("(h(d)->hd").unwrap_err();
+    assert_eq!(
+        errs.errors,
+        vec![
+            NotationError::new(ErrorKind::UnclosedParen, 0..1),
+            NotationError::new(ErrorKind::NestedParen, 2..3),
+        ]
+    );
 }
 
 #[test]
@@ -293,7 +306,6 @@ fn errors_on_both_sides_and_in_every_term() {
 }
 
 #[test]
-#[ignore = "parser bug: text after a second `->` is never read, so its errors are not reported (DESIGN §3: all errors of one literal reported together)"]
 fn errors_after_an_extra_arrow_are_reported_too() {
     // i=0 -=1 >=2 i=3 -=4 >=5 i=6 $=7
     let errs = parse("i->i->i$").unwrap_err();
@@ -547,4 +559,25 @@ fn all_fifty_two_labels() {
     assert_eq!(p.axis('Z'), Some(51));
     assert_eq!(p.input_axes.len(), 52);
     assert!(p.contracted().is_empty());
+}
+
+// ------------------------------------------------------- no follow-on errors
+
+#[test]
+fn an_empty_operand_list_does_not_make_every_output_label_unknown() {
+    let errs = parse("->m...n").unwrap_err();
+    assert_eq!(
+        errs.errors,
+        vec![NotationError::new(ErrorKind::EmptyOperands, 0..2)]
+    );
+}
+
+#[test]
+fn a_nested_paren_is_one_error_not_two() {
+    // b=0 (=1 h=2 (=3 d=4 k=5 )=6 )=7
+    let errs = parse("b(h(dk))->b").unwrap_err();
+    assert_eq!(
+        errs.errors,
+        vec![NotationError::new(ErrorKind::NestedParen, 3..4)]
+    );
 }
