@@ -6,8 +6,6 @@
 //! outputs partial over the mesh dims of the axes they lack. All state is inline
 //! (`SmallVec`s sized for common ranks): no allocation, no string work.
 
-use alloc::string::String;
-
 use smallvec::{SmallVec, smallvec};
 use spmd_notation::{AxisSet, Dim, Plan, Term};
 
@@ -262,34 +260,9 @@ fn rank_error(
         op: rule.name,
         tensor: t,
         rank,
-        term: term_text(&rule.plan, term),
+        term: rule.plan.term_text(term),
         need,
     }
-}
-
-/// A term written back as notation text (for error messages only).
-pub(crate) fn term_text(plan: &Plan<'_>, term: Term) -> String {
-    let mut s = String::new();
-    for (i, d) in plan.dims_of(term).iter().enumerate() {
-        if term.ellipsis == Some(i as u16) {
-            s.push_str("...");
-        }
-        match *d {
-            Dim::Axis(a) => s.push(plan.label(a)),
-            Dim::One => s.push('1'),
-            Dim::Compound { start, len } => {
-                s.push('(');
-                for &a in plan.compound(start, len) {
-                    s.push(plan.label(a));
-                }
-                s.push(')');
-            }
-        }
-    }
-    if term.ellipsis == Some(term.len) {
-        s.push_str("...");
-    }
-    s
 }
 
 /// Per-call state: the axis table (labels, then the dims an ellipsis stands

@@ -162,6 +162,31 @@ impl<'a> Plan<'a> {
         }
         set
     }
+    /// A term written back as notation text, e.g. `b...(hd)`.
+    pub fn term_text(&self, term: Term) -> alloc::string::String {
+        let mut s = alloc::string::String::new();
+        for (i, d) in self.dims_of(term).iter().enumerate() {
+            if term.ellipsis == Some(i as u16) {
+                s.push_str("...");
+            }
+            match *d {
+                Dim::Axis(a) => s.push(self.label(a)),
+                Dim::One => s.push('1'),
+                Dim::Compound { start, len } => {
+                    s.push('(');
+                    for &a in self.compound(start, len) {
+                        s.push(self.label(a));
+                    }
+                    s.push(')');
+                }
+            }
+        }
+        if term.ellipsis == Some(term.len) {
+            s.push_str("...");
+        }
+        s
+    }
+
     /// Whether any input term has an ellipsis.
     pub fn inputs_have_ellipsis(&self) -> bool {
         self.terms[..self.n_inputs()]

@@ -46,34 +46,8 @@ fn axes(plan: &Plan<'_>, labels: &str) -> AxisSet {
     })
 }
 
-/// The dims of a term written back as text (`...` included), via the plan's
-/// public accessors only.
-fn term_text(plan: &Plan<'_>, t: Term) -> alloc::string::String {
-    let mut s = alloc::string::String::new();
-    for (i, d) in plan.dims_of(t).iter().enumerate() {
-        if t.ellipsis == Some(i as u16) {
-            s.push_str("...");
-        }
-        match *d {
-            Dim::Axis(a) => s.push(plan.label(a)),
-            Dim::One => s.push('1'),
-            Dim::Compound { start, len } => {
-                s.push('(');
-                for &a in plan.compound(start, len) {
-                    s.push(plan.label(a));
-                }
-                s.push(')');
-            }
-        }
-    }
-    if t.ellipsis == Some(t.len) {
-        s.push_str("...");
-    }
-    s
-}
-
 fn terms(plan: &Plan<'_>) -> Vec<alloc::string::String> {
-    plan.terms.iter().map(|&t| term_text(plan, t)).collect()
+    plan.terms.iter().map(|&t| plan.term_text(t)).collect()
 }
 
 // ---------------------------------------------------------------- error kinds
