@@ -54,6 +54,15 @@ impl Einsum {
         self.rule().backward(mesh, input_shapes, outputs)
     }
 
+    pub fn grad(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        self.rule().grad(mesh, inputs, output_grads)
+    }
+
     /// Forward inference reporting each step to `trace`.
     pub fn forward_traced<T: Trace>(
         &self,
@@ -79,5 +88,13 @@ impl SpmdRule for Einsum {
         outputs: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
         Einsum::backward(self, mesh, input_shapes, outputs)
+    }
+    fn grad(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        Einsum::grad(self, mesh, inputs, output_grads)
     }
 }

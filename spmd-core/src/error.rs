@@ -233,6 +233,9 @@ pub enum SpmdError {
     #[error("{op}: {message}")]
     Rejected { op: &'static str, message: String },
 
+    #[error("{op}: this rule has no grad inference")]
+    NoGradRule { op: &'static str },
+
     #[error("no rule named `{name}`{}", did_you_mean(suggestions))]
     UnknownRule {
         name: String,

@@ -9,8 +9,8 @@
 use smallvec::{SmallVec, smallvec};
 use spmd_notation::{AxisSet, Dim, Plan, Term};
 
-use crate::attr::{DimsMapping, DistAttr, Partial, Sharding, Spec};
-use crate::error::{AxisName, RankNeed, SpmdError, TensorRef};
+use crate::attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
+use crate::error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 use crate::merge::{AxisClash, AxisMap, MeshDimClash, UNSHARDED};
 use crate::mesh::{MAX_MESH_RANK, Mesh};
 use crate::policy::{Divisibility, MissingAxis};
@@ -150,6 +150,117 @@ pub(crate) fn backward<T: Trace>(
     for (o, spec) in outputs.iter().enumerate() {
         let mapping = cx.project(plan.output(o), spec.shape.len(), Some(spec.shape), &given);
         let mut partial = spec.attr.partial;
+        partial.remove(mapping.mesh_set());
+        result.outputs.push(DistAttr {
+            dims_mapping: mapping,
+            partial,
+        });
+    }
+    Ok(result)
+}
+
+/// Grad inference: one merge over the grad op's operands (the forward inputs
+/// the gradient reads, then every output grad), requirements projected from
+/// it, and each input grad partial over the sharded axes the other operands
+/// carry and it lacks (contracted on the other side, or broadcast into it).
+pub(crate) fn grad<T: Trace>(
+    rule: &EinsumRule<'_>,
+    mesh: &Mesh,
+    inputs: &[Spec<'_>],
+    output_grads: &[Spec<'_>],
+    trace: &mut T,
+) -> Result<RuleResult, SpmdError> {
+    let plan = &rule.plan;
+    arity(rule, TensorRef::input(0), plan.n_inputs(), inputs.len())?;
+    arity(
+        rule,
+        TensorRef::output(0),
+        plan.n_outputs(),
+        output_grads.len(),
+    )?;
+    let mut width = 0;
+    for (i, spec) in inputs.iter().enumerate() {
+        let t = TensorRef::input(i);
+        validate(rule.name, t, spec, mesh)?;
+        width = width.max(ellipsis_len(rule, t, plan.input(i), spec.shape.len())?);
+    }
+    for (o, spec) in output_grads.iter().enumerate() {
+        let t = TensorRef::output(o);
+        validate(rule.name, t, spec, mesh)?;
+        let term = plan.output(o);
+        let need = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
+        if spec.shape.len() != need {
+            return Err(rank_error(
+                rule,
+                t,
+                term,
+                spec.shape.len(),
+                RankNeed::Exactly(need),
+            ));
+        }
+    }
+    let read = |i: usize| rule.grad_ignores & (1u64 << i) == 0;
+    let mut cx = Cx::new(rule, mesh, width)?;
+    let tensors = || {
+        let ins = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (TensorRef::input(i), plan.input(i), s));
+        let outs = output_grads
+            .iter()
+            .enumerate()
+            .map(|(o, s)| (TensorRef::output(o), plan.output(o), s));
+        ins.chain(outs)
+    };
+    for (t, term, spec) in tensors() {
+        cx.learn_extents(t, term, spec.shape)?;
+    }
+    for (t, term, spec) in tensors() {
+        cx.learn_compound_extents(t, term, spec.shape)?;
+    }
+    for (t, term, spec) in tensors() {
+        if t.role == Role::Output || read(t.index) {
+            cx.merge(t, term, spec, trace)?;
+        }
+    }
+    cx.resolve(trace)?;
+    // Given side: the grad op's inputs; derived side: the input grads.
+    let (given, derived) = cx.fit(trace);
+
+    let mut result = RuleResult::default();
+    for (t, term, spec) in tensors() {
+        let mapping = if t.role == Role::Input && !read(t.index) {
+            spec.attr.dims_mapping.clone()
+        } else {
+            cx.project(term, spec.shape.len(), Some(spec.shape), &given)
+        };
+        result.inputs.push(DistAttr::new(mapping));
+    }
+    for (j, spec) in inputs.iter().enumerate() {
+        if rule.no_grad & (1u64 << j) != 0 {
+            continue;
+        }
+        // What computing x_j's grad reads: the other read inputs and every
+        // output grad. Axes they carry that x_j lacks are summed over.
+        let mut operands = AxisSet::EMPTY;
+        for (t, term, other) in tensors() {
+            let other_input = t.role == Role::Input && t.index != j && read(t.index);
+            if t.role == Role::Output || other_input {
+                operands = operands.union(cx.carried_axes(term, other.shape));
+            }
+        }
+        let term = plan.input(j);
+        let mapping = cx.project(term, spec.shape.len(), Some(spec.shape), &derived);
+        let mut partial = Partial::NONE;
+        for a in operands.minus(cx.carried_axes(term, spec.shape)).iter() {
+            let dims = given[a as usize].mesh_set();
+            if !dims.is_empty() {
+                trace.partial(j, cx.axis_name(a), dims, ReduceType::Sum);
+                for m in dims.iter() {
+                    partial.set(m, ReduceType::Sum);
+                }
+            }
+        }
         partial.remove(mapping.mesh_set());
         result.outputs.push(DistAttr {
             dims_mapping: mapping,
@@ -325,6 +436,31 @@ impl<'r, 'a> Cx<'r, 'a> {
         }
     }
 
+    /// The axes a tensor really holds: its plain and compound dims, not its
+    /// `1` dims nor its size-1 dims broadcast against a larger extent.
+    fn carried_axes(&self, term: Term, shape: &[usize]) -> AxisSet {
+        let mut set = AxisSet::EMPTY;
+        for (dim, &size) in shape.iter().enumerate() {
+            match self.slot(term, shape.len(), dim) {
+                Dim::Axis(a) if !self.is_broadcast(a, size) => set = set.with(a),
+                Dim::Compound { start, len } => {
+                    for &a in self.rule.plan.compound(start, len) {
+                        set = set.with(a);
+                    }
+                }
+                _ => {}
+            }
+        }
+        set
+    }
+
+    /// A size-1 dim of an axis whose extent is larger: broadcast, not held.
+    #[inline]
+    fn is_broadcast(&self, a: u8, size: usize) -> bool {
+        let extent = self.extent[a as usize];
+        size == 1 && extent > 1 && extent != UNKNOWN
+    }
+
     fn input_axes(&self) -> AxisSet {
         let plan = &self.rule.plan;
         if plan.inputs_have_ellipsis() {
@@ -436,10 +572,7 @@ impl<'r, 'a> Cx<'r, 'a> {
     fn carrier(&self, slot: Dim, size: Option<usize>) -> Option<u8> {
         let a = match slot {
             Dim::Axis(a) => {
-                if size == Some(1)
-                    && self.extent[a as usize] > 1
-                    && self.extent[a as usize] != UNKNOWN
-                {
+                if size.is_some_and(|size| self.is_broadcast(a, size)) {
                     return None;
                 }
                 a

@@ -10,6 +10,7 @@ use crate::rule::SpmdRule;
 
 /// The direction and the given tensors of one inference call.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum Call<'c> {
     Forward {
         mesh: &'c Mesh,
@@ -20,16 +21,34 @@ pub enum Call<'c> {
         input_shapes: &'c [&'c [usize]],
         outputs: &'c [Spec<'c>],
     },
+    /// The gradient op: the forward inputs and one grad per output.
+    Grad {
+        mesh: &'c Mesh,
+        inputs: &'c [Spec<'c>],
+        output_grads: &'c [Spec<'c>],
+    },
 }
 
 impl<'c> Call<'c> {
     pub fn mesh(&self) -> &'c Mesh {
         match *self {
-            Call::Forward { mesh, .. } | Call::Backward { mesh, .. } => mesh,
+            Call::Forward { mesh, .. } | Call::Backward { mesh, .. } | Call::Grad { mesh, .. } => {
+                mesh
+            }
         }
     }
     pub fn is_forward(&self) -> bool {
         matches!(self, Call::Forward { .. })
+    }
+
+    /// The shape of input `i`, whichever the direction.
+    pub fn input_shape(&self, i: usize) -> Option<&'c [usize]> {
+        match *self {
+            Call::Forward { inputs, .. } | Call::Grad { inputs, .. } => {
+                inputs.get(i).map(|s| s.shape)
+            }
+            Call::Backward { input_shapes, .. } => input_shapes.get(i).copied(),
+        }
     }
 }
 

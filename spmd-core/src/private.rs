@@ -22,6 +22,7 @@ pub fn runtime_rule<R>(
     reduce: ReduceType,
     never_sharded: &str,
     reduce_axes: &[(char, ReduceType)],
+    grads: (u64, u64),
     f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
 ) -> Result<R, SpmdError> {
     let missing = |c: char| SpmdError::Rejected {
@@ -43,6 +44,8 @@ pub fn runtime_rule<R>(
         .with_policy(policy)
         .with_reduce(reduce)
         .with_never_sharded(never)
-        .with_reduce_overrides(&overrides);
+        .with_reduce_overrides(&overrides)
+        .with_no_grad(grads.0)
+        .with_grad_ignores(grads.1);
     f(&rule)
 }

@@ -32,6 +32,13 @@ pub struct EinsumRule<'a> {
     /// Axes the rule declares never sharded (on top of `1` dims, diagonals and
     /// minor compound factors, which the notation itself declares).
     pub never_sharded: AxisSet,
+    /// Inputs (bit `i` = input `i`) that have no gradient: integer ids,
+    /// boolean conditions. Grad inference returns grads for the others.
+    pub no_grad: u64,
+    /// Inputs the gradient computation does not read (an embedding's table,
+    /// a sum's input): they take no part in the grad op's merge, and their
+    /// requirement is their given attr.
+    pub grad_ignores: u64,
 }
 
 impl<'a> EinsumRule<'a> {
@@ -45,7 +52,18 @@ impl<'a> EinsumRule<'a> {
             reduce: ReduceType::Sum,
             reduce_overrides: &[],
             never_sharded: AxisSet::EMPTY,
+            no_grad: 0,
+            grad_ignores: 0,
         }
+    }
+
+    pub const fn with_no_grad(mut self, inputs: u64) -> Self {
+        self.no_grad = inputs;
+        self
+    }
+    pub const fn with_grad_ignores(mut self, inputs: u64) -> Self {
+        self.grad_ignores = inputs;
+        self
     }
 
     pub const fn with_policy(mut self, policy: Policy) -> Self {
@@ -96,6 +114,22 @@ impl<'a> EinsumRule<'a> {
     }
 }
 
+impl EinsumRule<'_> {
+    /// Grad inference, derived from the notation (DESIGN §4): `inputs` are the
+    /// forward inputs, `output_grads` one grad per output. The result's
+    /// `inputs` are the requirements of (inputs..., output grads...) and its
+    /// `outputs` the grads of the inputs that have one (see `no_grad`), each
+    /// partial (`Sum`) over the mesh dims of sharded axes it lacks.
+    pub fn grad(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        crate::infer::grad(self, mesh, inputs, output_grads, &mut crate::trace::NoTrace)
+    }
+}
+
 /// A sharding rule as registries and generic callers see it. Object safe; every
 /// implementation is `Send + Sync` so one registry serves many threads.
 pub trait SpmdRule: Send + Sync {
@@ -112,6 +146,18 @@ pub trait SpmdRule: Send + Sync {
         input_shapes: &[&[usize]],
         outputs: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError>;
+
+    /// Grad inference (see [`EinsumRule::grad`]). Rules without one answer
+    /// [`SpmdError::NoGradRule`].
+    fn grad(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        let _ = (mesh, inputs, output_grads);
+        Err(SpmdError::NoGradRule { op: self.name() })
+    }
 }
 
 impl SpmdRule for EinsumRule<'static> {
@@ -128,5 +174,13 @@ impl SpmdRule for EinsumRule<'static> {
         outputs: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
         EinsumRule::backward(self, mesh, input_shapes, outputs)
+    }
+    fn grad(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        EinsumRule::grad(self, mesh, inputs, output_grads)
     }
 }

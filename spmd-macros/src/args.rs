@@ -7,6 +7,7 @@ use darling::ast::NestedMeta;
 use darling::util::Override;
 use darling::{Error, FromMeta};
 use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use spmd_notation::{ErrorKind, Notation, NotationError, Side};
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, ItemStruct, LitStr, Path};
@@ -29,6 +30,8 @@ struct RawArgs {
     adjust: Option<Path>,
     inputs: Option<darling::util::PathList>,
     outputs: Option<darling::util::PathList>,
+    no_grad: Option<darling::util::PathList>,
+    grad_ignores: Option<darling::util::PathList>,
     #[darling(rename = "crate")]
     krate: Option<Path>,
 }
@@ -96,6 +99,9 @@ pub struct Rule {
     pub missing_axis: Ident,
     pub validate: Option<Path>,
     pub adjust: Option<Path>,
+    /// Bit masks over inputs: no gradient / not read by the gradient.
+    pub no_grad: u64,
+    pub grad_ignores: u64,
 }
 
 /// Parses and validates; on failure returns all errors together.
@@ -276,6 +282,19 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         "Replicate",
     );
 
+    let no_grad = input_mask(
+        &mut errors,
+        "no_grad",
+        raw.no_grad.as_ref(),
+        raw.inputs.as_ref(),
+    );
+    let grad_ignores = input_mask(
+        &mut errors,
+        "grad_ignores",
+        raw.grad_ignores.as_ref(),
+        raw.inputs.as_ref(),
+    );
+
     let fields = errors.handle(fields);
     errors.finish()?;
     let source = source.ok_or_else(|| Error::custom("invalid notation"))?;
@@ -293,7 +312,50 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         missing_axis,
         validate: raw.validate,
         adjust: raw.adjust,
+        no_grad,
+        grad_ignores,
     })
+}
+
+/// `no_grad(ids)` / `grad_ignores(weight)`: input names, as declared in
+/// `inputs(...)`, to a bit mask over input positions.
+fn input_mask(
+    errors: &mut darling::error::Accumulator,
+    option: &str,
+    names: Option<&darling::util::PathList>,
+    inputs: Option<&darling::util::PathList>,
+) -> u64 {
+    let Some(names) = names else { return 0 };
+    let Some(inputs) = inputs else {
+        errors.push(
+            Error::custom(format!(
+                "`{option}(...)` names inputs: declare them with `inputs(...)`"
+            ))
+            .with_span(&names.first().map_or_else(Span::call_site, |p| p.span())),
+        );
+        return 0;
+    };
+    let mut mask = 0u64;
+    for name in names.iter() {
+        match inputs.iter().position(|i| i == name) {
+            Some(pos) => mask |= 1 << pos,
+            None => {
+                let declared: Vec<String> = inputs
+                    .iter()
+                    .map(|p| p.to_token_stream().to_string())
+                    .collect();
+                errors.push(
+                    Error::custom(format!(
+                        "`{option}` names `{}`, which is not among the inputs ({})",
+                        name.to_token_stream(),
+                        declared.join(", ")
+                    ))
+                    .with_span(name),
+                );
+            }
+        }
+    }
+    mask
 }
 
 /// The options written in the attribute, valid or not.

@@ -98,6 +98,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 )
             }
             Source::Build(path) => {
+                let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
                 let never = &rule.never_sharded;
                 let overrides = rule
                     .reduce_axes
@@ -119,6 +120,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                                 __spmd::ReduceType::#reduce,
                                 #never,
                                 #overrides,
+                                (#no_grad, #grad_ignores),
                                 |rule| rule.#call,
                             )
                         }}
@@ -129,6 +131,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
 
     let forward_body = with_rule(quote!(forward(mesh, inputs)));
     let backward_body = with_rule(quote!(backward(mesh, input_shapes, outputs)));
+    let grad_body = with_rule(quote!(grad(mesh, inputs, output_grads)));
     // Hook paths keep their own spans (type errors land on them); the locals
     // around them are ours, at call site, so a caller's macro hygiene cannot
     // separate `self` or `call` from their definitions.
@@ -177,6 +180,19 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 let call = __spmd::Call::Backward { mesh, input_shapes, outputs };
                 #validate
                 let mut result = #backward_body?;
+                #adjust
+                let _ = &call;
+                __spmd::Ok(result)
+            }
+            fn grad(
+                &self,
+                mesh: &__spmd::Mesh,
+                inputs: &[__spmd::Spec<'_>],
+                output_grads: &[__spmd::Spec<'_>],
+            ) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
+                let call = __spmd::Call::Grad { mesh, inputs, output_grads };
+                #validate
+                let mut result = #grad_body?;
                 #adjust
                 let _ = &call;
                 __spmd::Ok(result)
@@ -248,6 +264,7 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
 
 /// `EinsumRule::new(..)` with every option, over the literal's plan.
 fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
+    let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
     let plan_expr = plan(&l.notation, l.lit.span());
     let plan = l.notation.plan();
     let reduce = &rule.reduce;
@@ -268,6 +285,8 @@ fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
             .with_reduce(__spmd::ReduceType::#reduce)
             .with_reduce_overrides(&[#(#overrides),*])
             .with_never_sharded(__spmd::AxisSet(#never))
+            .with_no_grad(#no_grad)
+            .with_grad_ignores(#grad_ignores)
     }
 }
 

@@ -11,7 +11,11 @@ use spmd_core::{Call, SpmdError, spmd_rule};
     conflicts = "strict",
     validate = Self::check_row_parallel,
     inputs(x, weight),
-    outputs(out)
+    outputs(out),
+    // The ids have no gradient; the table's gradient scatters the output
+    // grad by the ids and never reads the table itself.
+    no_grad(x),
+    grad_ignores(weight)
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Embedding {

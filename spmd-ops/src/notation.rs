@@ -5,10 +5,7 @@ use spmd_core::{Call, SpmdError};
 
 /// The rank of input `i` of a call, whichever the direction.
 pub(crate) fn input_rank(call: &Call<'_>, i: usize) -> Option<usize> {
-    match *call {
-        Call::Forward { inputs, .. } => inputs.get(i).map(|s| s.shape.len()),
-        Call::Backward { input_shapes, .. } => input_shapes.get(i).map(|s| s.len()),
-    }
+    call.input_shape(i).map(<[usize]>::len)
 }
 
 /// Paddle's axis (negative counts from the end) as an index below `rank`.

@@ -35,7 +35,16 @@ fn reduce_notation(
 macro_rules! reduction {
     ($(#[$doc:meta])* $ty:ident, $name:literal, $reduce:literal) => {
         $(#[$doc])*
-        #[spmd_rule(name = $name, build = Self::notation, reduce = $reduce, inputs(x), outputs(out))]
+        // The gradient broadcasts the output grad back over the reduced axes;
+        // as in Paddle, it takes its layout from the output grad alone.
+        #[spmd_rule(
+            name = $name,
+            build = Self::notation,
+            reduce = $reduce,
+            inputs(x),
+            outputs(out),
+            grad_ignores(x)
+        )]
         #[derive(Clone, Debug, Default, PartialEq, Eq)]
         pub struct $ty {
             #[spmd(default)]
