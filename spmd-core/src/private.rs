@@ -13,39 +13,46 @@ pub use crate::{
     ReduceType, RuleResult, Spec, SpmdError, SpmdRule,
 };
 
-/// Runs `f` on the rule over a notation built at run time, with the options the
-/// attribute gave by label resolved against that notation.
+/// What `#[spmd_rule(build = ...)]` knows at compile time about a rule whose
+/// notation is built at run time; labels are resolved once the notation exists.
+pub struct RuntimeOptions<'o> {
+    pub name: &'static str,
+    pub policy: Policy,
+    pub reduce: ReduceType,
+    pub never_sharded: &'o str,
+    pub reduce_axes: &'o [(char, ReduceType)],
+    pub no_grad: u64,
+    pub grad_ignores: u64,
+}
+
+/// Runs `f` on the rule over a notation built at run time, with the options
+/// the attribute gave by label resolved against that notation.
 pub fn runtime_rule<R>(
-    name: &'static str,
+    o: &RuntimeOptions<'_>,
     plan: Plan<'_>,
-    policy: Policy,
-    reduce: ReduceType,
-    never_sharded: &str,
-    reduce_axes: &[(char, ReduceType)],
-    grads: (u64, u64),
     f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
 ) -> Result<R, SpmdError> {
     let missing = |c: char| SpmdError::Rejected {
-        op: name,
+        op: o.name,
         message: alloc::format!(
             "label `{c}` named by the rule's options is not in the notation {:?} built at run time",
             plan.source
         ),
     };
     let mut never = AxisSet::EMPTY;
-    for c in never_sharded.chars() {
+    for c in o.never_sharded.chars() {
         never = never.with(plan.axis(c).ok_or_else(|| missing(c))?);
     }
     let mut overrides: SmallVec<[(AxisId, ReduceType); 4]> = SmallVec::new();
-    for &(c, r) in reduce_axes {
+    for &(c, r) in o.reduce_axes {
         overrides.push((plan.axis(c).ok_or_else(|| missing(c))?, r));
     }
-    let rule = EinsumRule::new(name, plan)
-        .with_policy(policy)
-        .with_reduce(reduce)
+    let rule = EinsumRule::new(o.name, plan)
+        .with_policy(o.policy)
+        .with_reduce(o.reduce)
         .with_never_sharded(never)
         .with_reduce_overrides(&overrides)
-        .with_no_grad(grads.0)
-        .with_grad_ignores(grads.1);
+        .with_no_grad(o.no_grad)
+        .with_grad_ignores(o.grad_ignores);
     f(&rule)
 }

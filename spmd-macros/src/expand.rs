@@ -114,13 +114,16 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                         quote! {{
                             let einsum: __spmd::Einsum = #path(self, &call)?;
                             __spmd::runtime_rule(
-                                __NAME,
+                                &__spmd::RuntimeOptions {
+                                    name: __NAME,
+                                    policy: #policy,
+                                    reduce: __spmd::ReduceType::#reduce,
+                                    never_sharded: #never,
+                                    reduce_axes: #overrides,
+                                    no_grad: #no_grad,
+                                    grad_ignores: #grad_ignores,
+                                },
                                 einsum.notation().plan(),
-                                #policy,
-                                __spmd::ReduceType::#reduce,
-                                #never,
-                                #overrides,
-                                (#no_grad, #grad_ignores),
                                 |rule| rule.#call,
                             )
                         }}
