@@ -480,6 +480,10 @@ fn well_formed(what: &str, a: &DistAttr, rank: usize, mesh_rank: usize) -> Resul
     Ok(())
 }
 
+fn result_well_formed_attr(a: &DistAttr, rank: usize, mesh_rank: usize) -> Result<(), String> {
+    well_formed("grad", a, rank, mesh_rank)
+}
+
 fn result_well_formed(
     w: &World,
     r: &RuleResult,
@@ -616,6 +620,7 @@ fn run_all(
     let in_shapes: Vec<&[usize]> = ins.iter().map(|(s, _)| s.as_slice()).collect();
     let out_specs: Vec<Spec<'_>> = outs.iter().map(|(s, a)| Spec::new(s, a)).collect();
     let _ = r.backward(mesh, &in_shapes, &out_specs);
+    let _ = r.grad(mesh, &in_specs, &out_specs);
 }
 
 /// Bends arbitrary tensors towards a notation so that calls get past the
@@ -877,6 +882,34 @@ proptest! {
             let want_partial: Vec<(MeshDim, ReduceType)> =
                 lacks.into_iter().map(|d| (d, ReduceType::Sum)).collect();
             prop_assert_eq!(got_partial, want_partial, "{} output {}: {}", src, o, got);
+        }
+    }
+
+    /// (f) Issue 5: the derived grad rule agrees with forward. Feed the grad
+    /// op forward's own answer (the inputs as forward requires them, each
+    /// output grad laid out like its output, not partial): it requires
+    /// exactly that back, and each input grad is laid out like its input.
+    #[test]
+    fn grad_agrees_with_forward(w in world()) {
+        let src = w.sym.text();
+        let n = parse(&src).unwrap();
+        let r = EinsumRule::new("op", n.plan());
+        let mesh = w.mesh();
+        let in_shapes = w.input_shapes();
+        let out_shapes = w.output_shapes();
+        let ins = w.input_attrs(false);
+        let Ok(f) = r.forward(&mesh, &specs(&in_shapes, &ins)) else {
+            return Ok(());
+        };
+        let dy: Vec<DistAttr> = f.outputs.iter().map(|o| DistAttr::new(o.dims_mapping.clone())).collect();
+        let g = r.grad(&mesh, &specs(&in_shapes, &f.inputs), &specs(&out_shapes, &dy));
+        prop_assert!(g.is_ok(), "{}: grad of consistent tensors failed: {:?}", src, g);
+        let g = g.unwrap();
+        let expected: Vec<Plain> = plains(&f.inputs).into_iter().chain(plains(&dy)).collect();
+        prop_assert_eq!(plains(&g.inputs), expected, "{}: requirements differ from forward's", src);
+        for (j, grad) in g.outputs.iter().enumerate() {
+            prop_assert_eq!(&grad.dims_mapping, &f.inputs[j].dims_mapping, "{} grad {}", src, j);
+            prop_assert!(result_well_formed_attr(grad, in_shapes[j].len(), mesh.rank()).is_ok());
         }
     }
 }

@@ -48,7 +48,10 @@ pub use attrs::{AttrValue, Attrs, FromAttr};
 pub use einsum::Einsum;
 pub use error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 pub use mesh::{MAX_MESH_RANK, Mesh, MeshDim, MeshSet};
-pub use mixed::{Promoted, Tensor, backward_mixed, forward_mixed, outputs_needing_grad, promote};
+pub use mixed::{
+    MixedGrad, Promoted, Tensor, backward_mixed, forward_mixed, grad_mixed, outputs_needing_grad,
+    promote,
+};
 pub use op::{Call, Op};
 pub use policy::{Conflicts, Divisibility, MissingAxis, PartialInputs, Policy};
 pub use registry::{Registry, RuleInfo};

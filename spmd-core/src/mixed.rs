@@ -131,6 +131,41 @@ pub fn backward_mixed(
     rule.backward(mesh, &shapes, &outs.specs()).map(Some)
 }
 
+/// What a mixed grad call answers: the requirements of the grad op's inputs
+/// (forward inputs, then output grads) and one attr per input grad, `None`
+/// where that grad is not needed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MixedGrad {
+    pub requirements: SmallVec<[DistAttr; 8]>,
+    pub input_grads: SmallVec<[Option<DistAttr>; 4]>,
+}
+
+/// Grad inference over a mixed call, as Paddle's generated backward nodes do
+/// it: when any forward input or output grad is distributed, the dense ones
+/// are promoted to replicated on its mesh, the rule runs, and each input grad
+/// whose `needs_grad` entry is false (stop-gradient) gets no attr. `Ok(None)`
+/// when every tensor is dense.
+pub fn grad_mixed(
+    rule: &dyn SpmdRule,
+    inputs: &[Tensor<'_>],
+    output_grads: &[Tensor<'_>],
+    needs_grad: &[bool],
+) -> Result<Option<MixedGrad>, SpmdError> {
+    let groups: [Group<'_, '_>; 2] = [
+        (inputs, TensorRef::input),
+        (output_grads, TensorRef::output),
+    ];
+    let Some(mesh) = common_mesh(rule.name(), &groups)? else {
+        return Ok(None);
+    };
+    let (ins, outs) = (promote_on(mesh, inputs), promote_on(mesh, output_grads));
+    let r = rule.grad(mesh, &ins.specs(), &outs.specs())?;
+    Ok(Some(MixedGrad {
+        input_grads: outputs_needing_grad(&r, needs_grad),
+        requirements: r.inputs.into_iter().collect(),
+    }))
+}
+
 /// The outputs' attrs of a result with `None` for each output that needs no
 /// gradient (Paddle's `SetGradOutputDistAttr` skips stop-gradient outputs).
 pub fn outputs_needing_grad(

@@ -1,0 +1,149 @@
+//! Grad rules derived from the notation (DESIGN §4 "Grad"), worked by hand.
+
+use spmd_core::{
+    Attrs, DistAttr, Einsum, Mesh, ReduceType, Spec, SpmdError, SpmdRule, Tensor, grad_mixed,
+};
+
+fn attr(m: &[i64]) -> DistAttr {
+    DistAttr::from_paddle(m).unwrap()
+}
+
+fn mesh(shape: &[usize]) -> Mesh {
+    Mesh::new(shape).unwrap()
+}
+
+#[test]
+fn matmul_grads_are_partial_over_what_the_other_side_contracts() {
+    // x [m, k] = [64, 32] with m on mesh dim 0; y [k, n] = [32, 48] with n on
+    // mesh dim 1; dy [m, n] laid out like the forward output.
+    let mm = Einsum::new("mk,kn->mn").unwrap();
+    let (x, y, dy) = (attr(&[0, -1]), attr(&[-1, 1]), attr(&[0, 1]));
+    let r = mm
+        .grad(
+            &mesh(&[2, 4]),
+            &[Spec::new(&[64, 32], &x), Spec::new(&[32, 48], &y)],
+            &[Spec::new(&[64, 48], &dy)],
+        )
+        .unwrap();
+    assert_eq!(r.inputs.as_slice(), &[x.clone(), y.clone(), dy]);
+    // dx = dy @ y^T sums over n (mesh dim 1): partial over 1.
+    assert_eq!(r.outputs[0].dims_mapping, x.dims_mapping);
+    assert_eq!(r.outputs[0].partial.dims().0, 0b10);
+    // dy_w = x^T @ dy sums over m (mesh dim 0): partial over 0.
+    assert_eq!(r.outputs[1].dims_mapping, y.dims_mapping);
+    assert_eq!(r.outputs[1].partial.reduce_type(0), Some(ReduceType::Sum));
+    assert_eq!(r.outputs[1].partial.dims().0, 0b01);
+}
+
+#[test]
+fn a_broadcast_bias_grad_is_partial_over_the_batch() {
+    // out = x + bias, bias broadcast over the batch dim sharded on mesh dim 0.
+    let add = Einsum::new("...,...->...").unwrap();
+    let (x, b, dy) = (attr(&[0, 1]), attr(&[-1]), attr(&[0, 1]));
+    let r = add
+        .grad(
+            &mesh(&[2, 4]),
+            &[Spec::new(&[16, 8], &x), Spec::new(&[8], &b)],
+            &[Spec::new(&[16, 8], &dy)],
+        )
+        .unwrap();
+    // The bias follows the merged layout of its dim; its grad sums over the batch.
+    assert_eq!(r.inputs[1], attr(&[1]));
+    assert_eq!(r.outputs[0], attr(&[0, 1]));
+    assert_eq!(r.outputs[1].to_string(), "[1] partial{0: SUM}");
+}
+
+#[test]
+fn a_size_one_dim_broadcast_into_the_output_makes_its_grad_partial() {
+    // x [8, 1] against y [8, 6]: x's second dim is broadcast over j, which
+    // dy shards on mesh dim 1; x's grad sums over j and is replicated there.
+    let mul = Einsum::new("ij,ij->ij").unwrap();
+    let (x, y, dy) = (attr(&[0, -1]), attr(&[0, 1]), attr(&[0, 1]));
+    let r = mul
+        .grad(
+            &mesh(&[2, 3]),
+            &[Spec::new(&[8, 1], &x), Spec::new(&[8, 6], &y)],
+            &[Spec::new(&[8, 6], &dy)],
+        )
+        .unwrap();
+    assert_eq!(r.outputs[0].to_string(), "[0, -1] partial{1: SUM}");
+    assert_eq!(r.outputs[1].to_string(), "[0, 1]");
+}
+
+#[test]
+fn embedding_grad_reads_ids_and_output_grad_only() {
+    // Paddle suite: x [4,5] [-1,-1], w [10,3] [-1,1], dy [4,5,3] [-1,1,-1]:
+    // requirements x [-1,1], w unchanged, dy [-1,1,-1]; the table grad is
+    // replicated and partial over mesh dim 1 (the ids' axis b).
+    let emb = spmd_ops::builtins()
+        .build("embedding", &Attrs::new())
+        .unwrap();
+    let (x, w, dy) = (attr(&[-1, -1]), attr(&[-1, 1]), attr(&[-1, 1, -1]));
+    let r = emb
+        .grad(
+            &mesh(&[2, 3]),
+            &[Spec::new(&[4, 5], &x), Spec::new(&[10, 3], &w)],
+            &[Spec::new(&[4, 5, 3], &dy)],
+        )
+        .unwrap();
+    assert_eq!(r.inputs.as_slice(), &[attr(&[-1, 1]), w, dy]);
+    assert_eq!(r.outputs.len(), 1, "the ids have no grad");
+    assert_eq!(r.outputs[0].to_string(), "[-1, -1] partial{1: SUM}");
+}
+
+#[test]
+fn mixed_grad_promotes_dense_tensors_and_skips_unneeded_grads() {
+    let m = mesh(&[2, 4]);
+    let mm = Einsum::new("mk,kn->mn").unwrap();
+    let (x, dy) = (attr(&[0, -1]), attr(&[0, -1]));
+    let ins = [
+        Tensor::Dist {
+            mesh: &m,
+            shape: &[64, 32],
+            attr: &x,
+        },
+        // A dense weight: replicated on the mesh of the dist tensors.
+        Tensor::Dense { shape: &[32, 48] },
+    ];
+    let outs = [Tensor::Dist {
+        mesh: &m,
+        shape: &[64, 48],
+        attr: &dy,
+    }];
+    let g = grad_mixed(&mm, &ins, &outs, &[false, true])
+        .unwrap()
+        .unwrap();
+    assert_eq!(g.requirements[1], attr(&[-1, -1]));
+    assert_eq!(g.input_grads[0], None, "x is stop-gradient");
+    // The weight grad sums over m (mesh dim 0): the data-parallel all-reduce.
+    let w = g.input_grads[1].as_ref().unwrap();
+    assert_eq!(w.to_string(), "[-1, -1] partial{0: SUM}");
+
+    let dense = [
+        Tensor::Dense { shape: &[64, 32] },
+        Tensor::Dense { shape: &[32, 48] },
+    ];
+    let dense_dy = [Tensor::Dense { shape: &[64, 48] }];
+    assert_eq!(
+        grad_mixed(&mm, &dense, &dense_dy, &[true, true]).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn grad_arity_and_rank_errors_name_the_tensor() {
+    let mm = Einsum::new("mk,kn->mn").unwrap();
+    let (x, dy) = (attr(&[0, -1]), attr(&[0]));
+    let err = mm
+        .grad(&mesh(&[2]), &[Spec::new(&[4, 4], &x)], &[])
+        .unwrap_err();
+    assert!(matches!(err, SpmdError::Arity { .. }), "{err}");
+    let err = mm
+        .grad(
+            &mesh(&[2]),
+            &[Spec::new(&[4, 4], &x), Spec::new(&[4, 4], &x)],
+            &[Spec::new(&[4], &dy)],
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("output 0"), "{err}");
+}
