@@ -1,8 +1,6 @@
 //! Grad rules derived from the notation (DESIGN §4 "Grad"), worked by hand.
 
-use spmd_core::{
-    Attrs, DistAttr, Einsum, Mesh, ReduceType, Spec, SpmdError, SpmdRule, Tensor, grad_mixed,
-};
+use spmd_core::{Attrs, DistAttr, Einsum, Mesh, ReduceType, Spec, SpmdError, Tensor, grad_mixed};
 
 fn attr(m: &[i64]) -> DistAttr {
     DistAttr::from_paddle(m).unwrap()
