@@ -13,7 +13,7 @@ use crate::attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 use crate::merge::{AxisClash, AxisMap, MeshDimClash, UNSHARDED};
 use crate::mesh::{MAX_MESH_RANK, Mesh};
-use crate::policy::{Divisibility, MissingAxis};
+use crate::policy::{BackwardPartial, Divisibility, MissingAxis};
 use crate::rule::{EinsumRule, RuleResult};
 use crate::trace::Trace;
 
@@ -149,7 +149,10 @@ pub(crate) fn backward<T: Trace>(
     }
     for (o, spec) in outputs.iter().enumerate() {
         let mapping = cx.project(plan.output(o), spec.shape.len(), Some(spec.shape), &given);
-        let mut partial = spec.attr.partial;
+        let mut partial = match rule.policy.backward_partial {
+            BackwardPartial::Keep => spec.attr.partial,
+            BackwardPartial::Reset => Partial::NONE,
+        };
         partial.remove(mapping.mesh_set());
         result.outputs.push(DistAttr {
             dims_mapping: mapping,

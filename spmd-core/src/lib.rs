@@ -53,7 +53,7 @@ pub use mixed::{
     promote,
 };
 pub use op::{Call, Op};
-pub use policy::{Conflicts, Divisibility, MissingAxis, PartialInputs, Policy};
+pub use policy::{BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy};
 pub use registry::{Registry, RuleInfo};
 #[cfg(feature = "std")]
 pub use registry::{global, global_mut, register_global};

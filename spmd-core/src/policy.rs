@@ -52,6 +52,18 @@ pub enum MissingAxis {
     Error,
 }
 
+/// What backward inference does with the partial status the given outputs carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum BackwardPartial {
+    /// The outputs come back with the partial status they were given.
+    #[default]
+    Keep,
+    /// The outputs come back non-partial (Paddle 3.3.1's elementwise,
+    /// softmax, transpose, ... reverse rules).
+    Reset,
+}
+
 /// One rule's choice of every policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Policy {
@@ -59,6 +71,7 @@ pub struct Policy {
     pub divisibility: Divisibility,
     pub partial_inputs: PartialInputs,
     pub missing_axis: MissingAxis,
+    pub backward_partial: BackwardPartial,
 }
 
 impl Policy {
@@ -69,6 +82,7 @@ impl Policy {
         divisibility: Divisibility::Uneven,
         partial_inputs: PartialInputs::Drop,
         missing_axis: MissingAxis::Replicate,
+        backward_partial: BackwardPartial::Keep,
     };
 
     /// The classic policy with strict conflicts.
@@ -87,6 +101,10 @@ impl Policy {
     }
     pub const fn with_missing_axis(mut self, m: MissingAxis) -> Policy {
         self.missing_axis = m;
+        self
+    }
+    pub const fn with_backward_partial(mut self, b: BackwardPartial) -> Policy {
+        self.backward_partial = b;
         self
     }
 }

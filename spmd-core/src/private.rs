@@ -9,8 +9,8 @@ pub use smallvec::SmallVec;
 pub use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
 
 pub use crate::{
-    Attrs, Call, Conflicts, Divisibility, Einsum, EinsumRule, Mesh, MissingAxis, Op, Policy,
-    ReduceType, RuleResult, Spec, SpmdError, SpmdRule,
+    Attrs, BackwardPartial, Call, Conflicts, Divisibility, Einsum, EinsumRule, Mesh, MissingAxis,
+    Op, Policy, ReduceType, RuleResult, Spec, SpmdError, SpmdRule,
 };
 
 /// What `#[spmd_rule(build = ...)]` knows at compile time about a rule whose

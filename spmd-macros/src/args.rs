@@ -26,6 +26,7 @@ struct RawArgs {
     conflicts: Option<LitStr>,
     divisibility: Option<LitStr>,
     missing_axis: Option<LitStr>,
+    backward_partial: Option<LitStr>,
     validate: Option<Path>,
     adjust: Option<Path>,
     inputs: Option<darling::util::PathList>,
@@ -97,6 +98,7 @@ pub struct Rule {
     pub conflicts: Ident,
     pub divisibility: Ident,
     pub missing_axis: Ident,
+    pub backward_partial: Ident,
     pub validate: Option<Path>,
     pub adjust: Option<Path>,
     /// Bit masks over inputs: no gradient / not read by the gradient.
@@ -281,6 +283,13 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         MISSING_AXIS,
         "Replicate",
     );
+    let backward_partial = choice(
+        &mut errors,
+        raw.backward_partial.as_ref(),
+        "`backward_partial` policy",
+        BACKWARD_PARTIAL,
+        "Keep",
+    );
 
     let no_grad = input_mask(
         &mut errors,
@@ -310,6 +319,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         conflicts,
         divisibility,
         missing_axis,
+        backward_partial,
         validate: raw.validate,
         adjust: raw.adjust,
         no_grad,
@@ -426,6 +436,7 @@ const STRING_OPTIONS: &[(&str, &str)] = &[
     ("conflicts", "conflicts = \"strict\""),
     ("divisibility", "divisibility = \"drop\""),
     ("missing_axis", "missing_axis = \"error\""),
+    ("backward_partial", "backward_partial = \"reset\""),
 ];
 
 /// `einsum = 3` and the like: darling would say only "Unexpected type `int`".
@@ -497,6 +508,7 @@ const DIVISIBILITY: &[(&str, &str)] = &[
     ("drop_derived", "DropDerived"),
 ];
 const MISSING_AXIS: &[(&str, &str)] = &[("replicate", "Replicate"), ("error", "Error")];
+const BACKWARD_PARTIAL: &[(&str, &str)] = &[("keep", "Keep"), ("reset", "Reset")];
 
 /// A string option with a fixed set of values, as the variant's identifier.
 fn choice(

@@ -56,11 +56,13 @@ fn rule_impls(rule: &Rule) -> TokenStream {
 
     let policy = {
         let (c, d, m) = (&rule.conflicts, &rule.divisibility, &rule.missing_axis);
+        let b = &rule.backward_partial;
         quote! {
             __spmd::Policy::CLASSIC
                 .with_conflicts(__spmd::Conflicts::#c)
                 .with_divisibility(__spmd::Divisibility::#d)
                 .with_missing_axis(__spmd::MissingAxis::#m)
+                .with_backward_partial(__spmd::BackwardPartial::#b)
         }
     };
     let reduce = &rule.reduce;

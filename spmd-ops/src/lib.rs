@@ -13,12 +13,14 @@
 //! # Ok::<(), spmd_core::SpmdError>(())
 //! ```
 
+mod elementwise;
 mod embedding;
 mod matmul;
 mod notation;
 mod reduce;
 mod softmax;
 
+pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, UNARY};
 pub use embedding::Embedding;
 pub use matmul::Matmul;
 pub use reduce::{Max, Min, Prod, Sum};
@@ -38,6 +40,7 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<Max>()?
         .register::<Min>()?
         .register::<Prod>()?;
+    elementwise::register(registry)?;
     Ok(())
 }
 

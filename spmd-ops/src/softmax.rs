@@ -11,6 +11,7 @@ use crate::notation::{input_rank, labels, normalize_axis};
     build = Self::notation,
     never_sharded = "a",
     conflicts = "strict",
+    backward_partial = "reset",
     inputs(x),
     outputs(out)
 )]

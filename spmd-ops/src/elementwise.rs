@@ -1,0 +1,141 @@
+//! Elementwise ops: unary (`relu`, `exp`, ...) and binary with numpy
+//! broadcasting (`add`, `multiply`, comparisons, logical ops). Every dim keeps
+//! its sharding; a size-1 dim broadcast against a larger one is never sharded.
+
+use spmd_core::{RuleInfo, SpmdError, spmd_rule};
+
+/// Paddle's elementwise unary rule. Paddle 3.3.1 drops a sharding that does
+/// not divide its dim, on both sides and in both directions
+/// (`PADDLE-3.3.1.md` §A); its attributes do not affect sharding.
+#[spmd_rule(
+    name = "elementwise_unary",
+    einsum = "...->...",
+    divisibility = "drop",
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ElementwiseUnary {}
+
+/// Paddle's elementwise binary rule: numpy broadcasting, shardings kept
+/// even when uneven.
+#[spmd_rule(
+    name = "elementwise_binary",
+    einsum = "...,...->...",
+    backward_partial = "reset",
+    inputs(x, y),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ElementwiseBinary {}
+
+/// Paddle's names for ops that use the unary rule. (`dropout` is not one:
+/// it takes an optional seed tensor and has a second output, the mask.)
+pub const UNARY: &[&str] = &[
+    "abs",
+    "acos",
+    "acosh",
+    "asin",
+    "asinh",
+    "assign",
+    "atan",
+    "atanh",
+    "bitwise_not",
+    "cast",
+    "ceil",
+    "celu",
+    "clip",
+    "conj",
+    "cos",
+    "cosh",
+    "digamma",
+    "elu",
+    "erf",
+    "erfinv",
+    "exp",
+    "expm1",
+    "floor",
+    "gelu",
+    "hardshrink",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
+    "leaky_relu",
+    "lgamma",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "logical_not",
+    "logit",
+    "logsigmoid",
+    "mish",
+    "pow",
+    "reciprocal",
+    "relu",
+    "relu6",
+    "round",
+    "rsqrt",
+    "scale",
+    "selu",
+    "sigmoid",
+    "sign",
+    "silu",
+    "sin",
+    "sinh",
+    "softplus",
+    "softshrink",
+    "softsign",
+    "sqrt",
+    "square",
+    "stanh",
+    "swish",
+    "tan",
+    "tanh",
+    "tanh_shrink",
+    "thresholded_relu",
+    "trunc",
+];
+
+/// Paddle's names for ops that use the binary rule.
+pub const BINARY: &[&str] = &[
+    "add",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "divide",
+    "elementwise_add",
+    "elementwise_div",
+    "elementwise_mul",
+    "elementwise_pow",
+    "floor_divide",
+    "fmax",
+    "fmin",
+    "greater_than",
+    "heaviside",
+    "less_than",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "maximum",
+    "minimum",
+    "multiply",
+    "not_equal",
+    "remainder",
+    "subtract",
+    "trunc_divide",
+];
+
+pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdError> {
+    registry
+        .register::<ElementwiseUnary>()?
+        .register::<ElementwiseBinary>()?;
+    for name in UNARY {
+        registry.insert(RuleInfo::of::<ElementwiseUnary>().renamed(name))?;
+    }
+    for name in BINARY {
+        registry.insert(RuleInfo::of::<ElementwiseBinary>().renamed(name))?;
+    }
+    Ok(())
+}
