@@ -1,11 +1,142 @@
-//! The `spmd` command-line tool. This first step holds the pure logic the
-//! commands are built on: the compact syntax ([`parse`]), the reshard
-//! classification ([`reshard`]), the block arithmetic ([`layout`]), output
-//! shapes from notations ([`shapes`]), styles and tables ([`style`]).
+//! The `spmd` command-line tool (see the crate README for a session).
+//!
+//! `main.rs` only calls [`run`]. Each command lives in [`cmd`] and returns
+//! the text to print; parsing of the compact syntax is in [`parse`], the
+//! reshard classification in [`reshard`], the block arithmetic of `show` in
+//! [`layout`].
 
+use std::io::Write as _;
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory as _, Parser as _};
+
+pub mod call;
+pub mod cli;
+pub mod cmd;
 pub mod error;
 pub mod layout;
 pub mod parse;
+pub mod report;
 pub mod reshard;
 pub mod shapes;
 pub mod style;
+pub mod trace;
+
+use cli::{Cli, ColorWhen, Command};
+use error::{CliError, EXIT_USAGE, one_line};
+
+/// What a command prints, and whether it fails after printing.
+#[derive(Debug)]
+pub struct Output {
+    pub text: String,
+    pub fail: Option<CliError>,
+}
+
+impl Output {
+    pub fn ok(text: String) -> Output {
+        Output { text, fail: None }
+    }
+}
+
+/// Runs one command; the result is the process's exit status.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let sub = args
+                .get(1)
+                .and_then(|a| a.to_str())
+                .filter(|a| !a.starts_with('-'));
+            return clap_error(e, sub);
+        }
+    };
+    match cli.color {
+        ColorWhen::Always => anstream::ColorChoice::Always.write_global(),
+        ColorWhen::Never => anstream::ColorChoice::Never.write_global(),
+        ColorWhen::Auto => {}
+    }
+    let result = match &cli.command {
+        Command::Infer(a) => cmd::infer::infer(a),
+        Command::Einsum(a) => cmd::infer::einsum(a),
+        Command::Explain(a) => cmd::explain::explain(a),
+        Command::Show(a) => cmd::show::show(a),
+        Command::Conformance(a) => cmd::conformance::conformance(a),
+        Command::Ops(a) => cmd::ops::ops(a),
+    };
+    let (text, fail) = match result {
+        Ok(o) => (o.text, o.fail),
+        Err(e) => (String::new(), Some(e)),
+    };
+    let mut out = anstream::stdout().lock();
+    // A closed pipe (`spmd ops | head -1`) is not an error worth a message.
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+    match fail {
+        None => 0,
+        Some(e) => {
+            if !e.message.is_empty() {
+                print_error(&e.message);
+            }
+            e.code
+        }
+    }
+}
+
+fn print_error(message: &str) {
+    let mut err = anstream::stderr().lock();
+    let _ = writeln!(
+        err,
+        "{}error:{} {}",
+        style::BAD.render(),
+        style::BAD.render_reset(),
+        one_line(message)
+    );
+}
+
+/// Help and version print as clap renders them; argument errors become one
+/// `error: ...` line (with clap's tip folded in) and exit status 2.
+fn clap_error(e: clap::Error, sub: Option<&str>) -> i32 {
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            0
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            EXIT_USAGE
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let mut parts = Vec::new();
+            for line in rendered.lines() {
+                let line = line.trim();
+                if line.is_empty()
+                    || line.starts_with("Usage:")
+                    || line.starts_with("For more information")
+                {
+                    continue;
+                }
+                parts.push(line.strip_prefix("error: ").unwrap_or(line).to_string());
+            }
+            let cmd = match sub {
+                Some(c) if Cli::command().find_subcommand(c).is_some() => {
+                    format!("spmd {c} --help")
+                }
+                _ => "spmd --help".into(),
+            };
+            let mut msg = String::new();
+            for p in parts {
+                if !msg.is_empty() {
+                    msg.push_str(if msg.ends_with(':') { " " } else { "; " });
+                }
+                msg.push_str(&p);
+            }
+            print_error(&format!("{msg} (see `{cmd}`)"));
+            EXIT_USAGE
+        }
+    }
+}

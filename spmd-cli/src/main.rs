@@ -1,6 +1,15 @@
-//! The `spmd` binary; its commands come in the next step.
+//! The `spmd` binary: everything is in the library (`spmd_cli::run`).
 
 fn main() {
-    eprintln!("error: no commands yet");
-    std::process::exit(2);
+    // A bug must still end in one line, never a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        eprintln!("error: internal error (a bug in spmd, please report it): {msg}");
+    }));
+    std::process::exit(spmd_cli::run(std::env::args_os()));
 }

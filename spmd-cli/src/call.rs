@@ -1,0 +1,415 @@
+//! One rule call: which rule, on which mesh, in which direction, with which
+//! tensors; built from the command line or from a JSON case, and run.
+
+use std::io::Read as _;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use spmd_core::json::{Agreement, Alternative, Direction, Expected, Mismatch, Tensor};
+use spmd_core::{
+    AttrValue, Attrs, Einsum, Mesh, Registry, RuleInfo, RuleResult, Spec, SpmdError, SpmdRule,
+};
+
+use crate::cli::CallArgs;
+use crate::error::{CliError, Result};
+use crate::parse::{self, TensorArg};
+
+/// Which rule a call runs.
+#[derive(Clone, Debug)]
+pub enum RuleSource {
+    /// A registered op and its attributes.
+    Registered { name: String, attrs: Attrs },
+    /// An einsum notation (the `einsum` op, or a notation given directly).
+    Einsum { equation: String, attrs: Attrs },
+}
+
+impl RuleSource {
+    /// How the rule is named in reports: `matmul`, `einsum "mk,kn->mn"`.
+    pub fn title(&self) -> String {
+        match self {
+            RuleSource::Registered { name, .. } => name.clone(),
+            RuleSource::Einsum { equation, .. } => format!("einsum {equation:?}"),
+        }
+    }
+    pub fn attrs(&self) -> &Attrs {
+        match self {
+            RuleSource::Registered { attrs, .. } | RuleSource::Einsum { attrs, .. } => attrs,
+        }
+    }
+}
+
+/// What a JSON case says the answer should be.
+#[derive(Clone, Debug)]
+pub struct Expectation {
+    pub expected: Expected,
+    pub alternatives: Vec<Alternative>,
+}
+
+impl Expectation {
+    pub fn check(
+        &self,
+        got: &std::result::Result<RuleResult, SpmdError>,
+    ) -> std::result::Result<Agreement, Mismatch> {
+        let mut first = match self.expected.check(got) {
+            Ok(()) => return Ok(Agreement::Expected),
+            Err(m) => m,
+        };
+        for (i, alt) in self.alternatives.iter().enumerate() {
+            if alt.expected.check(got).is_ok() {
+                return Ok(Agreement::Alternative(i));
+            }
+        }
+        if !self.alternatives.is_empty() {
+            first.details.push(format!(
+                "no alternative matches either ({} tried)",
+                self.alternatives.len()
+            ));
+        }
+        Err(first)
+    }
+}
+
+/// One call, checked and ready to run.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub id: Option<String>,
+    pub source: RuleSource,
+    pub mesh: Mesh,
+    pub direction: Direction,
+    /// Forward and grad: the inputs; backward: the inputs (shapes; mappings optional).
+    pub inputs: Vec<TensorArg>,
+    /// Backward: the given outputs; grad: the output grads.
+    pub outputs: Vec<TensorArg>,
+    pub expectation: Option<Expectation>,
+}
+
+/// Owned tensors: (shape, dist attr) per tensor.
+pub type Parts = Vec<(Vec<usize>, spmd_core::DistAttr)>;
+
+/// Whether `op` is an einsum notation rather than an op name.
+pub fn is_notation(op: &str) -> bool {
+    op.contains("->")
+}
+
+fn direction(call: &CallArgs) -> Direction {
+    if call.grad {
+        Direction::Grad
+    } else if call.backward {
+        Direction::Backward
+    } else {
+        Direction::Forward
+    }
+}
+
+impl Request {
+    /// From the command line: `op` is a registry name, `einsum` (with an
+    /// `equation` attribute) or a notation.
+    pub fn from_args(op: &str, call: &CallArgs, registry: &Registry) -> Result<Request> {
+        let attrs = parse::attrs(&call.attrs)?;
+        let source = if is_notation(op) {
+            RuleSource::Einsum {
+                equation: op.to_string(),
+                attrs,
+            }
+        } else {
+            source_for(op, attrs, registry)?
+        };
+        Request::build(source, call)
+    }
+
+    /// From the command line, with an explicit notation (`spmd einsum`).
+    pub fn from_notation(notation: &str, call: &CallArgs) -> Result<Request> {
+        let attrs = parse::attrs(&call.attrs)?;
+        Request::build(
+            RuleSource::Einsum {
+                equation: notation.to_string(),
+                attrs,
+            },
+            call,
+        )
+    }
+
+    fn build(source: RuleSource, call: &CallArgs) -> Result<Request> {
+        let mesh_text = call.mesh.as_deref().ok_or_else(|| {
+            CliError::usage("--mesh is required (the device mesh, like --mesh 2x4)")
+        })?;
+        let mesh = parse::mesh(mesh_text).map_err(|e| CliError::usage(format!("--mesh: {e}")))?;
+        let direction = direction(call);
+        let tensors = |flag: &str, list: &[String]| -> Result<Vec<TensorArg>> {
+            list.iter()
+                .enumerate()
+                .map(|(i, text)| {
+                    parse::tensor(text)
+                        .map_err(|e| CliError::usage(format!("{flag} #{i} `{text}`: {e}")))
+                })
+                .collect()
+        };
+        let inputs = tensors("--in", &call.inputs)?;
+        let outputs = tensors("--out", &call.outputs)?;
+        if direction != Direction::Forward && outputs.is_empty() {
+            let what = if direction == Direction::Grad {
+                "the output grads"
+            } else {
+                "the outputs"
+            };
+            return Err(CliError::usage(format!(
+                "--{direction} needs {what} as --out SHAPE:MAPPING (and the inputs as --in)"
+            )));
+        }
+        if direction == Direction::Forward && !outputs.is_empty() {
+            return Err(CliError::usage(
+                "--out is for --backward (the given outputs) and --grad (the output grads); forward inference derives the outputs",
+            ));
+        }
+        let req = Request {
+            id: None,
+            source,
+            mesh,
+            direction,
+            inputs,
+            outputs,
+            expectation: None,
+        };
+        req.check_tensors("--in #", "--out #")?;
+        Ok(req)
+    }
+
+    /// Checks every tensor against its shape and the mesh, naming it as
+    /// `{prefix}{index}`. Backward inputs' mappings are not checked (the rule
+    /// ignores them) unless one was given.
+    fn check_tensors(&self, in_prefix: &str, out_prefix: &str) -> Result<()> {
+        for (prefix, list) in [(in_prefix, &self.inputs), (out_prefix, &self.outputs)] {
+            for (i, t) in list.iter().enumerate() {
+                t.check(&self.mesh)
+                    .map_err(|e| CliError::usage(format!("{prefix}{i} `{}`: {e}", t.text)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// From a JSON file (`-` = stdin): one call object or an array of them.
+    pub fn from_json_file(path: &str, registry: &Registry) -> Result<Vec<Request>> {
+        let text = read_input(path)?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| CliError::usage(format!("{}: malformed JSON: {e}", display_path(path))))?;
+        let items = match value {
+            Value::Array(items) => items,
+            v @ Value::Object(_) => vec![v],
+            _ => {
+                return Err(CliError::usage(format!(
+                    "{}: expected a JSON object (one call) or an array of them",
+                    display_path(path)
+                )));
+            }
+        };
+        if items.is_empty() {
+            return Err(CliError::usage(format!(
+                "{}: the array holds no call",
+                display_path(path)
+            )));
+        }
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(n, v)| {
+                Request::from_json(v, registry).map_err(|e| {
+                    CliError::usage(format!("{} (call {n}): {}", display_path(path), e.message))
+                })
+            })
+            .collect()
+    }
+
+    fn from_json(v: Value, registry: &Registry) -> Result<Request> {
+        let call: JsonCall = serde_json::from_value(v)
+            .map_err(|e| CliError::usage(format!("not a call of the conformance schema: {e}")))?;
+        let attrs = Attrs::from_json("spmd", &Value::Object(call.attrs.clone()))?;
+        let source = if call.op == "einsum" {
+            let equation = call
+                .attrs
+                .get("equation")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    CliError::usage(
+                        "op `einsum` needs an `equation` attribute (a string like \"mk,kn->mn\")",
+                    )
+                })?;
+            RuleSource::Einsum {
+                equation: equation.to_string(),
+                attrs,
+            }
+        } else {
+            source_for(&call.op, attrs, registry)?
+        };
+        let mesh =
+            Mesh::new(&call.mesh_shape).map_err(|e| CliError::usage(format!("mesh_shape: {e}")))?;
+        let tensors = |role: &str, list: &[Option<Tensor>]| -> Result<Vec<TensorArg>> {
+            list.iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let t = t.as_ref().ok_or_else(|| {
+                        CliError::usage(format!(
+                            "{role} {i} is null (an absent optional tensor), which the CLI cannot pass to a rule"
+                        ))
+                    })?;
+                    let (shape, attr) = t
+                        .to_parts()
+                        .map_err(|e| CliError::usage(format!("{role} {i}: {e}")))?;
+                    Ok(TensorArg {
+                        text: serde_json::to_string(t).unwrap_or_default(),
+                        shape,
+                        mapping: t.dims_mapping.as_ref().map(|_| attr.dims_mapping.clone()),
+                        partial: attr.partial,
+                    })
+                })
+                .collect()
+        };
+        let direction = call.direction.unwrap_or(Direction::Forward);
+        let req = Request {
+            id: call.id,
+            source,
+            mesh,
+            direction,
+            inputs: tensors("input", &call.inputs)?,
+            outputs: tensors("output", &call.outputs)?,
+            expectation: call.expected.map(|expected| Expectation {
+                expected,
+                alternatives: call.alternatives,
+            }),
+        };
+        req.check_tensors("input ", "output ")?;
+        Ok(req)
+    }
+
+    /// Builds the rule.
+    pub fn rule(&self, registry: &Registry) -> std::result::Result<Built, SpmdError> {
+        match &self.source {
+            RuleSource::Einsum { equation, .. } => Einsum::new(equation).map(Built::Einsum),
+            RuleSource::Registered { name, attrs } => {
+                let info = *registry.get(name)?;
+                Ok(Built::Registered((info.build)(attrs)?, info))
+            }
+        }
+    }
+
+    /// The inputs and outputs as owned (shape, attr) pairs.
+    pub fn parts(&self) -> (Parts, Parts) {
+        let p = |l: &[TensorArg]| l.iter().map(|t| (t.shape.clone(), t.attr())).collect();
+        (p(&self.inputs), p(&self.outputs))
+    }
+
+    /// Runs the call. `Err` when the rule cannot be built or rejects the call.
+    pub fn run(&self, rule: &Built) -> std::result::Result<RuleResult, SpmdError> {
+        let (ins, outs) = self.parts();
+        run_parts(rule.as_rule(), &self.mesh, self.direction, &ins, &outs)
+    }
+}
+
+/// Runs a rule in a direction over owned tensors. For grad, when the rule
+/// takes fewer inputs than given and more inputs than output grads were
+/// given, the extra inputs are read as Paddle's forward outputs (some Paddle
+/// grad ops take them): the rule runs without them, and each gets its grad's
+/// requirement, as the project's conformance test does.
+pub fn run_parts(
+    rule: &dyn SpmdRule,
+    mesh: &Mesh,
+    direction: Direction,
+    ins: &[(Vec<usize>, spmd_core::DistAttr)],
+    outs: &[(Vec<usize>, spmd_core::DistAttr)],
+) -> std::result::Result<RuleResult, SpmdError> {
+    let inputs: Vec<Spec<'_>> = ins.iter().map(|(s, a)| Spec::new(s, a)).collect();
+    let outputs: Vec<Spec<'_>> = outs.iter().map(|(s, a)| Spec::new(s, a)).collect();
+    match direction {
+        Direction::Forward => rule.forward(mesh, &inputs),
+        Direction::Backward => {
+            let shapes: Vec<&[usize]> = ins.iter().map(|(s, _)| s.as_slice()).collect();
+            rule.backward(mesh, &shapes, &outputs)
+        }
+        Direction::Grad => match rule.grad(mesh, &inputs, &outputs) {
+            Err(SpmdError::Arity { .. }) if ins.len() > outs.len() => {
+                let n = ins.len() - outs.len();
+                let mut r = rule.grad(mesh, &inputs[..n], &outputs)?;
+                let dy: Vec<_> = r.inputs[n..].to_vec();
+                r.inputs.truncate(n);
+                r.inputs.extend(dy.iter().cloned());
+                r.inputs.extend(dy);
+                Ok(r)
+            }
+            other => other,
+        },
+    }
+}
+
+/// A built rule: a registered op (with its registry entry) or an einsum.
+pub enum Built {
+    Registered(Box<dyn SpmdRule>, RuleInfo),
+    Einsum(Einsum),
+}
+
+impl Built {
+    pub fn as_rule(&self) -> &dyn SpmdRule {
+        match self {
+            Built::Registered(r, _) => r.as_ref(),
+            Built::Einsum(e) => e,
+        }
+    }
+}
+
+/// The rule source of an op name: `einsum` needs its `equation` attribute.
+fn source_for(op: &str, attrs: Attrs, registry: &Registry) -> Result<RuleSource> {
+    if op == "einsum" && !registry.contains("einsum") {
+        return match attrs.get("equation") {
+            Some(AttrValue::Str(eq)) => Ok(RuleSource::Einsum {
+                equation: eq.clone(),
+                attrs,
+            }),
+            _ => Err(CliError::usage(
+                "op `einsum` needs its notation: --attr equation=mk,kn->mn (or use `spmd einsum NOTATION`)",
+            )),
+        };
+    }
+    registry
+        .get(op)
+        .map_err(|e| CliError::usage(format!("{e}; `spmd ops` lists the registered rules")))?;
+    Ok(RuleSource::Registered {
+        name: op.to_string(),
+        attrs,
+    })
+}
+
+/// A call in the conformance schema (a case; `id`, `expected` and
+/// `alternatives` optional, other fields ignored).
+#[derive(Deserialize)]
+struct JsonCall {
+    #[serde(default)]
+    id: Option<String>,
+    op: String,
+    #[serde(default)]
+    attrs: Map<String, Value>,
+    mesh_shape: Vec<usize>,
+    #[serde(default)]
+    direction: Option<Direction>,
+    #[serde(default)]
+    inputs: Vec<Option<Tensor>>,
+    #[serde(default)]
+    outputs: Vec<Option<Tensor>>,
+    #[serde(default)]
+    expected: Option<Expected>,
+    #[serde(default)]
+    alternatives: Vec<Alternative>,
+}
+
+/// A file's text, or stdin's for `-`.
+pub fn read_input(path: &str) -> Result<String> {
+    if path == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path).map_err(|e| CliError::usage(format!("cannot read {path}: {e}")))
+}
+
+pub fn display_path(path: &str) -> &str {
+    if path == "-" { "<stdin>" } else { path }
+}

@@ -1,0 +1,240 @@
+//! The command line, declared with clap's derive API.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const TENSOR_SYNTAX: &str = "\
+Tensor syntax (TENSOR):  SHAPE[:MAPPING][:partial(DIMS)]
+  SHAPE    extents joined by `x`: 64x32, 8; `scalar` (or nothing) for rank 0
+  MAPPING  Paddle's dims mapping, one entry per dim: -1 = replicated, d = split
+           over mesh dim d, [a,b] = co-sharded over mesh dims a then b (major
+           first): [1,-1]  [[0,1],-1]  []. Omitted: replicated.
+  partial  mesh dims holding partial values, each with an optional reduce type
+           (sum avg max min prod any all; default sum): partial(0)  partial(0:sum,1:max)
+Quote tensors in the shell if they contain brackets or parentheses:
+  --in '64x32:[1,0]'   --in '8x4:[-1,-1]:partial(0:max)'
+
+Attributes (--attr NAME=VALUE): true/false, integers, numbers, lists [0,1],
+strings (quotes optional): --attr trans_x=true --attr axis=[-1] --attr keep_dim=false";
+
+const INFER_EXAMPLES: &str = "\
+Examples:
+  spmd infer matmul --mesh 2x4 --in 64x32:[1,0] --in 32x48:[-1,-1]
+  spmd infer matmul --mesh 2x4 --in 32x64:[0,1] --in 32x48:[-1,-1] --attr trans_x=true
+  spmd infer softmax --mesh 4 --in '8x16:[0,-1]' --attr axis=0
+  spmd infer matmul --mesh 2x4 --backward --in 64x32 --in 32x48 --out '64x48:[0,1]'
+  spmd infer matmul --mesh 2x4 --grad --in '64x32:[1,0]' --in 32x48 --out '64x48:[1,-1]'
+  spmd infer --json-input case.json          (a case of the conformance schema; - reads stdin)
+  spmd infer matmul --mesh 2x4 --in 64x32:[1,0] --in 32x48:[-1,-1] --json";
+
+const EINSUM_EXAMPLES: &str = "\
+Examples:
+  spmd einsum 'mk,kn->mn' --mesh 2x4 --in 64x32:[1,0] --in 32x48:[-1,-1]
+  spmd einsum 'bs(hd)->bshd' --mesh 2 --in '4x8x64:[-1,-1,0]'
+  spmd einsum '...ij,...jk->...ik' --mesh 2x2 --in '8x4x6:[0,-1,1]' --in 6x2
+  spmd einsum 'mk,kn->mn' --mesh 2x4 --backward --in 64x32 --in 32x48 --out '64x48:[1,0]'";
+
+const EXPLAIN_EXAMPLES: &str = "\
+Examples:
+  spmd explain matmul --mesh 2x4 --in 64x32:[1,0] --in 32x48:[-1,-1]
+  spmd explain 'mk,kn->mn' --mesh 2x4 --in '64x32:[0,1]' --in '32x48:[1,0]'
+  spmd explain embedding --mesh 2x4 --in '16x128:[0,-1]' --in '1000x64:[1,-1]'";
+
+const SHOW_EXAMPLES: &str = "\
+Examples:
+  spmd show --mesh 2x4 '64x48:[1,0]'
+  spmd show --mesh 2x4 '64x48:[-1,1]:partial(0)'
+  spmd show --mesh 2x2x2 '8x16x32:[0,[1,2],-1]' --svg layout.svg
+  spmd show --mesh 4 '10:[0]' --json";
+
+const CONFORMANCE_EXAMPLES: &str = "\
+Examples:
+  spmd conformance tests/conformance/paddle-suite.json
+  spmd conformance tests/conformance/*.json --deviations tests/conformance/DEVIATIONS.md
+  spmd conformance paddle-suite.json --op matmul --op einsum -v
+  spmd conformance paddle-suite.json --json > results.json
+
+Every case runs through the rule the project would use: `einsum` from its `equation`
+attribute, other ops from the built-in registry with the case's attributes. Cases whose
+op is not registered are counted as `not covered`, never as failed. The last line is
+always `N passed, M failed`; the exit status is 1 when a covered case fails (a failure
+listed in --deviations counts as a deviation, not a failure).";
+
+const OPS_EXAMPLES: &str = "\
+Examples:
+  spmd ops
+  spmd ops matmul
+  spmd ops --json";
+
+/// Sharding propagation (SPMD) rules from the command line: what layout an
+/// op requires of its inputs, what its outputs get, and why.
+#[derive(Parser, Debug)]
+#[command(
+    name = "spmd",
+    version,
+    about = "Sharding-propagation (SPMD) rules from the command line",
+    long_about = "Sharding-propagation (SPMD) rules from the command line: given how an op's \
+                  tensors are split over a device mesh, what the op requires of its inputs, \
+                  how its outputs come out (and which are partial), which reshard each input \
+                  needs, and why.",
+    after_help = "Run `spmd <COMMAND> --help` for the tensor syntax and examples.\n\
+                  Colors are off when the output is not a terminal or NO_COLOR is set.",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// When to color the output.
+    #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
+    pub color: ColorWhen,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    /// Color on a terminal, unless NO_COLOR is set.
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a registered op's rule: input requirements, outputs, reshards.
+    #[command(after_help = format!("{TENSOR_SYNTAX}\n\n{INFER_EXAMPLES}"))]
+    Infer(InferArgs),
+
+    /// Run the rule of any einsum notation (no registered op needed).
+    #[command(after_help = format!("{TENSOR_SYNTAX}\n\n{EINSUM_EXAMPLES}"))]
+    Einsum(EinsumArgs),
+
+    /// Like `infer`, step by step: which axis took which mesh dim from which
+    /// tensor, which conflicts were settled and how, why an output is partial.
+    #[command(after_help = format!("{TENSOR_SYNTAX}\n\n{EXPLAIN_EXAMPLES}"))]
+    Explain(InferArgs),
+
+    /// Draw a tensor's layout: which device holds which block.
+    #[command(after_help = format!("{TENSOR_SYNTAX}\n\n{SHOW_EXAMPLES}"))]
+    Show(ShowArgs),
+
+    /// Run conformance vectors (JSON, the shared schema) and summarize per op.
+    #[command(after_help = CONFORMANCE_EXAMPLES)]
+    Conformance(ConformanceArgs),
+
+    /// List the registered rules with their notations and attributes.
+    #[command(after_help = OPS_EXAMPLES)]
+    Ops(OpsArgs),
+}
+
+/// The tensors, mesh and direction of one rule call.
+#[derive(Args, Debug, Clone, Default)]
+pub struct CallArgs {
+    /// The device mesh: extents joined by `x` (2x4 = 2 rows of 4 devices, ids row-major).
+    #[arg(long, value_name = "SHAPE")]
+    pub mesh: Option<String>,
+
+    /// An input tensor, in order (forward: SHAPE:MAPPING; backward: SHAPE, any mapping is ignored by the rule).
+    #[arg(long = "in", value_name = "TENSOR", allow_hyphen_values = true)]
+    pub inputs: Vec<String>,
+
+    /// An output tensor, in order (backward: the given outputs; grad: the output grads).
+    #[arg(long = "out", value_name = "TENSOR", allow_hyphen_values = true)]
+    pub outputs: Vec<String>,
+
+    /// An op attribute, Paddle's name and a value (repeatable).
+    #[arg(long = "attr", value_name = "NAME=VALUE", allow_hyphen_values = true)]
+    pub attrs: Vec<String>,
+
+    /// Backward (reverse) inference: from the outputs (--out) and the inputs' shapes (--in).
+    #[arg(long, conflicts_with = "grad")]
+    pub backward: bool,
+
+    /// Grad inference: the gradient op of the forward inputs (--in) and output grads (--out).
+    #[arg(long)]
+    pub grad: bool,
+
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct InferArgs {
+    /// The op's registry name (see `spmd ops`), or an einsum notation such as 'mk,kn->mn'.
+    #[arg(required_unless_present = "json_input")]
+    pub op: Option<String>,
+
+    #[command(flatten)]
+    pub call: CallArgs,
+
+    /// Read the whole call from a JSON file (`-` = stdin): one case of the
+    /// conformance schema (op, attrs, mesh_shape, direction, inputs, outputs), or an
+    /// array of them. When the case has `expected`, the answer is checked against it.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["op", "mesh", "inputs", "outputs", "attrs", "backward", "grad"]
+    )]
+    pub json_input: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct EinsumArgs {
+    /// The notation: operands `->` outputs, e.g. 'mk,kn->mn', '...ij->...j', 'bs(hd)->bshd'.
+    pub notation: String,
+
+    #[command(flatten)]
+    pub call: CallArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ShowArgs {
+    /// The device mesh: extents joined by `x`.
+    #[arg(long, value_name = "SHAPE")]
+    pub mesh: String,
+
+    /// The tensor: SHAPE:MAPPING[:partial(...)].
+    #[arg(value_name = "TENSOR", allow_hyphen_values = true)]
+    pub tensor: String,
+
+    /// Also write the picture as an SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<String>,
+
+    /// Print each device's block as JSON instead of the picture.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConformanceArgs {
+    /// Vector files (JSON arrays of cases in the shared schema).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<String>,
+
+    /// A deviations table (DEVIATIONS.md format: first cell a case id, last
+    /// cell the reason): listed failures count as deviations, not failures.
+    #[arg(long, value_name = "FILE")]
+    pub deviations: Option<String>,
+
+    /// Only run cases of these ops (repeatable).
+    #[arg(long = "op", value_name = "NAME")]
+    pub ops: Vec<String>,
+
+    /// List every failing case (by default the first 10).
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Print per-case results as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct OpsArgs {
+    /// Show only this op.
+    pub name: Option<String>,
+
+    /// Print the list as JSON.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,380 @@
+//! `spmd conformance`: runs vector files of the shared schema and summarizes
+//! them per op and direction, the way `tests/conformance.rs` runs them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+use spmd_core::json::{self, Agreement, Case, Direction};
+use spmd_core::{Attrs, Einsum, Mesh, Registry, RuleResult, SpmdError, SpmdRule};
+
+use crate::Output;
+use crate::call::{display_path, read_input, run_parts};
+use crate::cli::ConformanceArgs;
+use crate::error::{CliError, Result};
+use crate::style::{BAD, COMM, DIM, HEADER, OK, Table, paint};
+
+/// What happened to one case.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Passed(Agreement),
+    Failed(String),
+    /// Failed, and listed in the deviations file with this reason.
+    Deviation {
+        reason: String,
+        why: String,
+    },
+    /// The op, or this direction of it, has no rule here.
+    NotCovered(String),
+}
+
+impl Status {
+    fn name(&self) -> &'static str {
+        match self {
+            Status::Passed(_) => "passed",
+            Status::Failed(_) => "failed",
+            Status::Deviation { .. } => "deviation",
+            Status::NotCovered(_) => "not_covered",
+        }
+    }
+}
+
+/// The rule a case runs through: `einsum` from its `equation`, any other op
+/// from the registry with the case's attributes. `None`: not covered.
+fn rule_for(case: &Case, registry: &Registry) -> Option<Result<Box<dyn SpmdRule>, SpmdError>> {
+    if case.op == "einsum" && !registry.contains("einsum") {
+        let equation = case.attr_str("equation")?;
+        return Some(Einsum::new(equation).map(|e| Box::new(e) as Box<dyn SpmdRule>));
+    }
+    if !registry.contains(&case.op) {
+        return None;
+    }
+    let attrs = Value::Object(case.attrs.clone());
+    Some(Attrs::from_json("conformance", &attrs).and_then(|a| registry.build(&case.op, &a)))
+}
+
+/// Runs one case: its status and what the rule answered (when it ran).
+pub fn run_case(
+    case: &Case,
+    registry: &Registry,
+) -> (Status, Option<Result<RuleResult, SpmdError>>) {
+    let rule = match rule_for(case, registry) {
+        None if case.op == "einsum" => {
+            return (
+                Status::NotCovered("an einsum case without an `equation` attribute".into()),
+                None,
+            );
+        }
+        None => {
+            return (
+                Status::NotCovered(format!("no rule named `{}`", case.op)),
+                None,
+            );
+        }
+        Some(Ok(rule)) => rule,
+        Some(Err(e)) => {
+            // Building the rule failed: that is the answer when an error is expected.
+            let got = Err(e);
+            return (verdict(case, &got), Some(got));
+        }
+    };
+    let mesh = match Mesh::new(&case.mesh_shape) {
+        Ok(m) => m,
+        Err(e) => {
+            let got = Err(e);
+            return (verdict(case, &got), Some(got));
+        }
+    };
+    let ins = match case.input_parts() {
+        Ok(p) => p,
+        Err(e) => return (Status::Failed(format!("cannot run: inputs: {e}")), None),
+    };
+    let outs = match case.direction {
+        Direction::Forward => Vec::new(),
+        _ => match case.output_parts() {
+            Ok(p) => p,
+            Err(e) => return (Status::Failed(format!("cannot run: outputs: {e}")), None),
+        },
+    };
+    let got = run_parts(rule.as_ref(), &mesh, case.direction, &ins, &outs);
+    if let Err(SpmdError::NoGradRule { .. }) = &got {
+        return (
+            Status::NotCovered(format!("`{}` has no grad rule", case.op)),
+            Some(got),
+        );
+    }
+    (verdict(case, &got), Some(got))
+}
+
+fn verdict(case: &Case, got: &Result<RuleResult, SpmdError>) -> Status {
+    match case.check(got) {
+        Ok(a) => Status::Passed(a),
+        Err(m) => Status::Failed(m.to_string()),
+    }
+}
+
+/// The deviations table: every table row whose first cell is a case id
+/// (backticks allowed), with the reason from its last cell.
+pub fn parse_deviations(text: &str, path: &str) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if !line.starts_with('|') {
+            continue;
+        }
+        let cells: Vec<&str> = line
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().trim_matches('`').trim())
+            .collect();
+        let id = cells[0];
+        if id.is_empty() || id == "case" || id.starts_with('-') || id.starts_with(':') {
+            continue;
+        }
+        let reason = cells.last().copied().unwrap_or_default();
+        if cells.len() < 2 || reason.is_empty() {
+            return Err(CliError::usage(format!(
+                "{path} line {}: a deviation needs a reason in its last cell: {line}",
+                n + 1
+            )));
+        }
+        if out.insert(id.to_string(), reason.to_string()).is_some() {
+            return Err(CliError::usage(format!(
+                "{path} line {}: {id} is listed twice",
+                n + 1
+            )));
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Default)]
+struct Tally {
+    cases: usize,
+    passed: usize,
+    failed: usize,
+    deviations: usize,
+    not_covered: usize,
+}
+
+fn direction_rank(d: &str) -> usize {
+    match d {
+        "forward" => 0,
+        "backward" => 1,
+        _ => 2,
+    }
+}
+
+pub fn conformance(args: &ConformanceArgs) -> Result<Output> {
+    let registry = spmd_ops::builtins();
+    let deviations = match &args.deviations {
+        Some(path) => parse_deviations(&read_input(path)?, display_path(path))?,
+        None => BTreeMap::new(),
+    };
+    let mut files = Vec::new();
+    for path in &args.files {
+        let text = read_input(path)?;
+        let cases = json::parse_cases(&text)
+            .map_err(|e| CliError::usage(format!("{}: {e}", display_path(path))))?;
+        files.push((display_path(path).to_string(), cases));
+    }
+
+    let mut table: BTreeMap<(String, usize, String), Tally> = BTreeMap::new();
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    let mut stale = Vec::new();
+    for (file, cases) in &files {
+        for case in cases {
+            if !args.ops.is_empty() && !args.ops.contains(&case.op) {
+                continue;
+            }
+            let (mut status, got) = run_case(case, &registry);
+            if let Some(reason) = deviations.get(&case.id) {
+                match &status {
+                    Status::Failed(why) => {
+                        status = Status::Deviation {
+                            reason: reason.clone(),
+                            why: why.clone(),
+                        }
+                    }
+                    Status::Passed(_) => stale.push(case.id.clone()),
+                    _ => {}
+                }
+            }
+            let dir = case.direction.to_string();
+            let t = table
+                .entry((case.op.clone(), direction_rank(&dir), dir.clone()))
+                .or_default();
+            t.cases += 1;
+            match &status {
+                Status::Passed(_) => t.passed += 1,
+                Status::Failed(why) => {
+                    t.failed += 1;
+                    failures.push(format!("{} ({} {dir}): {why}", case.id, case.op));
+                }
+                Status::Deviation { .. } => t.deviations += 1,
+                Status::NotCovered(_) => t.not_covered += 1,
+            }
+            if args.json {
+                results.push(case_json(file, case, &status, got.as_ref()));
+            }
+        }
+    }
+
+    let sum = |f: fn(&Tally) -> usize| table.values().map(f).sum::<usize>();
+    let (passed, failed, devs, uncovered, total) = (
+        sum(|t| t.passed),
+        sum(|t| t.failed),
+        sum(|t| t.deviations),
+        sum(|t| t.not_covered),
+        sum(|t| t.cases),
+    );
+    let fail = (failed > 0).then(CliError::failed);
+
+    if args.json {
+        let by_op: Vec<Value> = table
+            .iter()
+            .map(|((op, _, dir), t)| {
+                json!({"op": op, "direction": dir, "cases": t.cases, "passed": t.passed,
+                       "failed": t.failed, "deviations": t.deviations, "not_covered": t.not_covered})
+            })
+            .collect();
+        let v = json!({
+            "cases": results,
+            "by_op": by_op,
+            "summary": {"cases": total, "passed": passed, "failed": failed,
+                        "deviations": devs, "not_covered": uncovered, "stale_deviations": stale},
+        });
+        return Ok(Output {
+            text: format!("{}\n", crate::report::to_json(&v)),
+            fail,
+        });
+    }
+
+    let mut s = String::new();
+    let mut t = Table::new();
+    let with_dev = args.deviations.is_some();
+    let mut head = vec!["op", "direction", "cases", "passed", "failed"];
+    if with_dev {
+        head.push("deviations");
+    }
+    head.push("not covered");
+    t.row(head.into_iter().map(|h| paint(HEADER, h)).collect());
+    let count = |n: usize, style| {
+        if n == 0 {
+            "0".to_string()
+        } else {
+            paint(style, n)
+        }
+    };
+    for ((op, _, dir), x) in &table {
+        let mut row = vec![
+            op.clone(),
+            dir.clone(),
+            x.cases.to_string(),
+            count(x.passed, OK),
+            count(x.failed, BAD),
+        ];
+        if with_dev {
+            row.push(count(x.deviations, COMM));
+        }
+        row.push(count(x.not_covered, DIM));
+        t.row(row);
+    }
+    s.push_str(&t.render(""));
+    if !failures.is_empty() {
+        let shown = if args.verbose {
+            failures.len()
+        } else {
+            failures.len().min(10)
+        };
+        let _ = writeln!(s, "\n{}", paint(HEADER, "failures"));
+        for f in &failures[..shown] {
+            let _ = writeln!(s, "  {}", paint(BAD, f));
+        }
+        if shown < failures.len() {
+            let _ = writeln!(
+                s,
+                "  ... and {} more (-v lists them all, --json gives every case)",
+                failures.len() - shown
+            );
+        }
+    }
+    s.push('\n');
+    let _ = writeln!(
+        s,
+        "{total} cases in {} file(s): {passed} passed, {failed} failed{}, {uncovered} not covered (op or direction without a rule here: not counted as failed)",
+        files.len(),
+        if with_dev {
+            format!(", {devs} deviations (listed failures: not counted as failed)")
+        } else {
+            String::new()
+        }
+    );
+    if !stale.is_empty() {
+        let _ = writeln!(
+            s,
+            "{}",
+            paint(
+                COMM,
+                format!(
+                    "stale deviations (listed, but they pass): {}",
+                    stale.join(", ")
+                )
+            )
+        );
+    }
+    let _ = writeln!(s, "{passed} passed, {failed} failed");
+    Ok(Output { text: s, fail })
+}
+
+fn case_json(
+    file: &str,
+    case: &Case,
+    status: &Status,
+    got: Option<&Result<RuleResult, SpmdError>>,
+) -> Value {
+    let mut v = json!({
+        "file": file,
+        "id": case.id,
+        "op": case.op,
+        "direction": case.direction,
+        "status": status.name(),
+    });
+    match status {
+        Status::Passed(Agreement::Expected) => v["matched"] = json!("expected"),
+        Status::Passed(Agreement::Alternative(i)) => {
+            v["matched"] = json!(format!("alternative {i}"))
+        }
+        Status::Failed(why) => v["details"] = json!(why),
+        Status::Deviation { reason, why } => {
+            v["details"] = json!(why);
+            v["reason"] = json!(reason);
+        }
+        Status::NotCovered(why) => v["reason"] = json!(why),
+    }
+    match got {
+        Some(Ok(r)) => v["got"] = serde_json::to_value(r).unwrap_or(Value::Null),
+        Some(Err(e)) => v["got"] = json!({"error": e.to_string()}),
+        None => {}
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deviation_tables() {
+        let text = "intro\n| case | kind | reason |\n|---|---|---|\n| `a_1` | k | because |\n| b_2 | why |\n";
+        let d = parse_deviations(text, "D.md").unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d["a_1"], "because");
+        assert_eq!(d["b_2"], "why");
+        let e = parse_deviations("| x |  |\n", "D.md").unwrap_err();
+        assert!(e.message.contains("needs a reason"), "{}", e.message);
+        let e = parse_deviations("| x | r |\n| x | r |\n", "D.md").unwrap_err();
+        assert!(e.message.contains("listed twice"), "{}", e.message);
+    }
+}

@@ -1,0 +1,373 @@
+//! The answer of one call, as a terminal report or JSON: every input's given
+//! and required layout with the reshard between them, every output with its
+//! partial status and what finishes it.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use spmd_core::json::{Agreement, Direction, Expect, Mismatch};
+use spmd_core::{DistAttr, Mesh, RuleResult};
+
+use crate::call::{Built, Request};
+use crate::layout;
+use crate::parse::shape_text;
+use crate::reshard::{self, Step};
+use crate::shapes;
+use crate::style::{self, COMM, DIM, HEADER, LOCAL, OK, PARTIAL, Table, paint};
+
+/// One tensor of the answer.
+#[derive(Clone, Debug)]
+pub struct TensorRow {
+    /// `input 0`, `output 0`, `out_grad 0`, `x_grad 0`.
+    pub label: String,
+    pub shape: Option<Vec<usize>>,
+    /// What the caller gave (None: not given, or ignored by the rule).
+    pub given: Option<DistAttr>,
+    /// What the rule answers: the requirement of an input, the attr of an output.
+    pub result: DistAttr,
+    /// From `given` to `result`.
+    pub reshard: Vec<Step>,
+    /// What finishes a partial `result` (all-reduces).
+    pub pending: Vec<Step>,
+}
+
+/// The answer of one call.
+pub struct Report {
+    pub title: String,
+    pub id: Option<String>,
+    pub direction: Direction,
+    pub mesh: Mesh,
+    pub attrs: Vec<(String, String)>,
+    /// Requirements: forward and backward inputs; for grad, the inputs then the output grads.
+    pub inputs: Vec<TensorRow>,
+    /// Outputs; for grad, the input grads.
+    pub outputs: Vec<TensorRow>,
+    pub result: RuleResult,
+    pub check: Option<std::result::Result<Agreement, Mismatch>>,
+    /// Notes (how output shapes were found, ...).
+    pub notes: Vec<String>,
+}
+
+fn row(
+    label: String,
+    shape: Option<Vec<usize>>,
+    given: Option<DistAttr>,
+    result: &DistAttr,
+) -> TensorRow {
+    let reshard = given
+        .as_ref()
+        .map(|g| reshard::classify(g, result))
+        .unwrap_or_default();
+    TensorRow {
+        label,
+        shape,
+        given,
+        pending: reshard::finish_partial(result),
+        result: result.clone(),
+        reshard,
+    }
+}
+
+impl Report {
+    /// Builds the report of a successful call.
+    pub fn new(
+        req: &Request,
+        rule: &Built,
+        result: RuleResult,
+        out_shapes: Option<Vec<Vec<usize>>>,
+    ) -> Report {
+        let mut inputs = Vec::new();
+        let mut outputs = Vec::new();
+        let n_in = req.inputs.len();
+        match req.direction {
+            Direction::Forward => {
+                for (i, (t, r)) in req.inputs.iter().zip(&result.inputs).enumerate() {
+                    inputs.push(row(
+                        format!("input {i}"),
+                        Some(t.shape.clone()),
+                        Some(t.attr()),
+                        r,
+                    ));
+                }
+                for (o, r) in result.outputs.iter().enumerate() {
+                    let shape = out_shapes.as_ref().and_then(|s| s.get(o).cloned());
+                    outputs.push(row(format!("output {o}"), shape, None, r));
+                }
+            }
+            Direction::Backward => {
+                for (i, (t, r)) in req.inputs.iter().zip(&result.inputs).enumerate() {
+                    let given = t.mapping.is_some().then(|| t.attr());
+                    inputs.push(row(format!("input {i}"), Some(t.shape.clone()), given, r));
+                }
+                for (o, (t, r)) in req.outputs.iter().zip(&result.outputs).enumerate() {
+                    outputs.push(row(
+                        format!("output {o}"),
+                        Some(t.shape.clone()),
+                        Some(t.attr()),
+                        r,
+                    ));
+                }
+            }
+            Direction::Grad => {
+                let given: Vec<_> = req.inputs.iter().chain(&req.outputs).collect();
+                for (k, r) in result.inputs.iter().enumerate() {
+                    let (label, t) = if k < n_in {
+                        (format!("input {k}"), given.get(k))
+                    } else {
+                        (format!("out_grad {}", k - n_in), given.get(k))
+                    };
+                    inputs.push(row(
+                        label,
+                        t.map(|t| t.shape.clone()),
+                        t.map(|t| t.attr()),
+                        r,
+                    ));
+                }
+                let aligned = result.outputs.len() == n_in;
+                for (o, r) in result.outputs.iter().enumerate() {
+                    let (label, shape) = if aligned {
+                        (format!("input {o} grad"), Some(req.inputs[o].shape.clone()))
+                    } else {
+                        (format!("grad {o}"), None)
+                    };
+                    outputs.push(row(label, shape, None, r));
+                }
+            }
+        }
+        let mut notes = Vec::new();
+        if req.direction == Direction::Grad
+            && !result.outputs.is_empty()
+            && result.outputs.len() != n_in
+        {
+            notes.push(format!(
+                "the rule returns {} grad(s) for {} input(s) (inputs without a gradient are skipped); the core does not say which input each belongs to",
+                result.outputs.len(),
+                n_in
+            ));
+        }
+        let _ = rule;
+        Report {
+            title: req.source.title(),
+            id: req.id.clone(),
+            direction: req.direction,
+            mesh: req.mesh.clone(),
+            attrs: req
+                .source
+                .attrs()
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            check: req
+                .expectation
+                .as_ref()
+                .map(|e| e.check(&Ok(result.clone()))),
+            inputs,
+            outputs,
+            result,
+            notes,
+        }
+    }
+
+    /// The terminal report.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let mut head = format!(
+            "{} {} on mesh {} ({} devices)",
+            paint(HEADER, &self.title),
+            self.direction,
+            self.mesh,
+            self.mesh.size()
+        );
+        if !self.attrs.is_empty() {
+            let a: Vec<String> = self.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            head.push_str(&format!(", {}", a.join(" ")));
+        }
+        if let Some(id) = &self.id {
+            head = format!("{}: {head}", paint(HEADER, id));
+        }
+        s.push_str(&head);
+        s.push('\n');
+
+        let (in_title, result_col) = match self.direction {
+            Direction::Grad => ("grad op inputs", "required"),
+            _ => ("inputs", "required"),
+        };
+        s.push('\n');
+        s.push_str(&self.table(in_title, result_col, &self.inputs, false));
+        let out_title = if self.direction == Direction::Grad {
+            "input grads"
+        } else {
+            "outputs"
+        };
+        let out_col = if self.direction == Direction::Backward {
+            "result"
+        } else {
+            "attr"
+        };
+        s.push('\n');
+        s.push_str(&self.table(out_title, out_col, &self.outputs, true));
+        for n in &self.notes {
+            s.push_str(&format!("\n{}\n", paint(DIM, format!("note: {n}"))));
+        }
+        if let Some(check) = &self.check {
+            s.push('\n');
+            s.push_str(&check_line(check));
+            s.push('\n');
+        }
+        s
+    }
+
+    fn table(&self, title: &str, result_col: &str, rows: &[TensorRow], outputs: bool) -> String {
+        let mut t = Table::new();
+        let any_given = rows.iter().any(|r| r.given.is_some());
+        let mut header = vec![paint(HEADER, title), paint(HEADER, "shape")];
+        if any_given {
+            header.push(paint(HEADER, "given"));
+        }
+        header.push(paint(HEADER, result_col));
+        header.push(paint(HEADER, "local"));
+        // The last column: what a given tensor needs (inputs), or whether an
+        // output is partial and what finishes it.
+        if outputs && any_given {
+            header.push(paint(HEADER, "reshard / partial"));
+        } else if outputs {
+            header.push(paint(HEADER, "partial"));
+        } else if any_given {
+            header.push(paint(HEADER, "reshard"));
+        }
+        let width = header.len();
+        t.row(header);
+        for r in rows {
+            let mut cells = vec![
+                r.label.clone(),
+                r.shape.as_deref().map_or("?".into(), shape_text),
+            ];
+            if any_given {
+                cells.push(r.given.as_ref().map_or("-".into(), |g| g.to_string()));
+            }
+            cells.push(if r.result.partial.is_partial() {
+                paint(PARTIAL, &r.result)
+            } else {
+                r.result.to_string()
+            });
+            cells.push(r.shape.as_deref().map_or("?".into(), |sh| {
+                shape_text(&layout::local_shape(&self.mesh, sh, &r.result))
+            }));
+            let mut last: Vec<String> = Vec::new();
+            if r.given.is_some() {
+                let verb = if outputs { "corrected: " } else { "" };
+                for (i, step) in r.reshard.iter().enumerate() {
+                    let text = format!("{}{step}", if i == 0 { verb } else { "then " });
+                    last.push(paint(if step.communicates() { COMM } else { LOCAL }, text));
+                }
+                if r.reshard.is_empty() && !outputs {
+                    last.push(paint(OK, "none"));
+                }
+            }
+            if outputs {
+                for step in &r.pending {
+                    last.push(paint(PARTIAL, format!("yes: {step} gives the full value")));
+                }
+                if r.pending.is_empty() {
+                    last.push(paint(OK, "no"));
+                }
+            }
+            let mut last = last.into_iter();
+            if let Some(first) = last.next() {
+                cells.push(first);
+            }
+            t.row(cells);
+            for more in last {
+                let mut cont = vec![String::new(); width - 1];
+                cont.push(more);
+                t.row(cont);
+            }
+        }
+        t.render("")
+    }
+
+    /// The JSON form.
+    pub fn json(&self) -> Value {
+        let rows = |rows: &[TensorRow]| -> Vec<Value> {
+            rows.iter()
+                .map(|r| {
+                    json!({
+                        "name": r.label,
+                        "shape": r.shape,
+                        "given": r.given.as_ref().map(Expect::from_attr),
+                        "result": Expect::from_attr(&r.result),
+                        "local_shape": r.shape.as_deref().map(|sh| layout::local_shape(&self.mesh, sh, &r.result)),
+                        "reshard": r.reshard,
+                        "pending": r.pending,
+                    })
+                })
+                .collect()
+        };
+        let attrs: serde_json::Map<String, Value> = self
+            .attrs
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        let mut v = json!({
+            "op": self.title,
+            "direction": self.direction,
+            "mesh_shape": self.mesh.shape(),
+            "attrs": attrs,
+            "result": self.result,
+            "inputs": rows(&self.inputs),
+            "outputs": rows(&self.outputs),
+        });
+        if let Some(id) = &self.id {
+            v["id"] = json!(id);
+        }
+        if let Some(check) = &self.check {
+            v["check"] = check_json(check);
+        }
+        if !self.notes.is_empty() {
+            v["notes"] = json!(self.notes);
+        }
+        v
+    }
+}
+
+/// `expected: matches` / `expected: differs: ...`.
+pub fn check_line(check: &std::result::Result<Agreement, Mismatch>) -> String {
+    match check {
+        Ok(Agreement::Expected) => paint(OK, "expected: matches"),
+        Ok(Agreement::Alternative(i)) => paint(OK, format!("expected: matches alternative {i}")),
+        Err(m) => paint(style::BAD, format!("expected: differs: {m}")),
+    }
+}
+
+pub fn check_json(check: &std::result::Result<Agreement, Mismatch>) -> Value {
+    match check {
+        Ok(Agreement::Expected) => json!({"passed": true, "matched": "expected"}),
+        Ok(Agreement::Alternative(i)) => {
+            json!({"passed": true, "matched": format!("alternative {i}")})
+        }
+        Err(m) => json!({"passed": false, "details": m.details}),
+    }
+}
+
+/// Output shapes, when a notation for the call is known.
+pub fn output_shapes(
+    req: &Request,
+    rule: &Built,
+    notation: Option<&str>,
+) -> Option<Vec<Vec<usize>>> {
+    if req.direction != Direction::Forward {
+        return None;
+    }
+    let shapes: Vec<&[usize]> = req.inputs.iter().map(|t| t.shape.as_slice()).collect();
+    match rule {
+        Built::Einsum(e) => shapes::output_shapes(&e.notation().plan(), &shapes),
+        Built::Registered(..) => {
+            let n = spmd_core::notation::parse(notation?).ok()?;
+            shapes::output_shapes(&n.plan(), &shapes)
+        }
+    }
+}
+
+/// Serializes anything to a pretty JSON string.
+pub fn to_json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
