@@ -1,0 +1,1062 @@
+//! Drives the built `spmd` binary: every command, the documented forms, the
+//! error paths, and the color rules (piped output is plain; NO_COLOR wins).
+
+use std::path::PathBuf;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn spmd() -> Command {
+    let mut c = Command::cargo_bin("spmd").unwrap();
+    // The tests' own environment must not turn colors on or off.
+    c.env_remove("NO_COLOR")
+        .env_remove("CLICOLOR")
+        .env_remove("CLICOLOR_FORCE");
+    c
+}
+
+/// Runs `spmd` with `args`: (exit status, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = spmd().args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn json(args: &[&str]) -> Value {
+    let (code, out, err) = run(args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}\n{out}"))
+}
+
+/// Bad input: exit status 2, exactly one line `error: ...` on stderr, nothing
+/// that looks like a panic, and nothing on stdout.
+fn bad(args: &[&str], needle: &str) -> String {
+    let (code, out, err) = run(args);
+    assert_eq!(code, 2, "{args:?}: stdout {out}, stderr {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(err.starts_with("error: "), "{args:?}: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{err}"
+    );
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected {needle:?} in {err}"
+    );
+    assert!(out.is_empty(), "{args:?}: {out}");
+    err
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spmd-cli-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn repo_vectors(file: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/conformance")
+        .join(file)
+        .to_string_lossy()
+        .into_owned()
+}
+
+const MATMUL: [&str; 8] = [
+    "infer",
+    "matmul",
+    "--mesh",
+    "2x4",
+    "--in",
+    "64x32:[1,0]",
+    "--in",
+    "32x48:[-1,-1]",
+];
+
+#[test]
+fn the_documented_infer_form() {
+    let (code, out, err) = run(&MATMUL);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "matmul forward on mesh 2x4 (8 devices)");
+    let x = lines.iter().find(|l| l.starts_with("input 0")).unwrap();
+    assert!(x.contains("[1, 0]") && x.ends_with("none"), "{x}");
+    let y = lines.iter().find(|l| l.starts_with("input 1")).unwrap();
+    assert!(
+        y.contains("[-1, -1]")
+            && y.contains("[0, -1]")
+            && y.contains("local slice along dim 0 over mesh dim 0 (no communication)"),
+        "{y}"
+    );
+    let o = lines.iter().find(|l| l.starts_with("output 0")).unwrap();
+    assert!(
+        o.contains("64x48")
+            && o.contains("[1, -1] partial{0: SUM}")
+            && o.contains("all-reduce SUM over mesh dim 0"),
+        "{o}"
+    );
+}
+
+#[test]
+fn infer_json() {
+    let mut args = MATMUL.to_vec();
+    args.push("--json");
+    let v = json(&args);
+    assert_eq!(v["op"], "matmul");
+    assert_eq!(v["direction"], "forward");
+    assert_eq!(v["mesh_shape"], serde_json::json!([2, 4]));
+    assert_eq!(
+        v["result"]["inputs"][1]["dims_mapping"],
+        serde_json::json!([0, -1])
+    );
+    assert_eq!(
+        v["result"]["outputs"][0]["partial_dims"],
+        serde_json::json!([0])
+    );
+    assert_eq!(
+        v["result"]["outputs"][0]["partial_reduce"]["0"],
+        serde_json::json!("SUM")
+    );
+    let reshard = &v["inputs"][1]["reshard"];
+    assert_eq!(reshard[0]["kind"], "slice");
+    assert_eq!(reshard[0]["tensor_dim"], 0);
+    assert_eq!(v["inputs"][0]["reshard"], serde_json::json!([]));
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([64, 48]));
+    assert_eq!(v["outputs"][0]["pending"][0]["kind"], "all_reduce");
+    assert_eq!(v["inputs"][1]["local_shape"], serde_json::json!([16, 48]));
+}
+
+#[test]
+fn infer_with_attributes_and_collectives() {
+    // trans_x: x is [k, m]; y's n loses mesh dim 1 to m and y's k takes mesh dim 0.
+    let v = json(&[
+        "infer",
+        "matmul",
+        "--mesh",
+        "2x4",
+        "--in",
+        "32x64:[0,1]",
+        "--in",
+        "32x48:[-1,1]",
+        "--attr",
+        "trans_x=true",
+        "--json",
+    ]);
+    assert_eq!(v["attrs"]["trans_x"], "true");
+    assert_eq!(
+        v["result"]["inputs"][1]["dims_mapping"],
+        serde_json::json!([0, -1])
+    );
+    let kinds: Vec<&str> = v["inputs"][1]["reshard"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["all_gather", "slice"], "{}", v["inputs"][1]);
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([64, 48]));
+
+    // A partial input is reduced first (all-reduce), a moved mesh dim is an all-to-all.
+    let (code, out, _) = run(&[
+        "infer",
+        "matmul",
+        "--mesh",
+        "2x4",
+        "--in",
+        "64x32:[-1,-1]:partial(0)",
+        "--in",
+        "32x48:[1,-1]",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("all-reduce SUM over mesh dim 0"), "{out}");
+
+    let (code, out, _) = run(&[
+        "infer",
+        "softmax",
+        "--mesh",
+        "4",
+        "--in",
+        "8x16:[-1,0]",
+        "--attr",
+        "axis=1",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("all-gather along dim 1 over mesh dim 0"),
+        "{out}"
+    );
+}
+
+#[test]
+fn reductions_keep_their_reduce_type() {
+    let v = json(&[
+        "infer",
+        "max",
+        "--mesh",
+        "2",
+        "--in",
+        "8x6:[0,-1]",
+        "--attr",
+        "axis=[0]",
+        "--json",
+    ]);
+    assert_eq!(
+        v["result"]["outputs"][0]["partial_reduce"]["0"],
+        serde_json::json!("MAX")
+    );
+    assert_eq!(v["outputs"][0]["pending"][0]["reduce"], "MAX");
+}
+
+#[test]
+fn backward_inference() {
+    let (code, out, err) = run(&[
+        "infer",
+        "matmul",
+        "--mesh",
+        "2x4",
+        "--backward",
+        "--in",
+        "64x32",
+        "--in",
+        "32x48",
+        "--out",
+        "64x48:[0,1]",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("matmul backward on mesh 2x4"), "{out}");
+    let x = out.lines().find(|l| l.starts_with("input 0")).unwrap();
+    assert!(x.contains("[0, -1]"), "{x}");
+    let y = out.lines().find(|l| l.starts_with("input 1")).unwrap();
+    assert!(y.contains("[-1, 1]"), "{y}");
+    let v = json(&[
+        "infer",
+        "matmul",
+        "--mesh",
+        "2x4",
+        "--backward",
+        "--in",
+        "64x32",
+        "--in",
+        "32x48",
+        "--out",
+        "64x48:[0,1]",
+        "--json",
+    ]);
+    assert_eq!(v["direction"], "backward");
+    assert_eq!(v["inputs"][0]["given"], Value::Null);
+    assert_eq!(
+        v["outputs"][0]["given"]["dims_mapping"],
+        serde_json::json!([0, 1])
+    );
+}
+
+#[test]
+fn grad_inference() {
+    let v = json(&[
+        "infer",
+        "matmul",
+        "--mesh",
+        "2x4",
+        "--grad",
+        "--in",
+        "64x32:[1,0]",
+        "--in",
+        "32x48",
+        "--out",
+        "64x48:[1,-1]",
+        "--json",
+    ]);
+    assert_eq!(v["direction"], "grad");
+    // Requirements of (x, y, out_grad), then the input grads.
+    assert_eq!(v["inputs"].as_array().unwrap().len(), 3);
+    assert_eq!(v["inputs"][2]["name"], "out_grad 0");
+    assert_eq!(v["outputs"][1]["name"], "input 1 grad");
+    assert_eq!(
+        v["result"]["outputs"][1]["partial_dims"],
+        serde_json::json!([1])
+    );
+    bad(
+        &[
+            "infer", "matmul", "--mesh", "2x4", "--grad", "--in", "4x4", "--in", "4x4",
+        ],
+        "--grad needs the output grads as --out",
+    );
+}
+
+#[test]
+fn einsum_command_and_notations_as_ops() {
+    let (code, out, err) = run(&[
+        "einsum",
+        "mk,kn->mn",
+        "--mesh",
+        "2x4",
+        "--in",
+        "64x32:[1,0]",
+        "--in",
+        "32x48:[-1,-1]",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("einsum \"mk,kn->mn\" forward on mesh 2x4"),
+        "{out}"
+    );
+    assert!(out.contains("[1, -1] partial{0: SUM}"), "{out}");
+    // A reshape through a compound dim; output shapes come from the notation.
+    let v = json(&[
+        "einsum",
+        "bshd->bs(hd)",
+        "--mesh",
+        "2",
+        "--in",
+        "4x8x4x16:[-1,-1,0,-1]",
+        "--json",
+    ]);
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([4, 8, 64]));
+    assert_eq!(
+        v["result"]["outputs"][0]["dims_mapping"],
+        serde_json::json!([-1, -1, 0])
+    );
+    // `infer` takes a notation, and the `einsum` op its equation attribute.
+    let a = json(&[
+        "infer",
+        "ij,jk->ik",
+        "--mesh",
+        "2",
+        "--in",
+        "4x6:[0,-1]",
+        "--in",
+        "6x2",
+        "--json",
+    ]);
+    let b = json(&[
+        "infer",
+        "einsum",
+        "--attr",
+        "equation=ij,jk->ik",
+        "--mesh",
+        "2",
+        "--in",
+        "4x6:[0,-1]",
+        "--in",
+        "6x2",
+        "--json",
+    ]);
+    assert_eq!(a["result"], b["result"]);
+    bad(
+        &["infer", "einsum", "--mesh", "2", "--in", "4"],
+        "needs its notation",
+    );
+    bad(
+        &[
+            "einsum",
+            "mk,kn->mq",
+            "--mesh",
+            "2",
+            "--in",
+            "4x4",
+            "--in",
+            "4x4",
+        ],
+        "unknown output label `q` at column 9",
+    );
+}
+
+#[test]
+fn json_input_files_and_stdin() {
+    let case = r#"{"id": "mm", "op": "matmul", "attrs": {"trans_x": false}, "mesh_shape": [2, 4],
+        "direction": "forward",
+        "inputs": [{"shape": [64, 32], "dims_mapping": [1, 0]}, {"shape": [32, 48], "dims_mapping": [-1, -1]}],
+        "expected": {"inputs": [null, {"dims_mapping": [0, -1]}],
+                     "outputs": [{"dims_mapping": [1, -1], "partial_dims": [0]}]}}"#;
+    let path = temp_file("call.json", case);
+    let (code, out, err) = run(&["infer", "--json-input", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("mm: matmul forward on mesh 2x4"), "{out}");
+    assert!(out.contains("expected: matches"), "{out}");
+
+    // The same call from stdin, without `expected`.
+    let bare = r#"[{"op": "einsum", "attrs": {"equation": "mk,kn->mn"}, "mesh_shape": [2],
+        "inputs": [{"shape": [4, 6], "dims_mapping": [-1, 0]}, {"shape": [6, 8]}]}]"#;
+    let out = spmd()
+        .args(["infer", "--json-input", "-", "--json"])
+        .write_stdin(bare)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["result"]["outputs"][0]["partial_dims"],
+        serde_json::json!([0])
+    );
+
+    // A wrong expectation: the report says so and the status is 1.
+    let wrong = case.replace(r#""partial_dims": [0]"#, r#""partial_dims": []"#);
+    let path = temp_file("wrong.json", &wrong);
+    let (code, out, _) = run(&["infer", "--json-input", path.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("expected: differs: output 0: partial_dims expected [], got [0]"),
+        "{out}"
+    );
+
+    // An expected error is a pass.
+    let err_case = r#"{"op": "matmul", "mesh_shape": [2], "inputs": [{"shape": [4, 6]}, {"shape": [7, 8]}],
+        "expected": {"error": true}}"#;
+    let path = temp_file("err.json", err_case);
+    let (code, out, _) = run(&["infer", "--json-input", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("the rule rejects the call") && out.contains("expected: matches"),
+        "{out}"
+    );
+
+    let path = temp_file("bad.json", "{\"op\": \"matmul\", ");
+    bad(
+        &["infer", "--json-input", path.to_str().unwrap()],
+        "malformed JSON",
+    );
+    let path = temp_file("schema.json", r#"{"op": "matmul"}"#);
+    bad(
+        &["infer", "--json-input", path.to_str().unwrap()],
+        "not a call of the conformance schema: missing field `mesh_shape`",
+    );
+    let path = temp_file(
+        "map.json",
+        r#"{"op": "matmul", "mesh_shape": [2], "inputs": [{"shape": [4], "dims_mapping": [-3]}]}"#,
+    );
+    bad(
+        &["infer", "--json-input", path.to_str().unwrap()],
+        "input 0: dims mapping entry 0: -3",
+    );
+    bad(
+        &["infer", "matmul", "--json-input", "x.json"],
+        "cannot be used with",
+    );
+}
+
+#[test]
+fn explain_traces_merges_conflicts_and_partials() {
+    let (code, out, err) = run(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2x4",
+        "--in",
+        "64x32:[1,0]",
+        "--in",
+        "32x48:[-1,0]",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("explained through its notation \"...mk,...kn->...mn\""),
+        "{out}"
+    );
+    assert!(
+        out.contains("input 0 dim 0: axis `m` takes mesh dim 1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("input 1 dim 1: axis `n` takes mesh dim 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("mesh dim 0 is claimed by axis `k` and axis `n`: `k` keeps it"),
+        "{out}"
+    );
+    assert!(
+        out.contains("all-to-all over mesh dim 0: dim 1 -> dim 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("output 0 has no axis `k`, which is sharded over mesh dim 0"),
+        "{out}"
+    );
+
+    // trans_y picks another notation.
+    let (_, out, _) = run(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2",
+        "--in",
+        "4x6:[0,-1]",
+        "--in",
+        "8x6",
+        "--attr",
+        "trans_y=true",
+    ]);
+    assert!(out.contains("\"...mk,...nk->...mn\""), "{out}");
+
+    // A notation directly; a dim that never carries a sharding is reported.
+    let (_, out, _) = run(&["explain", "ii->i", "--mesh", "2x2", "--in", "4x4:[0,1]"]);
+    assert!(
+        out.contains("input 0 dim 0: mesh dim 0 is dropped"),
+        "{out}"
+    );
+    assert!(
+        out.contains("input 0 dim 1: mesh dim 1 is dropped"),
+        "{out}"
+    );
+    let (_, out, _) = run(&["explain", "ij->i", "--mesh", "2x2", "--in", "4x6:[0,1]"]);
+    assert!(out.contains("output 0 has no axis `j`"), "{out}");
+    assert!(out.contains("partial SUM over mesh dim 1"), "{out}");
+
+    // Rules without a literal notation, and backward: read off the answer, and said so.
+    let (code, out, _) = run(&[
+        "explain",
+        "softmax",
+        "--mesh",
+        "2x4",
+        "--in",
+        "8x16:[0,1]",
+        "--attr",
+        "axis=-1",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("builds its notation at run time"), "{out}");
+    assert!(
+        out.contains("input 0 dim 1: given mesh dim 1, required no mesh dim"),
+        "{out}"
+    );
+    let (_, out, _) = run(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2",
+        "--backward",
+        "--in",
+        "4x6",
+        "--in",
+        "6x8",
+        "--out",
+        "4x8:[0,-1]",
+    ]);
+    assert!(
+        out.contains("no step-by-step trace for backward inference"),
+        "{out}"
+    );
+
+    let v = json(&[
+        "explain",
+        "mk,kn->mn",
+        "--mesh",
+        "2x4",
+        "--in",
+        "64x32:[1,0]",
+        "--in",
+        "32x48",
+        "--json",
+    ]);
+    assert_eq!(v["traced"], true);
+    assert_eq!(v["steps"][0]["step"], "merge");
+    assert_eq!(v["steps"][0]["axis"], "m");
+    assert_eq!(
+        v["report"]["result"]["outputs"][0]["partial_dims"],
+        serde_json::json!([0])
+    );
+}
+
+#[test]
+fn explain_of_a_rejected_call() {
+    // Embedding is strict: one mesh dim on two axes is an error, after the merge steps.
+    let (code, out, err) = run(&[
+        "explain",
+        "embedding",
+        "--mesh",
+        "2",
+        "--in",
+        "4x8:[0,-1]",
+        "--in",
+        "100x16:[-1,0]",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("the rule rejects the call"), "{out}");
+    assert_eq!(err.lines().count(), 1);
+    assert!(
+        err.starts_with("error: embedding: mesh dim 0 shards both"),
+        "{err}"
+    );
+}
+
+#[test]
+fn show_draws_blocks() {
+    let (code, out, err) = run(&["show", "--mesh", "2x4", "64x48:[1,0]"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("tensor 64x48 [1, 0] on mesh 2x4 (8 devices)"),
+        "{out}"
+    );
+    assert!(out.contains("dim 0 (64): split over mesh dim 1 (size 4) into 4 blocks of 16"));
+    assert!(out.contains("local block: 16x24 per device"));
+    // Row 16:32 holds devices 1 and 5.
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("16:32"))
+        .unwrap();
+    assert!(row.contains("│    1    │    5    │"), "{row}");
+
+    let (_, out, _) = run(&["show", "--mesh", "2x4", "64x48:[-1,1]:partial(0)"]);
+    assert!(out.contains("0+4") && out.contains("3+7"), "{out}");
+    assert!(out.contains("partial SUM over mesh dim 0"), "{out}");
+
+    let (_, out, _) = run(&["show", "--mesh", "2x2x2", "8x16x32:[0,[1,2],-1]"]);
+    assert!(
+        out.contains("dim 0 [0:4]") && out.contains("dim 0 [4:8]"),
+        "{out}"
+    );
+    assert!(out.contains("the grids show dims 1 and 2"), "{out}");
+
+    let (_, out, _) = run(&["show", "--mesh", "4", "10:[0]"]);
+    assert!(
+        out.contains("4 uneven blocks (at most 3)") && out.contains("9:10"),
+        "{out}"
+    );
+    let (_, out, _) = run(&["show", "--mesh", "2", "scalar:partial(0:max)"]);
+    assert!(out.contains("max(0,1)"), "{out}");
+
+    let svg = std::env::temp_dir().join(format!("spmd-show-{}.svg", std::process::id()));
+    let (code, out, _) = run(&[
+        "show",
+        "--mesh",
+        "2x4",
+        "64x48:[-1,1]:partial(0)",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("wrote "));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("</svg>"));
+    assert_eq!(
+        text.matches("<rect").count(),
+        1 + 4 * 2,
+        "background + 4 cells with hatching"
+    );
+    assert!(text.contains(">0+4</text>"));
+    let _ = std::fs::remove_file(svg);
+
+    let v = json(&["show", "--mesh", "2x4", "64x48:[1,0]", "--json"]);
+    assert_eq!(v["devices"].as_array().unwrap().len(), 8);
+    assert_eq!(v["devices"][5]["coords"], serde_json::json!([1, 1]));
+    assert_eq!(
+        v["devices"][5]["block"],
+        serde_json::json!([[16, 32], [24, 48]])
+    );
+    assert_eq!(v["devices"][5]["local_shape"], serde_json::json!([16, 24]));
+
+    bad(
+        &["show", "--mesh", "2x4", "64x48:[1,0,0]"],
+        "has 3 entries but the shape 64x48 has rank 2",
+    );
+    bad(
+        &["show", "--mesh", "2x4", "64x48:[4,0]"],
+        "mesh dim 4, but mesh 2x4 has 2 dims",
+    );
+}
+
+const VECTORS: &str = r#"[
+ {"id": "ok_1", "op": "einsum", "attrs": {"equation": "mk,kn->mn"}, "mesh_shape": [2, 2],
+  "direction": "forward",
+  "inputs": [{"shape": [4, 6], "dims_mapping": [0, 1]}, {"shape": [6, 8], "dims_mapping": [-1, -1]}],
+  "expected": {"inputs": [null, {"dims_mapping": [1, -1]}],
+               "outputs": [{"dims_mapping": [0, -1], "partial_dims": [1]}]}},
+ {"id": "bad_1", "op": "matmul", "attrs": {}, "mesh_shape": [2, 2], "direction": "forward",
+  "inputs": [{"shape": [4, 6], "dims_mapping": [0, 1]}, {"shape": [6, 8], "dims_mapping": [-1, -1]}],
+  "expected": {"outputs": [{"dims_mapping": [0, 1]}]}},
+ {"id": "dev_1", "op": "matmul", "attrs": {}, "mesh_shape": [2], "direction": "forward",
+  "inputs": [{"shape": [4, 6], "dims_mapping": [0, -1]}, {"shape": [6, 8], "dims_mapping": [-1, -1]}],
+  "expected": {"outputs": [{"dims_mapping": [-1, -1]}]}},
+ {"id": "err_1", "op": "matmul", "attrs": {}, "mesh_shape": [2], "direction": "forward",
+  "inputs": [{"shape": [4, 6]}, {"shape": [7, 8]}], "expected": {"error": true}},
+ {"id": "back_1", "op": "matmul", "attrs": {}, "mesh_shape": [2], "direction": "backward",
+  "inputs": [{"shape": [4, 6]}, {"shape": [6, 8]}],
+  "outputs": [{"shape": [4, 8], "dims_mapping": [0, -1]}],
+  "expected": {"inputs": [{"dims_mapping": [0, -1]}, {"dims_mapping": [-1, -1]}]}},
+ {"id": "grad_1", "op": "einsum", "attrs": {"equation": "mk,kn->mn"}, "mesh_shape": [2],
+  "direction": "grad",
+  "inputs": [{"shape": [4, 6], "dims_mapping": [-1, 0]}, {"shape": [6, 8], "dims_mapping": [-1, -1]}],
+  "outputs": [{"shape": [4, 8], "dims_mapping": [-1, -1]}],
+  "expected": {"outputs": [null, {"dims_mapping": [0, -1]}]}},
+ {"id": "nope_1", "op": "no_such_op", "attrs": {}, "mesh_shape": [2], "direction": "forward",
+  "inputs": [], "expected": {"error": true}}
+]"#;
+
+const DEVIATIONS: &str = "# Deviations\n\n| case | kind | reason |\n|---|---|---|\n| `dev_1` | test | we answer [0,-1] on purpose |\n| `ok_1` | test | stale: it passes |\n";
+
+#[test]
+fn conformance_summary_and_status() {
+    let vectors = temp_file("vectors.json", VECTORS);
+    let v = vectors.to_str().unwrap();
+    let (code, out, err) = run(&["conformance", v]);
+    assert_eq!(code, 1, "a covered case fails: {out}{err}");
+    assert_eq!(out.lines().last().unwrap(), "4 passed, 2 failed");
+    let row = |op: &str, dir: &str| -> Vec<String> {
+        out.lines()
+            .find(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 2 && c[0] == op && c[1] == dir
+            })
+            .unwrap_or_else(|| panic!("no row {op} {dir} in {out}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(
+        row("op", "direction")[2..],
+        ["cases", "passed", "failed", "not", "covered"]
+    );
+    assert_eq!(row("matmul", "forward")[2..], ["3", "1", "2", "0"]);
+    assert_eq!(row("matmul", "backward")[2..], ["1", "1", "0", "0"]);
+    assert_eq!(row("einsum", "grad")[2..], ["1", "1", "0", "0"]);
+    assert_eq!(row("no_such_op", "forward")[2..], ["1", "0", "0", "1"]);
+    assert!(
+        out.contains("bad_1 (matmul forward): output 0: dims_mapping expected [0, 1]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 not covered (op or direction without a rule here: not counted as failed)"),
+        "{out}"
+    );
+
+    let devs = temp_file("DEVIATIONS.md", DEVIATIONS);
+    let (code, out, _) = run(&["conformance", v, "--deviations", devs.to_str().unwrap()]);
+    assert_eq!(code, 1, "bad_1 still fails");
+    assert_eq!(out.lines().last().unwrap(), "4 passed, 1 failed");
+    assert!(out.contains("1 deviations"), "{out}");
+    assert!(
+        out.contains("stale deviations (listed, but they pass): ok_1"),
+        "{out}"
+    );
+
+    let (code, out, _) = run(&["conformance", v, "--op", "einsum"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.lines().last().unwrap(), "2 passed, 0 failed");
+
+    let r = spmd()
+        .args([
+            "conformance",
+            v,
+            "--json",
+            "--deviations",
+            devs.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(1));
+    let j: Value = serde_json::from_slice(&r.stdout).unwrap();
+    let cases = j["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 7);
+    let status = |id: &str| {
+        cases.iter().find(|c| c["id"] == id).unwrap()["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(status("ok_1"), "passed");
+    assert_eq!(status("bad_1"), "failed");
+    assert_eq!(status("dev_1"), "deviation");
+    assert_eq!(status("err_1"), "passed");
+    assert_eq!(status("nope_1"), "not_covered");
+    assert_eq!(j["summary"]["passed"], 4);
+    assert_eq!(j["summary"]["failed"], 1);
+    assert_eq!(j["summary"]["deviations"], 1);
+    assert_eq!(j["summary"]["not_covered"], 1);
+    let bad1 = cases.iter().find(|c| c["id"] == "bad_1").unwrap();
+    assert_eq!(
+        bad1["got"]["outputs"][0]["dims_mapping"],
+        serde_json::json!([0, -1])
+    );
+}
+
+#[test]
+fn conformance_on_the_project_vectors() {
+    let suite = repo_vectors("paddle-suite.json");
+    let devs = repo_vectors("DEVIATIONS.md");
+    let (code, out, err) = run(&["conformance", &suite, "--deviations", &devs]);
+    assert!(code == 0 || code == 1, "{err}");
+    let last = out.lines().last().unwrap();
+    let words: Vec<&str> = last.split(' ').collect();
+    assert_eq!(words.len(), 4, "{last}");
+    assert!(
+        words[0].parse::<usize>().is_ok() && words[2].parse::<usize>().is_ok(),
+        "{last}"
+    );
+    assert_eq!((words[1], words[3]), ("passed,", "failed"));
+    assert_eq!(
+        code == 1,
+        words[2] != "0",
+        "exit status follows failures: {last}"
+    );
+}
+
+#[test]
+fn conformance_errors() {
+    let path = temp_file("broken.json", "[{\"id\": ");
+    bad(
+        &["conformance", path.to_str().unwrap()],
+        "malformed conformance JSON",
+    );
+    bad(
+        &["conformance", "/no/such/file.json"],
+        "cannot read /no/such/file.json",
+    );
+    let vectors = temp_file("v2.json", VECTORS);
+    let devs = temp_file("D2.md", "| x |  |\n");
+    bad(
+        &[
+            "conformance",
+            vectors.to_str().unwrap(),
+            "--deviations",
+            devs.to_str().unwrap(),
+        ],
+        "needs a reason",
+    );
+}
+
+#[test]
+fn ops_lists_rules() {
+    let (code, out, _) = run(&["ops"]);
+    assert_eq!(code, 0);
+    let matmul = out.lines().find(|l| l.starts_with("matmul ")).unwrap();
+    assert!(
+        matmul.contains("...mk,...kn->...mn") && matmul.contains("trans_x, trans_y"),
+        "{matmul}"
+    );
+    let softmax = out.lines().find(|l| l.starts_with("softmax ")).unwrap();
+    assert!(
+        softmax.contains("built at run time") && softmax.contains("axis"),
+        "{softmax}"
+    );
+    let v = json(&["ops", "--json"]);
+    let list = v.as_array().unwrap();
+    assert!(list.iter().any(|o| o["name"] == "embedding"));
+    let one = json(&["ops", "embedding", "--json"]);
+    assert_eq!(one["name"], "embedding");
+    assert_eq!(one["notations"], serde_json::json!(["...,jk->...k"]));
+    bad(&["ops", "matmal"], "did you mean `matmul`");
+}
+
+#[test]
+fn bad_input_is_one_line_and_status_2() {
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut a = vec!["infer", "matmul", "--mesh", "2x4"];
+        a.extend_from_slice(extra);
+        a
+    };
+    bad(
+        &[
+            "infer",
+            "matmull",
+            "--mesh",
+            "2x4",
+            "--in",
+            "64x32:[1,0]",
+            "--in",
+            "32x48",
+        ],
+        "no rule named `matmull` (did you mean `matmul`?)",
+    );
+    bad(
+        &with(&["--in", "64x32:[1,", "--in", "32x48"]),
+        "--in #0 `64x32:[1,`: expected a mesh dim, -1 or a co-shard list for dim 1",
+    );
+    bad(
+        &with(&["--in", "64x32:1,0", "--in", "32x48"]),
+        "expected `[`",
+    );
+    bad(
+        &with(&["--in", "64xq:[1,0]", "--in", "32x48"]),
+        "`q` in shape `64xq` is not an extent",
+    );
+    bad(
+        &with(&["--in", "64x32:[1]", "--in", "32x48"]),
+        "the mapping [1] has 1 entry but the shape 64x32 has rank 2",
+    );
+    bad(
+        &with(&["--in", "64x32:[2,0]", "--in", "32x48"]),
+        "dim 0 is sharded on mesh dim 2, but mesh 2x4 has 2 dims",
+    );
+    bad(
+        &with(&["--in", "64x32:[0,0]", "--in", "32x48"]),
+        "mesh dim 0 splits dim 0 and again dim 1",
+    );
+    bad(
+        &with(&["--in", "64x32:[0,-1]:partial(0)", "--in", "32x48"]),
+        "either partial or sharding",
+    );
+    bad(
+        &with(&["--in", "64x32:partial(0:median)", "--in", "32x48"]),
+        "unknown reduce type `median`",
+    );
+    bad(
+        &with(&["--in", "64x32"]),
+        "matmul: 1 input(s) given, the rule takes 2",
+    );
+    bad(
+        &with(&["--in", "64x32", "--in", "33x48"]),
+        "axis `k` has extent 32, but input 1 dim 0 has extent 33",
+    );
+    bad(
+        &with(&["--in", "64x32", "--in", "32x48", "--attr", "trans_x"]),
+        "expected NAME=VALUE",
+    );
+    bad(
+        &with(&["--in", "64x32", "--in", "32x48", "--attr", "trans_x=3"]),
+        "expected a bool, got 3",
+    );
+    bad(
+        &with(&["--in", "64x32", "--in", "32x48", "--out", "64x48"]),
+        "--out is for --backward",
+    );
+    bad(&["infer", "matmul", "--in", "64x32"], "--mesh is required");
+    bad(
+        &["infer", "matmul", "--mesh", "2x0", "--in", "4"],
+        "mesh extent 0",
+    );
+    bad(
+        &[
+            "infer", "sum", "--mesh", "2", "--in", "4x4", "--attr", "axis=[5]",
+        ],
+        "axis 5 is out of range",
+    );
+    bad(
+        &["infer"],
+        "the following required arguments were not provided: <OP>",
+    );
+    bad(
+        &["infer", "matmul", "--bogus"],
+        "unexpected argument '--bogus'",
+    );
+    bad(
+        &["infer", "matmul", "--backward", "--grad"],
+        "cannot be used with",
+    );
+    bad(&["frobnicate"], "unrecognized subcommand 'frobnicate'");
+}
+
+#[test]
+fn help_has_examples_and_syntax() {
+    spmd()
+        .args(["infer", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "spmd infer matmul --mesh 2x4 --in 64x32:[1,0] --in 32x48:[-1,-1]",
+        ))
+        .stdout(predicate::str::contains("partial(0:sum,1:max)"));
+    for cmd in ["einsum", "explain", "show", "conformance", "ops"] {
+        spmd()
+            .args([cmd, "--help"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("Examples:"));
+    }
+    spmd()
+        .arg("--version")
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with("spmd "));
+}
+
+/// Every command, piped (as assert_cmd runs them): no ANSI escapes.
+#[test]
+fn piped_output_is_plain() {
+    let vectors = temp_file("v3.json", VECTORS);
+    let all: Vec<Vec<&str>> = vec![
+        MATMUL.to_vec(),
+        vec![
+            "einsum",
+            "mk,kn->mn",
+            "--mesh",
+            "2",
+            "--in",
+            "4x6:[0,-1]",
+            "--in",
+            "6x8",
+        ],
+        vec![
+            "explain",
+            "matmul",
+            "--mesh",
+            "2x4",
+            "--in",
+            "64x32:[1,0]",
+            "--in",
+            "32x48:[-1,0]",
+        ],
+        vec!["show", "--mesh", "2x4", "64x48:[-1,1]:partial(0)"],
+        vec!["conformance", vectors.to_str().unwrap()],
+        vec!["ops"],
+        vec!["infer", "matmull"],
+        vec!["infer", "--help"],
+    ];
+    for args in &all {
+        let (_, out, err) = run(args);
+        assert!(!out.contains('\u{1b}'), "{args:?}: {out:?}");
+        assert!(!err.contains('\u{1b}'), "{args:?}: {err:?}");
+    }
+}
+
+#[test]
+fn colors_follow_the_environment_and_the_flag() {
+    let out = spmd()
+        .args(MATMUL)
+        .env("CLICOLOR_FORCE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\u{1b}["),
+        "forced colors"
+    );
+    let out = spmd()
+        .args(MATMUL)
+        .env("CLICOLOR_FORCE", "1")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains('\u{1b}'),
+        "NO_COLOR wins"
+    );
+    let out = spmd()
+        .args(["show", "--mesh", "2", "4:[0]"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains('\u{1b}'));
+    let out = spmd().args(MATMUL).arg("--color=always").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\u{1b}["));
+    let out = spmd()
+        .args(MATMUL)
+        .arg("--color=never")
+        .env("CLICOLOR_FORCE", "1")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains('\u{1b}'));
+    // Errors too.
+    let out = spmd()
+        .args(["infer", "matmull", "--mesh", "2"])
+        .env("CLICOLOR_FORCE", "1")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains('\u{1b}'));
+}
+
+#[test]
+fn a_closed_pipe_is_not_an_error() {
+    // Reading only part of the output must not make the tool panic.
+    let out = spmd().args(["ops"]).output().unwrap();
+    assert!(out.status.success());
+}
