@@ -81,8 +81,15 @@ Examples:
     propagate_version = true
 )]
 pub struct Cli {
-    /// When to color the output.
-    #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
+    /// When to color the output: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = ColorWhen::Auto,
+        value_name = "WHEN",
+        hide_possible_values = true
+    )]
     pub color: ColorWhen,
 
     #[command(subcommand)]
@@ -91,7 +98,6 @@ pub struct Cli {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ColorWhen {
-    /// Color on a terminal, unless NO_COLOR is set.
     Auto,
     Always,
     Never,

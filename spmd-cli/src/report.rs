@@ -228,7 +228,7 @@ impl Report {
         // The last column: what a given tensor needs (inputs), or whether an
         // output is partial and what finishes it.
         if outputs && any_given {
-            header.push(paint(HEADER, "reshard / partial"));
+            header.push(paint(HEADER, "notes"));
         } else if outputs {
             header.push(paint(HEADER, "partial"));
         } else if any_given {
@@ -259,16 +259,21 @@ impl Report {
                     let text = format!("{}{step}", if i == 0 { verb } else { "then " });
                     last.push(paint(if step.communicates() { COMM } else { LOCAL }, text));
                 }
-                if r.reshard.is_empty() && !outputs {
-                    last.push(paint(OK, "none"));
+                if r.reshard.is_empty() {
+                    last.push(paint(OK, if outputs { "as given" } else { "none" }));
                 }
             }
             if outputs {
+                let (yes, no) = if r.given.is_some() {
+                    ("partial: ", None)
+                } else {
+                    ("yes: ", Some("no"))
+                };
                 for step in &r.pending {
-                    last.push(paint(PARTIAL, format!("yes: {step} gives the full value")));
+                    last.push(paint(PARTIAL, format!("{yes}{step} gives the full value")));
                 }
-                if r.pending.is_empty() {
-                    last.push(paint(OK, "no"));
+                if let (true, Some(no)) = (r.pending.is_empty(), no) {
+                    last.push(paint(OK, no));
                 }
             }
             let mut last = last.into_iter();

@@ -257,6 +257,42 @@ fn backward_inference() {
 }
 
 #[test]
+fn backward_outputs_are_kept_or_corrected() {
+    let (_, out, _) = run(&[
+        "infer",
+        "matmul",
+        "--mesh",
+        "2x4",
+        "--backward",
+        "--in",
+        "64x32",
+        "--in",
+        "32x48",
+        "--out",
+        "64x48:[0,1]",
+    ]);
+    let o = out.lines().find(|l| l.starts_with("output 0")).unwrap();
+    assert!(o.ends_with("as given"), "{o}");
+    // Softmax never keeps its axis sharded: the given output is corrected.
+    let (_, out, _) = run(&[
+        "infer",
+        "softmax",
+        "--mesh",
+        "2x4",
+        "--backward",
+        "--in",
+        "8x16",
+        "--out",
+        "8x16:[0,1]",
+    ]);
+    let o = out.lines().find(|l| l.starts_with("output 0")).unwrap();
+    assert!(
+        o.contains("[0, -1]") && o.ends_with("corrected: all-gather along dim 1 over mesh dim 1"),
+        "{o}"
+    );
+}
+
+#[test]
 fn grad_inference() {
     let v = json(&[
         "infer",

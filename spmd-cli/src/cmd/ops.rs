@@ -40,8 +40,8 @@ pub fn ops(args: &OpsArgs) -> Result<Output> {
     let mut t = Table::new();
     t.row(vec![
         paint(HEADER, "op"),
-        paint(HEADER, "notations"),
         paint(HEADER, "attributes"),
+        paint(HEADER, "notations"),
     ]);
     for i in &infos {
         let notations = if i.notations.is_empty() {
@@ -54,7 +54,7 @@ pub fn ops(args: &OpsArgs) -> Result<Output> {
         } else {
             i.attrs.join(", ")
         };
-        t.row(vec![i.name.to_string(), notations, attrs]);
+        t.row(vec![i.name.to_string(), attrs, notations]);
     }
     let mut s = t.render("");
     if args.name.is_none() {
