@@ -1,0 +1,67 @@
+//! Proves sharding rules right by running them on a simulated mesh.
+//!
+//! A rule claims: "lay the inputs out as these required attrs, run the op on
+//! every device over the blocks it holds, and the outputs come out laid out
+//! as these attrs (partial over these mesh dims with these reduce types)". The
+//! checker takes the claim literally:
+//!
+//! 1. it computes the dense result (a reference function, or the rule's
+//!    einsum with [`einsum`]) from probe inputs whose values are distinct and
+//!    sign-varying ([`Tensor::probe`]), so a wrong rule cannot pass by luck;
+//! 2. it cuts every input into per-device blocks by the rule's *required*
+//!    attrs (meshes of any rank, co-sharding major to minor, uneven splits as
+//!    `numpy.array_split`), handing each device a hashed contribution of a
+//!    partial input;
+//! 3. for einsum rules it checks that each device's blocks agree on every
+//!    axis they share (else the device needs data it does not hold), then
+//!    computes the op locally on every device;
+//! 4. it reduces partial results over their partial mesh dims with their
+//!    reduce types and compares every device's result with the block of the
+//!    dense result its claimed attr says it holds — so a claimed-replicated
+//!    output must be right on every device.
+//!
+//! Backward inference is checked by feeding its input requirements forward;
+//! see [`EinsumCheck::backward`] and [`check_backward`].
+//!
+//! ```
+//! use spmd_check::EinsumCheck;
+//! use spmd_core::{DistAttr, Mesh, Spec, spmd_rule};
+//!
+//! /// A wrong rule: it keeps the contracted axis `k` out of the notation's
+//! /// outputs... and forgets that the output is then partial.
+//! #[spmd_rule(einsum = "mk,kn->mn")]
+//! struct Matmul {}
+//!
+//! let mesh = Mesh::new(&[2])?;
+//! let x = DistAttr::from_paddle(&[-1, 0]).unwrap();
+//! let y = DistAttr::from_paddle(&[-1, -1]).unwrap();
+//! let inputs = [Spec::new(&[3, 4], &x), Spec::new(&[4, 2], &y)];
+//! // The real rule is sound: the output is partial{0: SUM}.
+//! EinsumCheck::new("mk,kn->mn")?.forward(&Matmul {}, &mesh, &inputs)?;
+//! // Checked against a max-reduction instead, it is not.
+//! let report = EinsumCheck::new("mk,kn->mn")?
+//!     .reduce(spmd_core::ReduceType::Max)
+//!     .forward(&Matmul {}, &mesh, &inputs)
+//!     .unwrap_err();
+//! assert!(report.is_unsound());
+//! assert!(report.to_string().contains("claimed [-1, -1] partial{0: SUM}"), "{report}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+// A report is the rare, diagnostic outcome of a check: its size on the error
+// path costs nothing worth a `Box` in every signature.
+#![allow(clippy::result_large_err)]
+#![warn(missing_debug_implementations)]
+
+mod check;
+mod eval;
+mod mesh_sim;
+mod tensor;
+
+pub use check::{
+    Direction, EinsumCheck, Finding, Holding, Input, Report, RuleRef, check_backward,
+    check_forward, check_grad, values_for,
+};
+pub use eval::{EvalError, combine, einsum, einsum_sized};
+pub use mesh_sim::{Device, block_of, devices, dim_range, split_range};
+pub use tensor::{Tensor, Values};
