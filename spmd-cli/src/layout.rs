@@ -56,7 +56,10 @@ pub fn device(mesh: &[usize], c: &[usize]) -> usize {
 fn bounds(extent: usize, blocks: usize) -> Vec<(usize, usize)> {
     let len = extent.div_ceil(blocks.max(1));
     (0..blocks)
-        .map(|b| ((b * len).min(extent), ((b + 1) * len).min(extent)))
+        .map(|b| {
+            let start = b.saturating_mul(len).min(extent);
+            (start, (b + 1).saturating_mul(len).min(extent))
+        })
         .collect()
 }
 
@@ -274,6 +277,12 @@ mod tests {
         let l = layout(&[4], &[2], DistAttr::from_paddle(&[0]).unwrap());
         assert_eq!(l.dims[0].bounds, [(0, 1), (1, 2), (2, 2), (2, 2)]);
         assert_eq!(l.local_shape(3), [0]);
+    }
+
+    #[test]
+    fn huge_extents_do_not_overflow() {
+        let l = layout(&[2], &[usize::MAX], DistAttr::from_paddle(&[0]).unwrap());
+        assert_eq!(l.dims[0].bounds[1].1, usize::MAX);
     }
 
     #[test]

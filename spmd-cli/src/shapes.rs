@@ -83,8 +83,7 @@ pub fn output_shapes(plan: &Plan<'_>, inputs: &[&[usize]]) -> Option<Vec<Vec<usi
                     let known: usize = factors
                         .iter()
                         .filter(|&&g| g != f)
-                        .map(|&g| axes[g as usize])
-                        .product();
+                        .fold(1usize, |p, &g| p.saturating_mul(axes[g as usize]));
                     if known != 0 && size % known == 0 {
                         axes[f as usize] = size / known;
                     }
@@ -107,7 +106,8 @@ pub fn output_shapes(plan: &Plan<'_>, inputs: &[&[usize]]) -> Option<Vec<Vec<usi
                             if f.iter().any(|&a| axes[a as usize] == UNKNOWN) {
                                 UNKNOWN
                             } else {
-                                f.iter().map(|&a| axes[a as usize]).product()
+                                f.iter()
+                                    .fold(1usize, |p, &a| p.saturating_mul(axes[a as usize]))
                             }
                         }
                     };
