@@ -64,13 +64,13 @@ impl Einsum {
     }
 
     /// Forward inference reporting each step to `trace`.
-    pub fn forward_traced<T: Trace>(
+    pub fn forward_traced<T: Trace + ?Sized>(
         &self,
         mesh: &Mesh,
         inputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(&self.rule(), mesh, inputs, trace)
+        self.rule().forward_traced(mesh, inputs, trace)
     }
 }
 
@@ -96,5 +96,32 @@ impl SpmdRule for Einsum {
         output_grads: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
         Einsum::grad(self, mesh, inputs, output_grads)
+    }
+    fn forward_traced(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        trace: &mut dyn Trace,
+    ) -> Result<RuleResult, SpmdError> {
+        self.rule().forward_traced(mesh, inputs, trace)
+    }
+    fn backward_traced(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+        trace: &mut dyn Trace,
+    ) -> Result<RuleResult, SpmdError> {
+        self.rule()
+            .backward_traced(mesh, input_shapes, outputs, trace)
+    }
+    fn grad_traced(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+        trace: &mut dyn Trace,
+    ) -> Result<RuleResult, SpmdError> {
+        self.rule().grad_traced(mesh, inputs, output_grads, trace)
     }
 }

@@ -21,7 +21,7 @@ const UNKNOWN: usize = usize::MAX;
 // One id (63) is the claimant of dims that never carry a sharding.
 const MAX_AXES: usize = 63;
 
-pub(crate) fn forward<T: Trace>(
+pub(crate) fn forward<T: Trace + ?Sized>(
     rule: &EinsumRule<'_>,
     mesh: &Mesh,
     inputs: &[Spec<'_>],
@@ -80,7 +80,7 @@ pub(crate) fn forward<T: Trace>(
     Ok(result)
 }
 
-pub(crate) fn backward<T: Trace>(
+pub(crate) fn backward<T: Trace + ?Sized>(
     rule: &EinsumRule<'_>,
     mesh: &Mesh,
     input_shapes: &[&[usize]],
@@ -142,6 +142,9 @@ pub(crate) fn backward<T: Trace>(
     if rule.policy.missing_axis == MissingAxis::Error {
         cx.check_no_missing_axis(input_shapes)?;
     }
+    if trace.enabled() {
+        cx.trace_missing_axes(input_shapes, trace);
+    }
     let mut result = RuleResult::default();
     for (i, shape) in input_shapes.iter().enumerate() {
         let mapping = cx.project(plan.input(i), shape.len(), Some(shape), &derived);
@@ -166,7 +169,7 @@ pub(crate) fn backward<T: Trace>(
 /// the gradient reads, then every output grad), requirements projected from
 /// it, and each input grad partial over the sharded axes the other operands
 /// carry and it lacks (contracted on the other side, or broadcast into it).
-pub(crate) fn grad<T: Trace>(
+pub(crate) fn grad<T: Trace + ?Sized>(
     rule: &EinsumRule<'_>,
     mesh: &Mesh,
     inputs: &[Spec<'_>],
@@ -586,7 +589,7 @@ impl<'r, 'a> Cx<'r, 'a> {
         (!self.never.contains(a)).then_some(a)
     }
 
-    fn merge<T: Trace>(
+    fn merge<T: Trace + ?Sized>(
         &mut self,
         t: TensorRef,
         term: Term,
@@ -602,6 +605,7 @@ impl<'r, 'a> Cx<'r, 'a> {
             let Some(a) = self.carrier(self.slot(term, rank, dim), Some(spec.shape[dim])) else {
                 // Replicated in the end, but its claims count (DESIGN §4 steps 2-3).
                 self.map.claim_unsharded(given);
+                trace.unsharded(t, dim, given);
                 continue;
             };
             match self.map.merge(a, given) {
@@ -621,7 +625,7 @@ impl<'r, 'a> Cx<'r, 'a> {
         Ok(())
     }
 
-    fn resolve<T: Trace>(&mut self, trace: &mut T) -> Result<(), SpmdError> {
+    fn resolve<T: Trace + ?Sized>(&mut self, trace: &mut T) -> Result<(), SpmdError> {
         let (plan, n_labels) = (self.rule.plan, self.n_labels);
         let name = move |a: u8| axis_name(&plan, n_labels, a);
         self.map
@@ -647,7 +651,10 @@ impl<'r, 'a> Cx<'r, 'a> {
     /// Applies the divisibility policy: the axis maps for the given side and
     /// for the derived side. A compound's major factor must always divide (else
     /// the reshape could not carry its sharding), whatever the policy.
-    fn fit<T: Trace>(&self, trace: &mut T) -> (SmallVec<[Sharding; 16]>, SmallVec<[Sharding; 16]>) {
+    fn fit<T: Trace + ?Sized>(
+        &self,
+        trace: &mut T,
+    ) -> (SmallVec<[Sharding; 16]>, SmallVec<[Sharding; 16]>) {
         let policy = self.rule.policy.divisibility;
         let compound_major = self.rule.plan.compound_major;
         let mut given = self.map.sharding.clone();
@@ -671,7 +678,7 @@ impl<'r, 'a> Cx<'r, 'a> {
     }
 
     /// Drops trailing mesh dims until their product divides the axis extent.
-    fn fit_one<T: Trace>(&self, a: u8, mut s: Sharding, trace: &mut T) -> Sharding {
+    fn fit_one<T: Trace + ?Sized>(&self, a: u8, mut s: Sharding, trace: &mut T) -> Sharding {
         let extent = self.extent[a as usize];
         while let Some(&last) = s.as_slice().last() {
             // Mesh::new guarantees the whole mesh's product fits in a usize.
@@ -703,6 +710,26 @@ impl<'r, 'a> Cx<'r, 'a> {
             mapping.push(s);
         }
         mapping
+    }
+
+    /// Tells `trace` of every input dim whose axis no output has (backward's
+    /// replicated fallback).
+    fn trace_missing_axes<T: Trace + ?Sized>(&self, input_shapes: &[&[usize]], trace: &mut T) {
+        let plan = &self.rule.plan;
+        let mut out_axes = AxisSet::EMPTY;
+        for o in 0..plan.n_outputs() {
+            out_axes = out_axes.union(self.term_axes(plan.output(o)));
+        }
+        for (i, shape) in input_shapes.iter().enumerate() {
+            for dim in 0..shape.len() {
+                let slot = self.slot(plan.input(i), shape.len(), dim);
+                if let Some(a) = self.carrier(slot, Some(shape[dim]))
+                    && !out_axes.contains(a)
+                {
+                    trace.missing_axis(TensorRef::input(i), dim, self.axis_name(a));
+                }
+            }
+        }
     }
 
     /// For [`MissingAxis::Error`]: fails on the first input dim whose axis no

@@ -62,6 +62,12 @@ pub trait Op: SpmdRule + Sized + 'static {
     const NOTATIONS: &'static [&'static str];
     /// The attribute names the op reads (its fields).
     const ATTRS: &'static [&'static str];
+    /// The inputs' and outputs' names, when the rule declares them.
+    const INPUTS: &'static [&'static str] = &[];
+    const OUTPUTS: &'static [&'static str] = &[];
+    /// Inputs without a gradient (bit `i` = input `i`): grad inference
+    /// returns grads for the others only, in order.
+    const NO_GRAD: u64 = 0;
     /// Builds the op from attributes by name; missing attributes without a
     /// default and values of the wrong kind are errors.
     fn from_attrs(attrs: &Attrs) -> Result<Self, SpmdError>;

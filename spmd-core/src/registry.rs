@@ -18,6 +18,11 @@ pub struct RuleInfo {
     pub name: &'static str,
     pub notations: &'static [&'static str],
     pub attrs: &'static [&'static str],
+    /// Tensor names, when the rule declares them (else empty).
+    pub inputs: &'static [&'static str],
+    pub outputs: &'static [&'static str],
+    /// Inputs without a gradient (bit `i` = input `i`).
+    pub no_grad: u64,
     pub build: fn(&Attrs) -> Result<Box<dyn SpmdRule>, SpmdError>,
 }
 
@@ -28,6 +33,9 @@ impl RuleInfo {
             name: O::NAME,
             notations: O::NOTATIONS,
             attrs: O::ATTRS,
+            inputs: O::INPUTS,
+            outputs: O::OUTPUTS,
+            no_grad: O::NO_GRAD,
             build: |attrs| Ok(Box::new(O::from_attrs(attrs)?)),
         }
     }

@@ -8,6 +8,7 @@ use crate::attr::{DistAttr, ReduceType, Spec};
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::policy::Policy;
+use crate::trace::Trace;
 
 /// What a rule answers: the dist attrs the inputs must have (a requirement that
 /// differs from the given attr means "reshard first") and the outputs' attrs.
@@ -128,6 +129,38 @@ impl EinsumRule<'_> {
     ) -> Result<RuleResult, SpmdError> {
         crate::infer::grad(self, mesh, inputs, output_grads, &mut crate::trace::NoTrace)
     }
+
+    /// [`EinsumRule::forward`], reporting each step to `trace`.
+    pub fn forward_traced<T: Trace + ?Sized>(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        trace: &mut T,
+    ) -> Result<RuleResult, SpmdError> {
+        crate::infer::forward(self, mesh, inputs, trace)
+    }
+
+    /// [`EinsumRule::backward`], reporting each step to `trace`.
+    pub fn backward_traced<T: Trace + ?Sized>(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+        trace: &mut T,
+    ) -> Result<RuleResult, SpmdError> {
+        crate::infer::backward(self, mesh, input_shapes, outputs, trace)
+    }
+
+    /// [`EinsumRule::grad`], reporting each step to `trace`.
+    pub fn grad_traced<T: Trace + ?Sized>(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+        trace: &mut T,
+    ) -> Result<RuleResult, SpmdError> {
+        crate::infer::grad(self, mesh, inputs, output_grads, trace)
+    }
 }
 
 /// A sharding rule as registries and generic callers see it. Object safe; every
@@ -158,6 +191,42 @@ pub trait SpmdRule: Send + Sync {
         let _ = (mesh, inputs, output_grads);
         Err(SpmdError::NoGradRule { op: self.name() })
     }
+
+    /// Forward inference reporting each step to `trace` (`explain`). The
+    /// default runs untraced.
+    fn forward_traced(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        trace: &mut dyn Trace,
+    ) -> Result<RuleResult, SpmdError> {
+        let _ = trace;
+        self.forward(mesh, inputs)
+    }
+
+    /// Backward inference reporting each step to `trace`.
+    fn backward_traced(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+        trace: &mut dyn Trace,
+    ) -> Result<RuleResult, SpmdError> {
+        let _ = trace;
+        self.backward(mesh, input_shapes, outputs)
+    }
+
+    /// Grad inference reporting each step to `trace`.
+    fn grad_traced(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+        trace: &mut dyn Trace,
+    ) -> Result<RuleResult, SpmdError> {
+        let _ = trace;
+        self.grad(mesh, inputs, output_grads)
+    }
 }
 
 impl SpmdRule for EinsumRule<'static> {
@@ -182,5 +251,31 @@ impl SpmdRule for EinsumRule<'static> {
         output_grads: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
         EinsumRule::grad(self, mesh, inputs, output_grads)
+    }
+    fn forward_traced(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        trace: &mut dyn Trace,
+    ) -> Result<RuleResult, SpmdError> {
+        EinsumRule::forward_traced(self, mesh, inputs, trace)
+    }
+    fn backward_traced(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+        trace: &mut dyn Trace,
+    ) -> Result<RuleResult, SpmdError> {
+        EinsumRule::backward_traced(self, mesh, input_shapes, outputs, trace)
+    }
+    fn grad_traced(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+        trace: &mut dyn Trace,
+    ) -> Result<RuleResult, SpmdError> {
+        EinsumRule::grad_traced(self, mesh, inputs, output_grads, trace)
     }
 }

@@ -6,7 +6,13 @@ use crate::error::{AxisName, TensorRef};
 use crate::mesh::{MeshDim, MeshSet};
 
 /// Observer of one inference call. Every method has an empty default.
+/// Object safe: registered rules take `&mut dyn Trace`.
 pub trait Trace {
+    /// Whether events that cost extra work to find are wanted. [`NoTrace`]
+    /// says no, so the plain inference path never computes them.
+    fn enabled(&self) -> bool {
+        true
+    }
     /// `tensor` dim `dim` brought `given` to `axis`, whose sharding is now `now`.
     fn merged(
         &mut self,
@@ -17,6 +23,17 @@ pub trait Trace {
         now: Sharding,
     ) {
         let _ = (axis, tensor, dim, given, now);
+    }
+    /// `tensor` dim `dim`, which never carries a sharding (`1`, a broadcast
+    /// size-1 dim, a never-sharded axis), was given `given`: it is replicated,
+    /// but its mesh dims count as claimed in first-wins order.
+    fn unsharded(&mut self, tensor: TensorRef, dim: usize, given: Sharding) {
+        let _ = (tensor, dim, given);
+    }
+    /// Backward: `tensor` dim `dim` (axis `axis`) is in no output, so it is
+    /// replicated (the unsharded-missing-axis fallback).
+    fn missing_axis(&mut self, tensor: TensorRef, dim: usize, axis: AxisName) {
+        let _ = (tensor, dim, axis);
     }
     /// `mesh_dim` was claimed by several axes; `kept` keeps it, `lost` loses it.
     fn conflict(&mut self, mesh_dim: MeshDim, kept: AxisName, lost: AxisName) {
@@ -35,4 +52,9 @@ pub trait Trace {
 /// The observer that observes nothing.
 pub struct NoTrace;
 
-impl Trace for NoTrace {}
+impl Trace for NoTrace {
+    #[inline]
+    fn enabled(&self) -> bool {
+        false
+    }
+}

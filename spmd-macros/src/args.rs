@@ -101,6 +101,9 @@ pub struct Rule {
     pub backward_partial: Ident,
     pub validate: Option<Path>,
     pub adjust: Option<Path>,
+    /// Tensor names from `inputs(..)` / `outputs(..)` (empty when not given).
+    pub input_names: Vec<String>,
+    pub output_names: Vec<String>,
     /// Bit masks over inputs: no gradient / not read by the gradient.
     pub no_grad: u64,
     pub grad_ignores: u64,
@@ -322,8 +325,16 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         backward_partial,
         validate: raw.validate,
         adjust: raw.adjust,
+        input_names: names_of(raw.inputs.as_ref()),
+        output_names: names_of(raw.outputs.as_ref()),
         no_grad,
         grad_ignores,
+    })
+}
+
+fn names_of(list: Option<&darling::util::PathList>) -> Vec<String> {
+    list.map_or_else(Vec::new, |l| {
+        l.iter().map(|p| p.to_token_stream().to_string()).collect()
     })
 }
 

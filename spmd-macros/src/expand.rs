@@ -134,18 +134,14 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             }
         };
 
-    let forward_body = with_rule(quote!(forward(mesh, inputs)));
-    let backward_body = with_rule(quote!(backward(mesh, input_shapes, outputs)));
-    let grad_body = with_rule(quote!(grad(mesh, inputs, output_grads)));
-    // Hook paths keep their own spans (type errors land on them); the locals
-    // around them are ours, at call site, so a caller's macro hygiene cannot
-    // separate `self` or `call` from their definitions.
     let validate = rule.validate.as_ref().map(|p| quote!(#p(self, &call)?;));
     let adjust = rule
         .adjust
         .as_ref()
         .map(|p| quote!(#p(self, &call, &mut result)?;));
     let (attr_names, from_attrs) = from_attrs(rule);
+    let (input_names, output_names) = (&rule.input_names, &rule.output_names);
+    let no_grad_mask = rule.no_grad;
 
     let op_impl = quote! {
         #[automatically_derived]
@@ -153,55 +149,75 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             const NAME: &'static str = __NAME;
             const NOTATIONS: &'static [&'static str] = &[#(#notations),*];
             const ATTRS: &'static [&'static str] = &[#(#attr_names),*];
+            const INPUTS: &'static [&'static str] = &[#(#input_names),*];
+            const OUTPUTS: &'static [&'static str] = &[#(#output_names),*];
+            const NO_GRAD: u64 = #no_grad_mask;
             fn from_attrs(attrs: &__spmd::Attrs) -> __spmd::Result<Self, __spmd::SpmdError> {
                 #from_attrs
             }
         }
     };
+    // One method per direction, plain and traced; the plain ones use the
+    // rule's own methods (static `NoTrace`), so tracing costs them nothing.
+    let method = |name: &str, traced: bool| {
+        let (params, call, args) = match name {
+            "forward" => (
+                quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Spec<'_>]),
+                quote!(__spmd::Call::Forward { mesh, inputs }),
+                quote!(mesh, inputs),
+            ),
+            "backward" => (
+                quote!(mesh: &__spmd::Mesh, input_shapes: &[&[usize]], outputs: &[__spmd::Spec<'_>]),
+                quote!(__spmd::Call::Backward {
+                    mesh,
+                    input_shapes,
+                    outputs
+                }),
+                quote!(mesh, input_shapes, outputs),
+            ),
+            _ => (
+                quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Spec<'_>], output_grads: &[__spmd::Spec<'_>]),
+                quote!(__spmd::Call::Grad {
+                    mesh,
+                    inputs,
+                    output_grads
+                }),
+                quote!(mesh, inputs, output_grads),
+            ),
+        };
+        let (fn_name, params, body) = if traced {
+            let f = syn::Ident::new(&format!("{name}_traced"), Span::call_site());
+            (
+                f.clone(),
+                quote!(#params, trace: &mut dyn __spmd::Trace),
+                with_rule(quote!(#f(#args, trace))),
+            )
+        } else {
+            let f = syn::Ident::new(name, Span::call_site());
+            (f.clone(), params, with_rule(quote!(#f(#args))))
+        };
+        quote! {
+            fn #fn_name(&self, #params) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
+                let call = #call;
+                #validate
+                let mut result = #body?;
+                #adjust
+                let _ = &call;
+                __spmd::Ok(result)
+            }
+        }
+    };
+    let methods: Vec<TokenStream> = ["forward", "backward", "grad"]
+        .iter()
+        .flat_map(|m| [method(m, false), method(m, true)])
+        .collect();
     let rule_impl = quote! {
         #[automatically_derived]
         impl __spmd::SpmdRule for #ident {
             fn name(&self) -> &'static str {
                 __NAME
             }
-            fn forward(
-                &self,
-                mesh: &__spmd::Mesh,
-                inputs: &[__spmd::Spec<'_>],
-            ) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
-                let call = __spmd::Call::Forward { mesh, inputs };
-                #validate
-                let mut result = #forward_body?;
-                #adjust
-                let _ = &call;
-                __spmd::Ok(result)
-            }
-            fn backward(
-                &self,
-                mesh: &__spmd::Mesh,
-                input_shapes: &[&[usize]],
-                outputs: &[__spmd::Spec<'_>],
-            ) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
-                let call = __spmd::Call::Backward { mesh, input_shapes, outputs };
-                #validate
-                let mut result = #backward_body?;
-                #adjust
-                let _ = &call;
-                __spmd::Ok(result)
-            }
-            fn grad(
-                &self,
-                mesh: &__spmd::Mesh,
-                inputs: &[__spmd::Spec<'_>],
-                output_grads: &[__spmd::Spec<'_>],
-            ) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
-                let call = __spmd::Call::Grad { mesh, inputs, output_grads };
-                #validate
-                let mut result = #grad_body?;
-                #adjust
-                let _ = &call;
-                __spmd::Ok(result)
-            }
+            #(#methods)*
         }
     };
     quote! {
