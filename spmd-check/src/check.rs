@@ -246,32 +246,65 @@ impl fmt::Display for Finding {
     }
 }
 
-/// The outcome of a failed check: the call, the rule's answer, and the finding.
+/// The outcome of a failed check: the call, the rule's answer, and the
+/// finding. Pointer-sized, so `Result<_, Report>` stays cheap to return.
 #[derive(Clone)]
 pub struct Report {
-    pub rule: String,
-    pub direction: Direction,
-    pub mesh: Vec<usize>,
-    /// The einsum the op was checked against, if any.
-    pub notation: Option<String>,
-    /// The call, one line per given tensor.
-    pub given: Vec<String>,
-    /// The rule's answer, one line per tensor (empty when it errored).
-    pub answer: Vec<String>,
-    pub finding: Finding,
+    inner: Box<ReportData>,
+}
+
+#[derive(Clone)]
+struct ReportData {
+    rule: String,
+    direction: Direction,
+    mesh: Vec<usize>,
+    notation: Option<String>,
+    given: Vec<String>,
+    answer: Vec<String>,
+    finding: Finding,
 }
 
 impl Report {
+    /// The rule's name.
+    pub fn rule(&self) -> &str {
+        &self.inner.rule
+    }
+    pub fn direction(&self) -> Direction {
+        self.inner.direction
+    }
+    /// The mesh shape.
+    pub fn mesh(&self) -> &[usize] {
+        &self.inner.mesh
+    }
+    /// The einsum the op was checked against, if any.
+    pub fn notation(&self) -> Option<&str> {
+        self.inner.notation.as_deref()
+    }
+    /// The call, one line per given tensor.
+    pub fn given(&self) -> &[String] {
+        &self.inner.given
+    }
+    /// The rule's answer, one line per tensor (empty when it errored).
+    pub fn answer(&self) -> &[String] {
+        &self.inner.answer
+    }
+    pub fn finding(&self) -> &Finding {
+        &self.inner.finding
+    }
+    pub fn into_finding(self) -> Finding {
+        self.inner.finding
+    }
+
     /// Whether the report shows the rule wrong (not a refusal nor a case the
     /// checker cannot set up).
     pub fn is_unsound(&self) -> bool {
-        !matches!(self.finding, Finding::Rejected(_) | Finding::Setup(_))
+        !matches!(self.inner.finding, Finding::Rejected(_) | Finding::Setup(_))
     }
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mesh: Vec<String> = self.mesh.iter().map(usize::to_string).collect();
+        let mesh: Vec<String> = self.mesh().iter().map(usize::to_string).collect();
         let verdict = if self.is_unsound() {
             "UNSOUND"
         } else {
@@ -280,20 +313,20 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "{verdict}: rule `{}` ({}) on mesh {}",
-            self.rule,
-            self.direction,
+            self.rule(),
+            self.direction(),
             mesh.join("x")
         )?;
-        if let Some(n) = &self.notation {
+        if let Some(n) = self.notation() {
             writeln!(f, "  einsum   {n:?}")?;
         }
-        for g in &self.given {
+        for g in self.given() {
             writeln!(f, "  given    {g}")?;
         }
-        for a in &self.answer {
+        for a in self.answer() {
             writeln!(f, "  answered {a}")?;
         }
-        write!(f, "  {}", self.finding)
+        write!(f, "  {}", self.finding())
     }
 }
 
@@ -346,13 +379,15 @@ impl Ctx {
     }
     fn report(&self, finding: Finding) -> Report {
         Report {
-            rule: self.rule.clone(),
-            direction: self.direction,
-            mesh: self.mesh.clone(),
-            notation: self.notation.clone(),
-            given: self.given.clone(),
-            answer: self.answer.clone(),
-            finding,
+            inner: Box::new(ReportData {
+                rule: self.rule.clone(),
+                direction: self.direction,
+                mesh: self.mesh.clone(),
+                notation: self.notation.clone(),
+                given: self.given.clone(),
+                answer: self.answer.clone(),
+                finding,
+            }),
         }
     }
 }
@@ -439,14 +474,10 @@ fn simulate(
     Ok(())
 }
 
-/// Runs a reference function on a device's blocks, turning a panic (say a
-/// shape mismatch between blocks) into a finding.
-fn run_reference(
-    device: &Device,
-    f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
-    inputs: &[Tensor],
-) -> Result<Vec<Tensor>, Finding> {
-    catch_unwind(AssertUnwindSafe(|| f(inputs))).map_err(|p| {
+/// Runs a device's local computation, turning a panic (say a shape mismatch
+/// between the blocks a reference function receives) into a finding.
+fn catch(device: &Device, f: impl FnOnce() -> Vec<Tensor>) -> Result<Vec<Tensor>, Finding> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
         let message = p
             .downcast_ref::<String>()
             .cloned()
@@ -529,7 +560,7 @@ where
         })
         .collect();
     simulate(mesh, &reads, &claims, &|dev, _, locals| {
-        run_reference(dev, &reference, locals)
+        catch(dev, || reference(locals))
     })
     .map_err(|f| cx.report(f))
 }
@@ -600,7 +631,7 @@ where
         })
         .collect();
     simulate(mesh, &reads, &claims, &|dev, _, locals| {
-        run_reference(dev, &reference, locals)
+        catch(dev, || reference(locals))
     })
     .map_err(|f| cx.report(f))?;
     agree(rule, mesh, &shapes, &r).map_err(|f| cx.report(f))
@@ -743,14 +774,13 @@ where
         .collect();
     let n_out = outs.len();
     simulate(mesh, &reads, &claims, &|dev, _, locals| {
-        let f = |_: &[Tensor]| {
+        catch(dev, || {
             grad(
                 &locals[..n_in],
                 &locals[n_in..n_in + n_out],
                 &locals[n_in + n_out..],
             )
-        };
-        run_reference(dev, &f, &[])
+        })
     })
     .map_err(|f| cx.report(f))
 }
@@ -840,6 +870,7 @@ pub struct EinsumCheck {
     values: Option<Values>,
     seed: u64,
     no_grad: Vec<usize>,
+    fixed: Vec<(usize, Tensor)>,
 }
 
 impl EinsumCheck {
@@ -852,6 +883,7 @@ impl EinsumCheck {
             values: None,
             seed: 1,
             no_grad: Vec::new(),
+            fixed: Vec::new(),
         })
     }
 
@@ -898,8 +930,32 @@ impl EinsumCheck {
         self
     }
 
+    /// Fixes the values of input `input` (say one-hot ids, for a table
+    /// lookup written as its einsum) instead of probe values.
+    pub fn value(mut self, input: usize, value: Tensor) -> Self {
+        self.fixed.retain(|(i, _)| *i != input);
+        self.fixed.push((input, value));
+        self
+    }
+
     pub fn notation(&self) -> &str {
         self.notation.source()
+    }
+
+    /// The values of the inputs: fixed ones, else probes.
+    fn input_values(&self, shapes: &[&[usize]]) -> Result<Vec<Tensor>, Finding> {
+        shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match self.fixed.iter().find(|(j, _)| *j == i) {
+                Some((_, t)) if t.shape() == *s => Ok(t.clone()),
+                Some((_, t)) => Err(Finding::Setup(format!(
+                    "input {i} has shape {s:?}, its fixed value {:?}",
+                    t.shape()
+                ))),
+                None => Ok(self.probe(s, i as u64)),
+            })
+            .collect()
     }
 
     fn probe(&self, shape: &[usize], k: u64) -> Tensor {
@@ -931,11 +987,7 @@ impl EinsumCheck {
         }
         let shapes: Vec<&[usize]> = inputs.iter().map(|s| s.shape).collect();
         let (layout, extent) = self.layout(&shapes).map_err(|f| cx.report(f))?;
-        let values: Vec<Tensor> = shapes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| self.probe(s, i as u64))
-            .collect();
+        let values = self.input_values(&shapes).map_err(|f| cx.report(f))?;
         let expected = self
             .dense(&layout, &extent, &values)
             .map_err(|f| cx.report(f))?;
@@ -982,11 +1034,7 @@ impl EinsumCheck {
                 out_shapes.len()
             ))));
         }
-        let values: Vec<Tensor> = input_shapes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| self.probe(s, i as u64))
-            .collect();
+        let values = self.input_values(input_shapes).map_err(|f| cx.report(f))?;
         let expected = self
             .dense(&layout, &extent, &values)
             .map_err(|f| cx.report(f))?;
@@ -1049,11 +1097,7 @@ impl EinsumCheck {
             ))));
         }
         let n_in = inputs.len();
-        let mut values: Vec<Tensor> = shapes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| self.probe(s, i as u64))
-            .collect();
+        let mut values = self.input_values(&shapes).map_err(|f| cx.report(f))?;
         values.extend(
             out_shapes
                 .iter()

@@ -24,32 +24,35 @@
 //! see [`EinsumCheck::backward`] and [`check_backward`].
 //!
 //! ```
-//! use spmd_check::EinsumCheck;
+//! use spmd_check::{EinsumCheck, Finding};
 //! use spmd_core::{DistAttr, Mesh, Spec, spmd_rule};
 //!
-//! /// A wrong rule: it keeps the contracted axis `k` out of the notation's
-//! /// outputs... and forgets that the output is then partial.
+//! /// A WRONG matmul rule: it says the partial results over a split `k`
+//! /// are combined by a max, where a matmul sums them.
+//! #[spmd_rule(einsum = "mk,kn->mn", reduce = "max")]
+//! struct MaxMatmul {}
+//!
+//! /// The right one.
 //! #[spmd_rule(einsum = "mk,kn->mn")]
 //! struct Matmul {}
 //!
 //! let mesh = Mesh::new(&[2])?;
-//! let x = DistAttr::from_paddle(&[-1, 0]).unwrap();
+//! let x = DistAttr::from_paddle(&[-1, 0]).unwrap(); // k split in two
 //! let y = DistAttr::from_paddle(&[-1, -1]).unwrap();
 //! let inputs = [Spec::new(&[3, 4], &x), Spec::new(&[4, 2], &y)];
-//! // The real rule is sound: the output is partial{0: SUM}.
-//! EinsumCheck::new("mk,kn->mn")?.forward(&Matmul {}, &mesh, &inputs)?;
-//! // Checked against a max-reduction instead, it is not.
-//! let report = EinsumCheck::new("mk,kn->mn")?
-//!     .reduce(spmd_core::ReduceType::Max)
-//!     .forward(&Matmul {}, &mesh, &inputs)
-//!     .unwrap_err();
+//! // What the op computes: the einsum with sums over k.
+//! let matmul = EinsumCheck::new("mk,kn->mn")?;
+//!
+//! matmul.forward(&Matmul {}, &mesh, &inputs)?;
+//! let report = matmul.forward(&MaxMatmul {}, &mesh, &inputs).unwrap_err();
 //! assert!(report.is_unsound());
-//! assert!(report.to_string().contains("claimed [-1, -1] partial{0: SUM}"), "{report}");
+//! assert!(matches!(report.finding(), Finding::WrongValue { .. }));
+//! assert!(report.to_string().contains("output 0 is claimed [-1, -1] partial{0: MAX}"), "{report}");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
-// A report is the rare, diagnostic outcome of a check: its size on the error
-// path costs nothing worth a `Box` in every signature.
+// Internal steps return a `Finding` on the cold, diagnostic error path; the
+// public API returns the pointer-sized `Report`.
 #![allow(clippy::result_large_err)]
 #![warn(missing_debug_implementations)]
 

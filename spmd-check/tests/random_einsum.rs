@@ -7,17 +7,15 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use proptest::prelude::*;
-use proptest::test_runner::{TestCaseError, TestRunner};
+use proptest::test_runner::TestRunner;
 use spmd_check::{EinsumCheck, Report, RuleRef};
 use spmd_core::notation::parse;
 use spmd_core::{
     BackwardPartial, Conflicts, DistAttr, Divisibility, EinsumRule, Mesh, Policy, ReduceType, Spec,
 };
 
-use common::{attr, config, mesh_shape};
+use common::{Tally, attr, mesh_shape, run};
 
 const LABELS: &[u8] = b"abcde";
 
@@ -287,59 +285,6 @@ fn policy(divisibility: Vec<Divisibility>) -> impl Strategy<Value = Policy> {
         })
 }
 
-/// Counts of checked and refused cases, to keep the properties meaningful.
-struct Tally {
-    checked: AtomicUsize,
-    refused: AtomicUsize,
-}
-
-impl Tally {
-    const fn new() -> Tally {
-        Tally {
-            checked: AtomicUsize::new(0),
-            refused: AtomicUsize::new(0),
-        }
-    }
-    fn record(&self, r: Result<(), Report>) -> Result<(), TestCaseError> {
-        match r {
-            Ok(()) => {
-                self.checked.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(rep) if !rep.is_unsound() => {
-                if std::env::var("SPMD_CHECK_SHOW_REFUSED").is_ok() {
-                    eprintln!("{}", rep.finding);
-                }
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(rep) => Err(TestCaseError::fail(format!("\n{rep}"))),
-        }
-    }
-    /// At least half of the cases must have been checked, not refused.
-    fn assert_meaningful(&self, what: &str) {
-        let (c, r) = (
-            self.checked.load(Ordering::Relaxed),
-            self.refused.load(Ordering::Relaxed),
-        );
-        eprintln!("{what}: {c} checked, {r} refused by the rule or not checkable");
-        assert!(c >= r, "{what}: only {c} cases checked, {r} refused");
-    }
-}
-
-fn run<S: Strategy>(
-    default_cases: u32,
-    strategy: S,
-    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
-) where
-    S::Value: std::fmt::Debug,
-{
-    let mut runner = TestRunner::new(config(default_cases));
-    if let Err(e) = runner.run(&strategy, test) {
-        panic!("{e}");
-    }
-}
-
 /// Whether some compound input dim has two factors that no input carries as
 /// a plain dim (forward inference cannot learn their extents).
 fn forward_lacks_extents(plan: &spmd_core::Plan<'_>) -> bool {
@@ -508,7 +453,7 @@ fn survey() {
                 "{dir} {:?} {:?} {reduce}: {}",
                 policy.divisibility,
                 policy.backward_partial,
-                format!("{:?}", rep.finding)
+                format!("{:?}", rep.finding())
                     .split([' ', '{', '('])
                     .next()
                     .unwrap()

@@ -4,7 +4,11 @@
 
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use proptest::prelude::*;
+use proptest::test_runner::{TestCaseError, TestRunner};
+use spmd_check::Report;
 use spmd_core::{DimsMapping, DistAttr, MeshDim, Partial, ReduceType, Sharding};
 
 /// Cases per property: `SPMD_CHECK_CASES` (default `default`).
@@ -70,4 +74,57 @@ pub fn attrs(
         .into_iter()
         .map(|r| attr(r, mesh_rank, partial, ReduceType::Sum).boxed())
         .collect::<Vec<_>>()
+}
+
+/// Counts of checked and refused cases, to keep the properties meaningful.
+pub struct Tally {
+    checked: AtomicUsize,
+    refused: AtomicUsize,
+}
+
+impl Tally {
+    pub const fn new() -> Tally {
+        Tally {
+            checked: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
+        }
+    }
+    pub fn record(&self, r: Result<(), Report>) -> Result<(), TestCaseError> {
+        match r {
+            Ok(()) => {
+                self.checked.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(rep) if !rep.is_unsound() => {
+                if std::env::var("SPMD_CHECK_SHOW_REFUSED").is_ok() {
+                    eprintln!("{}", rep.finding());
+                }
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(rep) => Err(TestCaseError::fail(format!("\n{rep}"))),
+        }
+    }
+    /// At least half of the cases must have been checked, not refused.
+    pub fn assert_meaningful(&self, what: &str) {
+        let (c, r) = (
+            self.checked.load(Ordering::Relaxed),
+            self.refused.load(Ordering::Relaxed),
+        );
+        eprintln!("{what}: {c} checked, {r} refused by the rule or not checkable");
+        assert!(c >= r, "{what}: only {c} cases checked, {r} refused");
+    }
+}
+
+pub fn run<S: Strategy>(
+    default_cases: u32,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) where
+    S::Value: std::fmt::Debug,
+{
+    let mut runner = TestRunner::new(config(default_cases));
+    if let Err(e) = runner.run(&strategy, test) {
+        panic!("{e}");
+    }
 }
