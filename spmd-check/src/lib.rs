@@ -20,8 +20,24 @@
 //!    dense result its claimed attr says it holds — so a claimed-replicated
 //!    output must be right on every device.
 //!
-//! Backward inference is checked by feeding its input requirements forward;
-//! see [`EinsumCheck::backward`] and [`check_backward`].
+//! Backward inference is checked by feeding its input requirements forward
+//! (values on every device, and the rule's own forward answer must agree);
+//! grad inference against the true gradient (for a `Sum` einsum, the einsum
+//! of the other inputs and the output grads onto each input) or the op's grad
+//! kernel. See [`EinsumCheck`], [`check_forward`], [`check_backward`] and
+//! [`check_grad`].
+//!
+//! The generic checks run a reference function of the op on every device's
+//! blocks (the SPMD premise: the local kernel is the op itself); a device
+//! given mismatched blocks is caught through wrong values or a panic of the
+//! reference ([`Finding::LocalFailed`]). [`EinsumCheck`] also checks, before
+//! computing, that every device's blocks agree on each axis they share
+//! ([`Finding::Inconsistent`], [`Finding::Unreadable`]).
+//!
+//! The crate's property tests run a bounded number of random cases (a few
+//! seconds in debug); `SPMD_CHECK_CASES=5000 cargo test -p spmd-check
+//! --release` runs more. `tests/known_unsound.rs` reproduces each unsound
+//! answer found in the core and the built-in rules.
 //!
 //! ```
 //! use spmd_check::{EinsumCheck, Finding};

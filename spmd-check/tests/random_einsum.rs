@@ -337,9 +337,14 @@ fn forward_is_sound() {
         (
             case(true, false),
             policy(vec![Divisibility::Uneven, Divisibility::Drop]),
-            reduce_type(false),
+            reduce_type(true),
         ),
         |(case, policy, reduce)| {
+            // Avg partials are right only for even splits (known_unsound.rs),
+            // which the Drop policy guarantees.
+            if reduce == ReduceType::Avg && policy.divisibility != Divisibility::Drop {
+                return Ok(());
+            }
             let n = parse(&case.text).unwrap();
             let rule = rule_of(&n, policy, reduce);
             let mesh = Mesh::new(&case.mesh).unwrap();
@@ -437,40 +442,117 @@ fn grad_is_sound() {
     tally.assert_meaningful("grad");
 }
 
+/// Whether the rule's answer splits some input dim unevenly.
+fn uneven(case: &Case, policy: Policy, reduce: ReduceType, dir: &str) -> bool {
+    let n = parse(&case.text).unwrap();
+    let rule = rule_of(&n, policy, reduce);
+    let mesh = Mesh::new(&case.mesh).unwrap();
+    let shapes: Vec<&[usize]> = case.shapes.iter().map(Vec::as_slice).collect();
+    let r = if dir == "forward" {
+        let specs: Vec<Spec<'_>> = case
+            .shapes
+            .iter()
+            .zip(&case.attrs)
+            .map(|(s, a)| Spec::new(s, a))
+            .collect();
+        rule.forward(&mesh, &specs)
+    } else {
+        let zeros: Vec<spmd_check::Tensor> = shapes
+            .iter()
+            .map(|s| spmd_check::Tensor::full(s, 0.0))
+            .collect();
+        let refs: Vec<&spmd_check::Tensor> = zeros.iter().collect();
+        let outs =
+            spmd_check::einsum_sized(&case.text, &refs, ReduceType::Sum, &case.sizes()).unwrap();
+        let specs: Vec<Spec<'_>> = outs
+            .iter()
+            .zip(&case.out_attrs)
+            .map(|(t, a)| Spec::new(t.shape(), a))
+            .collect();
+        rule.backward(&mesh, &shapes, &specs)
+    };
+    let Ok(r) = r else { return true };
+    r.inputs.iter().zip(&shapes).any(|(a, s)| {
+        a.dims_mapping
+            .as_slice()
+            .iter()
+            .zip(s.iter())
+            .any(|(sh, &e)| {
+                let p: usize = sh.as_slice().iter().map(|&m| mesh.dim(m)).product();
+                e % p != 0
+            })
+    })
+}
+
+/// The known cause of an unsound report on a random case, if any (each
+/// has a reproducer in `known_unsound.rs`).
+fn known_cause(case: &Case, policy: Policy, reduce: ReduceType, dir: &str) -> Option<&'static str> {
+    let n = parse(&case.text).unwrap();
+    let plan = n.plan();
+    let axes = |o: usize| {
+        (
+            plan.axes_of(plan.output(o)),
+            plan.output(o).ellipsis.is_some(),
+        )
+    };
+    if policy.divisibility == Divisibility::DropDerived {
+        return Some("DropDerived keeps the given side's sharding");
+    }
+    if reduce == ReduceType::Avg && uneven(case, policy, reduce, dir) {
+        return Some("Avg partials of uneven splits");
+    }
+    if dir == "backward" {
+        if policy.backward_partial == BackwardPartial::Keep
+            && case.out_attrs.iter().any(|a| a.partial.is_partial())
+        {
+            return Some("backward keeps a given partial status");
+        }
+        if (1..plan.n_outputs()).any(|o| axes(o) != axes(0)) {
+            return Some("backward misses multi-output partials");
+        }
+        if forward_lacks_extents(&plan) {
+            return Some("forward cannot learn compound extents");
+        }
+    }
+    None
+}
+
 /// Not a test: `cargo test -p spmd-check --test random_einsum survey -- --ignored --nocapture`
-/// prints the smallest report of each kind of finding over many cases.
+/// counts the unsound reports of each known cause over many cases (all
+/// policies, reduce types, partial outputs) and prints the smallest report
+/// of each finding no known cause explains.
 #[test]
 #[ignore]
 fn survey() {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
     let found: Mutex<BTreeMap<String, (usize, String)>> = Mutex::new(BTreeMap::new());
-    let note = |dir: &str, r: Result<(), Report>, policy: Policy, reduce: ReduceType| {
-        if let Err(rep) = r
-            && rep.is_unsound()
-        {
-            let kind = format!(
-                "{dir} {:?} {:?} {reduce}: {}",
-                policy.divisibility,
-                policy.backward_partial,
-                format!("{:?}", rep.finding())
-                    .split([' ', '{', '('])
-                    .next()
-                    .unwrap()
-            );
-            let text = rep.to_string();
-            let mut f = found.lock().unwrap();
-            let e = f.entry(kind).or_insert((0, text.clone()));
-            e.0 += 1;
-            if text.len() < e.1.len() {
-                e.1 = text;
+    let note =
+        |dir: &str, r: Result<(), Report>, case: &Case, policy: Policy, reduce: ReduceType| {
+            if let Err(rep) = r
+                && rep.is_unsound()
+            {
+                let kind = match known_cause(case, policy, reduce, dir) {
+                    Some(cause) => format!("known: {cause}"),
+                    None => format!(
+                        "UNEXPLAINED {dir} {:?} {reduce}: {}",
+                        policy,
+                        format!("{:?}", rep.finding())
+                            .split([' ', '{', '('])
+                            .next()
+                            .unwrap()
+                    ),
+                };
+                let text = rep.to_string();
+                let mut f = found.lock().unwrap();
+                let e = f.entry(kind).or_insert((0, text.clone()));
+                e.0 += 1;
+                if text.len() < e.1.len() {
+                    e.1 = text;
+                }
             }
-        }
-    };
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: common::cases(3000),
-        ..ProptestConfig::default()
-    });
+        };
+    let mut runner = TestRunner::new(common::config(3000));
     let all = vec![
         Divisibility::Uneven,
         Divisibility::Drop,
@@ -494,12 +576,14 @@ fn survey() {
                 note(
                     "forward",
                     check.forward(&RuleRef(&rule), &mesh, &specs),
+                    &case,
                     policy,
                     reduce,
                 );
                 note(
                     "backward",
                     check.backward(&RuleRef(&rule), &mesh, &shapes, &case.out_attrs),
+                    &case,
                     policy,
                     reduce,
                 );
@@ -507,6 +591,7 @@ fn survey() {
                     note(
                         "grad",
                         check.grad(&RuleRef(&rule), &mesh, &specs, &case.out_attrs),
+                        &case,
                         policy,
                         reduce,
                     );
@@ -516,6 +601,10 @@ fn survey() {
         )
         .unwrap();
     for (kind, (count, text)) in found.into_inner().unwrap() {
-        println!("=== {kind}: {count} cases; smallest:\n{text}\n");
+        if kind.starts_with("known") {
+            println!("{count:6}  {kind}");
+        } else {
+            println!("=== {kind}: {count} cases; smallest:\n{text}\n");
+        }
     }
 }
