@@ -185,3 +185,24 @@ fn einsum_runtime_matmul_forward(bencher: Bencher) {
         ))
     });
 }
+
+/// The same matmul forward as `matmul_forward`, through a `#[spmd_rule]` op:
+/// the macro's const plan and generated impl must cost what the direct path
+/// costs (issue 3).
+#[divan::bench(sample_count = 300, sample_size = 1000)]
+fn macro_matmul_forward(bencher: Bencher) {
+    #[spmd_core::spmd_rule(name = "matmul", einsum = "mk,kn->mn")]
+    struct Matmul {}
+
+    use spmd_core::SpmdRule;
+    let rule = Matmul {};
+    let mesh = mesh_2x4();
+    let (xa, ya) = (attr(&[0, 1]), attr(&[1, -1]));
+    let specs = [Spec::new(&[1024, 512], &xa), Spec::new(&[512, 256], &ya)];
+
+    let r = rule.forward(&mesh, &specs).unwrap();
+    assert_eq!(r.outputs[0].to_string(), "[0, -1] partial{1: SUM}");
+    bencher.bench_local(|| {
+        drop(black_box(&rule).forward(black_box(&mesh), black_box(&specs)));
+    });
+}

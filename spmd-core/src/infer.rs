@@ -6,7 +6,6 @@
 //! outputs partial over the mesh dims of the axes they lack. All state is inline
 //! (`SmallVec`s sized for common ranks): no allocation, no string work.
 
-use smallvec::{SmallVec, smallvec};
 use spmd_notation::{AxisSet, Dim, Plan, Term};
 
 use crate::attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
@@ -47,18 +46,20 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     }
     cx.resolve(trace)?;
     // Given side: the inputs; derived side: the outputs.
-    let (given, derived) = cx.fit(trace);
+    let derived_table = cx.fit(trace);
+    let given: &[Sharding] = &cx.map.sharding;
+    let derived: &[Sharding] = derived_table.as_ref().map_or(given, |d| d);
 
     let mut result = RuleResult::default();
     for (i, spec) in inputs.iter().enumerate() {
-        let mapping = cx.project(plan.input(i), spec.shape.len(), Some(spec.shape), &given);
+        let mapping = cx.project(plan.input(i), spec.shape.len(), Some(spec.shape), given);
         result.inputs.push(DistAttr::new(mapping));
     }
     let input_axes = cx.input_axes();
     for o in 0..plan.n_outputs() {
         let term = plan.output(o);
         let rank = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
-        let mapping = cx.project(term, rank, None, &derived);
+        let mapping = cx.project(term, rank, None, derived);
         let mut partial = Partial::NONE;
         for a in input_axes.minus(cx.term_axes(term)).iter() {
             let dims = given[a as usize].mesh_set();
@@ -137,7 +138,9 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     }
     cx.resolve(trace)?;
     // Given side: the outputs; derived side: the inputs.
-    let (given, derived) = cx.fit(trace);
+    let derived_table = cx.fit(trace);
+    let given: &[Sharding] = &cx.map.sharding;
+    let derived: &[Sharding] = derived_table.as_ref().map_or(given, |d| d);
 
     if rule.policy.missing_axis == MissingAxis::Error {
         cx.check_no_missing_axis(input_shapes)?;
@@ -147,11 +150,11 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     }
     let mut result = RuleResult::default();
     for (i, shape) in input_shapes.iter().enumerate() {
-        let mapping = cx.project(plan.input(i), shape.len(), Some(shape), &derived);
+        let mapping = cx.project(plan.input(i), shape.len(), Some(shape), derived);
         result.inputs.push(DistAttr::new(mapping));
     }
     for (o, spec) in outputs.iter().enumerate() {
-        let mapping = cx.project(plan.output(o), spec.shape.len(), Some(spec.shape), &given);
+        let mapping = cx.project(plan.output(o), spec.shape.len(), Some(spec.shape), given);
         let mut partial = match rule.policy.backward_partial {
             BackwardPartial::Keep => spec.attr.partial,
             BackwardPartial::Reset => Partial::NONE,
@@ -231,14 +234,16 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     }
     cx.resolve(trace)?;
     // Given side: the grad op's inputs; derived side: the input grads.
-    let (given, derived) = cx.fit(trace);
+    let derived_table = cx.fit(trace);
+    let given: &[Sharding] = &cx.map.sharding;
+    let derived: &[Sharding] = derived_table.as_ref().map_or(given, |d| d);
 
     let mut result = RuleResult::default();
     for (t, term, spec) in tensors() {
         let mapping = if t.role == Role::Input && !read(t.index) {
             spec.attr.dims_mapping.clone()
         } else {
-            cx.project(term, spec.shape.len(), Some(spec.shape), &given)
+            cx.project(term, spec.shape.len(), Some(spec.shape), given)
         };
         result.inputs.push(DistAttr::new(mapping));
     }
@@ -256,7 +261,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
             }
         }
         let term = plan.input(j);
-        let mapping = cx.project(term, spec.shape.len(), Some(spec.shape), &derived);
+        let mapping = cx.project(term, spec.shape.len(), Some(spec.shape), derived);
         let mut partial = Partial::NONE;
         for a in operands.minus(cx.carried_axes(term, spec.shape)).iter() {
             let dims = given[a as usize].mesh_set();
@@ -389,7 +394,9 @@ struct Cx<'r, 'a> {
     mesh: &'r Mesh,
     n_labels: usize,
     width: usize,
-    extent: SmallVec<[usize; 16]>,
+    /// Indexed by axis id; `UNKNOWN` until a shape gives it.
+    extent: [usize; 64],
+    n_axes: usize,
     never: AxisSet,
     map: AxisMap,
 }
@@ -410,12 +417,13 @@ impl<'r, 'a> Cx<'r, 'a> {
             mesh,
             n_labels,
             width,
-            extent: smallvec![UNKNOWN; n_axes],
+            extent: [UNKNOWN; 64],
+            n_axes,
             never: rule
                 .never_sharded
                 .union(plan.diagonal)
                 .union(plan.compound_minor),
-            map: AxisMap::new(n_axes),
+            map: AxisMap::new(),
         })
     }
 
@@ -478,7 +486,7 @@ impl<'r, 'a> Cx<'r, 'a> {
 
     /// What tensor dim `dim` of a tensor of rank `rank` is: a plain axis (labels
     /// and ellipsis dims alike), `1`, or a compound.
-    #[inline]
+    #[inline(always)]
     fn slot(&self, term: Term, rank: usize, dim: usize) -> Dim {
         let dims = self.rule.plan.dims_of(term);
         match term.ellipsis {
@@ -528,6 +536,7 @@ impl<'r, 'a> Cx<'r, 'a> {
     /// Compound dims: a single factor of unknown extent is the quotient of the
     /// dim's size by the others; when all factors are known, their product must
     /// be the dim's size.
+    #[inline]
     fn learn_compound_extents(
         &mut self,
         t: TensorRef,
@@ -535,6 +544,9 @@ impl<'r, 'a> Cx<'r, 'a> {
         shape: &[usize],
     ) -> Result<(), SpmdError> {
         let plan = self.rule.plan;
+        if !plan.has_compound() {
+            return Ok(());
+        }
         for (dim, &size) in shape.iter().enumerate() {
             let Dim::Compound { start, len } = self.slot(term, shape.len(), dim) else {
                 continue;
@@ -574,7 +586,7 @@ impl<'r, 'a> Cx<'r, 'a> {
 
     /// The axis a given tensor dim's sharding goes to, or `None` when that dim
     /// never carries one (`1`, a broadcast size-1 dim, a never-sharded axis).
-    #[inline]
+    #[inline(always)]
     fn carrier(&self, slot: Dim, size: Option<usize>) -> Option<u8> {
         let a = match slot {
             Dim::Axis(a) => {
@@ -648,33 +660,38 @@ impl<'r, 'a> Cx<'r, 'a> {
             )
     }
 
-    /// Applies the divisibility policy: the axis maps for the given side and
-    /// for the derived side. A compound's major factor must always divide (else
+    /// Applies the divisibility policy: the axis map becomes the given side's;
+    /// the derived side's is returned when it differs. A compound's major factor must always divide (else
     /// the reshape could not carry its sharding), whatever the policy.
-    fn fit<T: Trace + ?Sized>(
-        &self,
-        trace: &mut T,
-    ) -> (SmallVec<[Sharding; 16]>, SmallVec<[Sharding; 16]>) {
+    fn fit<T: Trace + ?Sized>(&mut self, trace: &mut T) -> Option<[Sharding; 64]> {
         let policy = self.rule.policy.divisibility;
         let compound_major = self.rule.plan.compound_major;
-        let mut given = self.map.sharding.clone();
-        let mut derived = self.map.sharding.clone();
-        for a in 0..given.len() {
-            let s = given[a];
-            if s.is_replicated() {
-                continue;
-            }
+        if policy == Divisibility::Uneven && compound_major.is_empty() {
+            return None;
+        }
+        // The given side is edited in place; a derived table exists only
+        // when the derived side differs (DropDerived dropped something).
+        let mut derived: Option<[Sharding; 64]> = None;
+        for a in 0..self.n_axes {
+            let s = self.map.sharding[a];
             let always = compound_major.contains(a as u8);
-            if !always && policy == Divisibility::Uneven {
+            if s.is_replicated() || (!always && policy == Divisibility::Uneven) {
                 continue;
             }
             let fitted = self.fit_one(a as u8, s, trace);
-            if always || policy == Divisibility::Drop {
-                given[a] = fitted;
+            if fitted == s {
+                continue;
             }
-            derived[a] = fitted;
+            if always || policy == Divisibility::Drop {
+                self.map.sharding[a] = fitted;
+                if let Some(d) = derived.as_mut() {
+                    d[a] = fitted;
+                }
+            } else {
+                derived.get_or_insert(self.map.sharding)[a] = fitted;
+            }
         }
-        (given, derived)
+        derived
     }
 
     /// Drops trailing mesh dims until their product divides the axis extent.

@@ -2,8 +2,6 @@
 //! tensor by tensor, dim by dim; then one pass that settles mesh dims claimed by
 //! several axes according to the rule's [`Conflicts`] policy.
 
-use smallvec::{SmallVec, smallvec};
-
 use crate::attr::Sharding;
 use crate::mesh::{MAX_MESH_RANK, MeshDim};
 use crate::policy::Conflicts;
@@ -19,7 +17,8 @@ pub(crate) const UNSHARDED: u8 = 63;
 /// Axis -> sharding, plus for each mesh dim which axes claimed it and which
 /// claimed it first.
 pub(crate) struct AxisMap {
-    pub(crate) sharding: SmallVec<[Sharding; 16]>,
+    /// Indexed by axis id (at most 63 axes; 63 is [`UNSHARDED`]'s, unused).
+    pub(crate) sharding: [Sharding; 64],
     first: [u8; MAX_MESH_RANK],
     claimants: [u64; MAX_MESH_RANK],
 }
@@ -40,9 +39,10 @@ pub(crate) struct MeshDimClash {
 }
 
 impl AxisMap {
-    pub(crate) fn new(n_axes: usize) -> AxisMap {
+    /// A fixed-size table: no allocation and no spill checks on the hot path.
+    pub(crate) fn new() -> AxisMap {
         AxisMap {
-            sharding: smallvec![Sharding::REPLICATED; n_axes],
+            sharding: [Sharding::REPLICATED; 64],
             first: [NOBODY; MAX_MESH_RANK],
             claimants: [0; MAX_MESH_RANK],
         }
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn replicated_merges_with_anything_and_sharding_wins() {
-        let mut m = AxisMap::new(2);
+        let mut m = AxisMap::new();
         assert_eq!(
             m.merge(0, Sharding::REPLICATED).unwrap(),
             Sharding::REPLICATED
@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn different_shardings_of_one_axis_conflict() {
-        let mut m = AxisMap::new(1);
+        let mut m = AxisMap::new();
         m.merge(0, Sharding::on(1)).unwrap();
         match m.merge(0, Sharding::on(0)) {
             Err(AxisClash { existing }) => assert_eq!(existing, Sharding::on(1)),
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn co_sharding_prefix_merges_into_the_longer_either_way() {
-        let mut m = AxisMap::new(1);
+        let mut m = AxisMap::new();
         m.merge(0, co(&[0])).unwrap();
         assert_eq!(m.merge(0, co(&[0, 1])).unwrap(), co(&[0, 1]));
         assert_eq!(m.merge(0, co(&[0])).unwrap(), co(&[0, 1]));
@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn first_claim_wins_in_claim_order_not_axis_order() {
         // Axis 1 claims mesh dim 0 before axis 0 does.
-        let mut m = AxisMap::new(2);
+        let mut m = AxisMap::new();
         m.merge(1, Sharding::on(0)).unwrap();
         m.merge(0, Sharding::on(0)).unwrap();
         let mut events = Vec::new();
@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_loser_keeps_its_other_co_shard_dims() {
-        let mut m = AxisMap::new(2);
+        let mut m = AxisMap::new();
         m.merge(0, Sharding::on(1)).unwrap();
         m.merge(1, co(&[0, 1])).unwrap();
         m.resolve(2, Conflicts::FirstWins, |_, _, _| {}).unwrap();
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn an_unsharded_dim_that_claims_first_takes_the_mesh_dim_from_later_axes() {
-        let mut m = AxisMap::new(2);
+        let mut m = AxisMap::new();
         m.claim_unsharded(Sharding::on(0));
         m.merge(0, Sharding::on(0)).unwrap();
         m.merge(1, Sharding::on(1)).unwrap();
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn unsharded_dims_claiming_different_mesh_dims_do_not_conflict() {
-        let mut m = AxisMap::new(1);
+        let mut m = AxisMap::new();
         m.claim_unsharded(Sharding::on(0));
         m.claim_unsharded(Sharding::on(1));
         m.merge(0, Sharding::on(1)).unwrap();
@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn strict_names_both_axes() {
-        let mut m = AxisMap::new(3);
+        let mut m = AxisMap::new();
         m.merge(2, Sharding::on(1)).unwrap();
         m.merge(0, Sharding::on(1)).unwrap();
         match m.resolve(2, Conflicts::Strict, |_, _, _| {}) {

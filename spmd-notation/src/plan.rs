@@ -41,6 +41,7 @@ impl AxisSet {
         self.0.count_ones()
     }
     /// Members in increasing order.
+    #[inline]
     pub fn iter(self) -> impl Iterator<Item = AxisId> {
         let mut bits = self.0;
         core::iter::from_fn(move || {
@@ -108,38 +109,48 @@ pub struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
+    #[inline]
     pub const fn n_inputs(&self) -> usize {
         self.n_inputs as usize
     }
+    #[inline]
     pub const fn n_outputs(&self) -> usize {
         self.terms.len() - self.n_inputs as usize
     }
+    #[inline]
     pub const fn n_axes(&self) -> usize {
         self.labels.len()
     }
+    #[inline]
     pub fn input(&self, i: usize) -> Term {
         self.terms[i]
     }
+    #[inline]
     pub fn output(&self, i: usize) -> Term {
         self.terms[self.n_inputs as usize + i]
     }
     /// The dims of a term (without the ellipsis).
+    #[inline]
     pub fn dims_of(&self, term: Term) -> &'a [Dim] {
         &self.dims[term.start as usize..term.start as usize + term.len as usize]
     }
     /// The axes of a compound dim, major first.
+    #[inline]
     pub fn compound(&self, start: u16, len: u8) -> &'a [AxisId] {
         &self.compound_axes[start as usize..start as usize + len as usize]
     }
     /// Axes in some input but in no output.
+    #[inline]
     pub const fn contracted(&self) -> AxisSet {
         self.input_axes.minus(self.output_axes)
     }
     /// The label of an axis as a `char`.
+    #[inline]
     pub fn label(&self, id: AxisId) -> char {
         self.labels[id as usize] as char
     }
     /// The axis with this label.
+    #[inline]
     pub fn axis(&self, label: char) -> Option<AxisId> {
         self.labels
             .iter()
@@ -147,6 +158,7 @@ impl<'a> Plan<'a> {
             .map(|p| p as AxisId)
     }
     /// Axes that appear in a term (compound factors included).
+    #[inline]
     pub fn axes_of(&self, term: Term) -> AxisSet {
         let mut set = AxisSet::EMPTY;
         for d in self.dims_of(term) {
@@ -187,7 +199,14 @@ impl<'a> Plan<'a> {
         s
     }
 
+    /// Whether any term has a compound dim.
+    #[inline]
+    pub const fn has_compound(&self) -> bool {
+        !self.compound_axes.is_empty()
+    }
+
     /// Whether any input term has an ellipsis.
+    #[inline]
     pub fn inputs_have_ellipsis(&self) -> bool {
         self.terms[..self.n_inputs()]
             .iter()
