@@ -103,8 +103,9 @@ fn backward_misses_partial_outputs_of_multi_output_rules() {
 /// device computes only its block of `a`. Backward and grad likewise (the
 /// output / output grad keeps the sharding, the derived side drops it).
 ///
-/// spmd-core/src/infer.rs, `Cx::fit`: `derived[a] = fitted` without
-/// `given[a]`. Fix: an axis both sides carry must get one sharding: drop it on
+/// spmd-core/src/infer.rs, `Cx::fit`: under `DropDerived` the fitted
+/// sharding goes to the derived table only (`derived.get_or_insert(..)[a]`),
+/// whether or not the given side carries the axis too. Fix: an axis both sides carry must get one sharding: drop it on
 /// both sides (`Drop`) whenever the axis is on both sides; `DropDerived` can
 /// only keep a non-dividing sharding on an axis the derived side lacks (a
 /// contracted axis, which then makes the outputs partial).
@@ -131,8 +132,9 @@ fn drop_derived_claims_a_layout_the_devices_do_not_compute() {
 /// weighs the blocks equally whatever their sizes (and a device with an
 /// empty block contributes NaN). Sound only when the splits are even.
 ///
-/// spmd-core/src/infer.rs, `Cx::fit` / `forward`: the divisibility policy
-/// is not applied to contracted axes reduced with `Avg`. Fix: always fit
+/// spmd-core/src/infer.rs, `Cx::fit` (under `Uneven` nothing but compound
+/// major factors is fitted) and `forward` (partial over every sharded
+/// contracted axis, whatever its reduce type). Fix: always fit
 /// (drop non-dividing mesh dims of) contracted `Avg` axes, as is done for
 /// compound major factors; or answer `Sum` partials and scale by the count.
 #[test]
