@@ -2,7 +2,8 @@
 //! macro option proven on a real op, and the registry's contract.
 
 use spmd_core::{
-    Attrs, DistAttr, EinsumRule, Mesh, ReduceType, Registry, Spec, SpmdError, SpmdRule,
+    Attrs, Conflicts, DistAttr, EinsumRule, Mesh, Policy, ReduceType, Registry, Spec, SpmdError,
+    SpmdRule,
 };
 use spmd_ops::{Embedding, Matmul};
 
@@ -64,7 +65,8 @@ fn matmul_backward_follows_the_output() {
 #[test]
 fn the_macro_rule_answers_like_the_direct_core_path() {
     let notation = spmd_core::notation::parse("...mk,...kn->...mn").unwrap();
-    let direct = EinsumRule::new("matmul", notation.plan());
+    let role_priority = Policy::CLASSIC.with_conflicts(Conflicts::RolePriority);
+    let direct = EinsumRule::new("matmul", notation.plan()).with_policy(role_priority);
     let m = mesh(&[2, 2]);
     let cases: [(&[i64], &[i64]); 4] = [
         (&[0, 1, -1], &[-1, -1, 0]),

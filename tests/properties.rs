@@ -389,17 +389,21 @@ impl World {
     }
 
     /// A consistent axis -> sharding table: every mesh dim on at most one
-    /// axis; only axes some output has, never a diagonal (never sharded).
+    /// axis; only axes some output has, never a diagonal or a size-1 dim
+    /// `...` stands for (never sharded).
     fn table(&self) -> (Vec<Sharding>, Vec<Sharding>) {
         let mut labels = vec![Sharding::REPLICATED; LABELS.len()];
         let mut ell = vec![Sharding::REPLICATED; self.width()];
+        let out_shapes = self.output_shapes();
         let mut axes: Vec<Ax> = (0..self.sym.outputs.len())
-            .flat_map(|o| self.output_axes(o))
-            .filter(|&a| match a {
+            .flat_map(|o| self.output_axes(o).into_iter().zip(out_shapes[o].clone()))
+            .filter(|&(a, size)| match a {
                 Ax::Label(l) => !self.sym.diagonal(l),
-                Ax::Ell(_) => true,
+                // A size-1 dim `...` stands for is never sharded.
+                Ax::Ell(_) => size > 1,
                 Ax::One => false,
             })
+            .map(|(a, _)| a)
             .collect();
         axes.dedup();
         if axes.is_empty() {
@@ -861,10 +865,15 @@ proptest! {
         let b = r.backward(&mesh, &shape_refs(&in_shapes), &specs(&out_shapes, &outs));
         prop_assert!(b.is_ok(), "{}: backward of {:?} failed: {:?}", src, outs, b);
         let b = b.unwrap();
-        prop_assert_eq!(plains(&b.outputs), plains(&outs), "{}: backward changed consistent outputs", src);
+        let maps = |a: &[DistAttr]| plains(a).into_iter().map(|p| p.0).collect::<Vec<_>>();
+        prop_assert_eq!(maps(&b.outputs), maps(&outs), "{}: backward changed consistent outputs", src);
         let f = r.forward(&mesh, &specs(&in_shapes, &b.inputs));
         prop_assert!(f.is_ok(), "{}: forward of {:?} failed: {:?}", src, b.inputs, f);
         let f = f.unwrap();
+        // Backward's outputs, partial status included, are what forward
+        // computes from backward's requirements (an output lacking an axis
+        // another output carries is partial over its mesh dims).
+        prop_assert_eq!(plains(&b.outputs), plains(&f.outputs), "{}: backward vs forward of its requirements", src);
         prop_assert_eq!(plains(&f.inputs), plains(&b.inputs), "{}: requirements of requirements", src);
         let all_out: Vec<Ax> = (0..w.sym.outputs.len()).flat_map(|o| w.output_axes(o)).collect();
         for (o, (got, want)) in f.outputs.iter().zip(&outs).enumerate() {

@@ -6,13 +6,14 @@
 //! outputs partial over the mesh dims of the axes they lack. All state is inline
 //! (`SmallVec`s sized for common ranks): no allocation, no string work.
 
+use smallvec::SmallVec;
 use spmd_notation::{AxisSet, Dim, Plan, Term};
 
 use crate::attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 use crate::merge::{AxisClash, AxisMap, MeshDimClash, UNSHARDED};
-use crate::mesh::{MAX_MESH_RANK, Mesh};
-use crate::policy::{BackwardPartial, Divisibility, MissingAxis};
+use crate::mesh::{MAX_MESH_RANK, Mesh, MeshSet};
+use crate::policy::{BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs};
 use crate::rule::{EinsumRule, RuleResult};
 use crate::trace::Trace;
 
@@ -41,12 +42,17 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     for (i, spec) in inputs.iter().enumerate() {
         cx.learn_compound_extents(TensorRef::input(i), plan.input(i), spec.shape)?;
     }
-    for (i, spec) in inputs.iter().enumerate() {
-        cx.merge(TensorRef::input(i), plan.input(i), spec, trace)?;
-    }
-    cx.resolve(trace)?;
-    // Given side: the inputs; derived side: the outputs.
-    let derived_table = cx.fit(trace);
+    let derived_table = if rule.policy.conflicts == Conflicts::RolePriority {
+        cx.merge_by_role(inputs, trace);
+        None
+    } else {
+        for (i, spec) in inputs.iter().enumerate() {
+            cx.merge(TensorRef::input(i), plan.input(i), spec, trace)?;
+        }
+        cx.resolve(trace)?;
+        // Given side: the inputs; derived side: the outputs.
+        cx.fit(trace)
+    };
     let given: &[Sharding] = &cx.map.sharding;
     let derived: &[Sharding] = derived_table.as_ref().map_or(given, |d| d);
 
@@ -54,6 +60,27 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     for (i, spec) in inputs.iter().enumerate() {
         let mapping = cx.project(plan.input(i), spec.shape.len(), Some(spec.shape), given);
         result.inputs.push(DistAttr::new(mapping));
+    }
+    // PartialInputs::Linear: the first input with a Sum partial keeps it (on
+    // mesh dims no axis took) and passes it on to every output.
+    let mut passed_on = Partial::NONE;
+    if rule.policy.partial_inputs == PartialInputs::Linear {
+        let taken = given[..cx.n_axes]
+            .iter()
+            .fold(MeshSet::EMPTY, |m, s| m.union(s.mesh_set()));
+        if let Some((i, spec)) = inputs
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.attr.partial.iter().any(|(_, r)| r == ReduceType::Sum))
+        {
+            passed_on = spec
+                .attr
+                .partial
+                .iter()
+                .filter(|&(d, r)| r == ReduceType::Sum && !taken.contains(d))
+                .collect();
+            result.inputs[i].partial = passed_on;
+        }
     }
     let input_axes = cx.input_axes();
     for o in 0..plan.n_outputs() {
@@ -71,6 +98,9 @@ pub(crate) fn forward<T: Trace + ?Sized>(
             for m in dims.iter() {
                 partial.set(m, r);
             }
+        }
+        for (d, r) in passed_on.iter() {
+            partial.set(d, r);
         }
         partial.remove(mapping.mesh_set());
         result.outputs.push(DistAttr {
@@ -148,6 +178,7 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     if trace.enabled() {
         cx.trace_missing_axes(input_shapes, trace);
     }
+    let input_axes = cx.input_axes();
     let mut result = RuleResult::default();
     for (i, shape) in input_shapes.iter().enumerate() {
         let mapping = cx.project(plan.input(i), shape.len(), Some(shape), derived);
@@ -159,6 +190,13 @@ pub(crate) fn backward<T: Trace + ?Sized>(
             BackwardPartial::Keep => spec.attr.partial,
             BackwardPartial::Reset => Partial::NONE,
         };
+        // With several outputs, an axis one output carries is sharded on the
+        // inputs and summed away in an output that lacks it, as in forward.
+        for a in input_axes.minus(cx.term_axes(plan.output(o))).iter() {
+            for m in derived[a as usize].mesh_set().iter() {
+                partial.set(m, rule.reduce_of(a));
+            }
+        }
         partial.remove(mapping.mesh_set());
         result.outputs.push(DistAttr {
             dims_mapping: mapping,
@@ -468,11 +506,25 @@ impl<'r, 'a> Cx<'r, 'a> {
         set
     }
 
-    /// A size-1 dim of an axis whose extent is larger: broadcast, not held.
+    /// A size-1 dim that holds no part of its axis: broadcast against a
+    /// larger extent, or any size-1 dim `...` stands for (Paddle's elementwise
+    /// rule labels those `1`; splitting a size-1 dim splits nothing).
     #[inline]
     fn is_broadcast(&self, a: u8, size: usize) -> bool {
         let extent = self.extent[a as usize];
-        size == 1 && extent > 1 && extent != UNKNOWN
+        size == 1 && ((a as usize) >= self.n_labels || (extent > 1 && extent != UNKNOWN))
+    }
+
+    /// The batch axes of role priority, from the notation alone: the dims `...`
+    /// stands for, and labels every input and some output have.
+    fn batch_axes(&self) -> AxisSet {
+        let plan = &self.rule.plan;
+        let in_every = (0..plan.n_inputs())
+            .map(|i| plan.axes_of(plan.input(i)))
+            .fold(AxisSet(u64::MAX), AxisSet::intersect);
+        in_every
+            .intersect(plan.output_axes)
+            .union(self.ellipsis_axes())
     }
 
     fn input_axes(&self) -> AxisSet {
@@ -665,8 +717,24 @@ impl<'r, 'a> Cx<'r, 'a> {
     /// the reshape could not carry its sharding), whatever the policy.
     fn fit<T: Trace + ?Sized>(&mut self, trace: &mut T) -> Option<[Sharding; 64]> {
         let policy = self.rule.policy.divisibility;
-        let compound_major = self.rule.plan.compound_major;
-        if policy == Divisibility::Uneven && compound_major.is_empty() {
+        // A compound's major factor must divide (else the reshape could not
+        // carry it), and so must a contracted axis averaged over: devices
+        // holding blocks of different sizes cannot average their averages.
+        let mut always = self.rule.plan.compound_major;
+        if self.rule.reduce == ReduceType::Avg {
+            always = always.union(self.rule.plan.contracted());
+        }
+        for &(a, r) in self.rule.reduce_overrides {
+            if r == ReduceType::Avg {
+                always = always.with(a);
+            }
+        }
+        // Role priority settles divisibility by role in every direction, as
+        // its forward merge does: batch axes must divide, free axes need not.
+        if self.rule.policy.conflicts == Conflicts::RolePriority {
+            always = always.union(self.batch_axes());
+        }
+        if policy == Divisibility::Uneven && always.is_empty() {
             return None;
         }
         // The given side is edited in place; a derived table exists only
@@ -674,7 +742,7 @@ impl<'r, 'a> Cx<'r, 'a> {
         let mut derived: Option<[Sharding; 64]> = None;
         for a in 0..self.n_axes {
             let s = self.map.sharding[a];
-            let always = compound_major.contains(a as u8);
+            let always = always.contains(a as u8);
             if s.is_replicated() || (!always && policy == Divisibility::Uneven) {
                 continue;
             }
@@ -692,6 +760,126 @@ impl<'r, 'a> Cx<'r, 'a> {
             }
         }
         derived
+    }
+
+    /// The sharding input `spec` gives axis `a` (its first dim carrying it).
+    fn given_on(&self, term: Term, spec: &Spec<'_>, a: u8) -> Sharding {
+        let rank = spec.shape.len();
+        (0..rank)
+            .find(|&dim| self.carrier(self.slot(term, rank, dim), Some(spec.shape[dim])) == Some(a))
+            .map_or(Sharding::REPLICATED, |dim| spec.attr.dims_mapping[dim])
+    }
+
+    /// [`Conflicts::RolePriority`]: fills the axis map role by role (batch,
+    /// free, contracted); see the policy's documentation.
+    fn merge_by_role<T: Trace + ?Sized>(&mut self, inputs: &[Spec<'_>], trace: &mut T) {
+        let plan = self.rule.plan;
+        let n_in = inputs.len();
+        let mut carried = [AxisSet::EMPTY; 8];
+        for (i, spec) in inputs.iter().enumerate().take(8) {
+            carried[i] = self.carried_axes(plan.input(i), spec.shape);
+        }
+        let everywhere = carried[..n_in.min(8)]
+            .iter()
+            .fold(AxisSet(u64::MAX), |acc, &c| AxisSet(acc.0 & c.0));
+        let mut out_axes = AxisSet::EMPTY;
+        for o in 0..plan.n_outputs() {
+            out_axes = out_axes.union(self.term_axes(plan.output(o)));
+        }
+        let axes = AxisSet(carried[..n_in.min(8)].iter().fold(0, |m, c| m | c.0)).minus(self.never);
+        let batch = axes
+            .intersect(out_axes)
+            .intersect(everywhere.union(self.ellipsis_axes()));
+        let free = axes.intersect(out_axes).minus(batch);
+        let contracted = axes.minus(out_axes);
+        let mut used = MeshSet::EMPTY;
+
+        // Batch: follow the input whose batch dims carry the most shards (tie:
+        // more batch dims, then the earlier input).
+        let shards = |i: usize, set: AxisSet| -> (usize, u32) {
+            let n = set
+                .iter()
+                .filter(|&a| carried[i].contains(a))
+                .map(|a| self.given_on(plan.input(i), &inputs[i], a).len())
+                .sum();
+            (n, carried[i].intersect(set).len())
+        };
+        let mut order: SmallVec<[usize; 8]> = (0..n_in.min(8)).collect();
+        order.sort_by_key(|&i| core::cmp::Reverse(shards(i, batch)));
+        for &i in &order {
+            for a in batch.iter().filter(|&a| carried[i].contains(a)) {
+                let mut s = self.map.sharding[a as usize];
+                for &m in self.given_on(plan.input(i), &inputs[i], a).as_slice() {
+                    if !used.contains(m) {
+                        s.push(m);
+                        used = used.with(m);
+                    }
+                }
+                self.map.sharding[a as usize] = s;
+            }
+        }
+        for a in batch.iter() {
+            let s = self.map.sharding[a as usize];
+            let fitted = self.fit_one(a, s, trace);
+            used = used.minus(s.mesh_set()).union(fitted.mesh_set());
+            self.map.sharding[a as usize] = fitted;
+        }
+
+        // Free: keep what the batch axes left; a mesh dim two free axes want
+        // goes to the larger extent (the earlier axis on a tie).
+        for a in free.iter() {
+            let mut s = Sharding::REPLICATED;
+            for i in 0..n_in.min(8) {
+                if carried[i].contains(a) && s.is_replicated() {
+                    s = self.given_on(plan.input(i), &inputs[i], a);
+                }
+            }
+            let mut kept = Sharding::REPLICATED;
+            for &m in s.as_slice() {
+                if !used.contains(m) {
+                    kept.push(m);
+                }
+            }
+            self.map.sharding[a as usize] = kept;
+        }
+        for a in free.iter() {
+            for b in free.iter().filter(|&b| b > a) {
+                let common = self.map.sharding[a as usize]
+                    .mesh_set()
+                    .intersect(self.map.sharding[b as usize].mesh_set());
+                for m in common.iter() {
+                    let (ea, eb) = (self.extent[a as usize], self.extent[b as usize]);
+                    let (win, lose) = if eb > ea { (b, a) } else { (a, b) };
+                    let s = &mut self.map.sharding[lose as usize];
+                    *s = s.without(m);
+                    trace.conflict(m, self.axis_name(win), self.axis_name(lose));
+                }
+            }
+        }
+        for a in free.iter() {
+            used = used.union(self.map.sharding[a as usize].mesh_set());
+        }
+
+        // Contracted: the union of the inputs' shardings (most shards first),
+        // minus every mesh dim taken, trimmed until divisible.
+        for a in contracted.iter() {
+            let mut order: SmallVec<[(usize, Sharding); 8]> = (0..n_in.min(8))
+                .filter(|&i| carried[i].contains(a))
+                .map(|i| (i, self.given_on(plan.input(i), &inputs[i], a)))
+                .collect();
+            order.sort_by(|x, y| y.1.len().cmp(&x.1.len()).then(x.0.cmp(&y.0)));
+            let mut s = Sharding::REPLICATED;
+            for (_, given) in &order {
+                for &m in given.as_slice() {
+                    if !used.contains(m) && !s.mesh_set().contains(m) {
+                        s.push(m);
+                    }
+                }
+            }
+            let fitted = self.fit_one(a, s, trace);
+            used = used.union(fitted.mesh_set());
+            self.map.sharding[a as usize] = fitted;
+        }
     }
 
     /// Drops trailing mesh dims until their product divides the axis extent.

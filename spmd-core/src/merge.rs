@@ -113,7 +113,9 @@ impl AxisMap {
                         second: others.trailing_zeros() as u8,
                     });
                 }
-                Conflicts::FirstWins => {
+                // Role priority's own merge runs in forward only; backward
+                // and grad settle their operands first-wins.
+                Conflicts::FirstWins | Conflicts::RolePriority => {
                     let mut bits = others;
                     while bits != 0 {
                         let a = bits.trailing_zeros() as u8;

@@ -117,6 +117,10 @@ impl MeshSet {
         MeshSet(self.0 & !o.0)
     }
     #[inline]
+    pub const fn intersect(self, o: MeshSet) -> MeshSet {
+        MeshSet(self.0 & o.0)
+    }
+    #[inline]
     pub const fn intersects(self, o: MeshSet) -> bool {
         self.0 & o.0 != 0
     }

@@ -41,6 +41,12 @@ impl<'c> Call<'c> {
         matches!(self, Call::Forward { .. })
     }
 
+    /// The rank of input `i`, whichever the direction (`case(when = ..)` can
+    /// pick a notation by rank: `call.input_rank(0) == Some(1)`).
+    pub fn input_rank(&self, i: usize) -> Option<usize> {
+        self.input_shape(i).map(<[usize]>::len)
+    }
+
     /// The shape of input `i`, whichever the direction.
     pub fn input_shape(&self, i: usize) -> Option<&'c [usize]> {
         match *self {

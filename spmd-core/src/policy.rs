@@ -13,6 +13,17 @@ pub enum Conflicts {
     FirstWins,
     /// An error naming the mesh dim and two axes. Paddle's `merge_conflicts = false`.
     Strict,
+    /// Axes settle by role, in order (Paddle 3.3.1's matmul, Shardy's factor
+    /// precedence): *batch* axes (the dims `...` stands for, and labels every
+    /// input and an output have) follow the input whose batch dims carry the
+    /// most shards, co-sharded with the others' unused mesh dims and trimmed
+    /// until divisible; *free* axes (in an output, not in every input) keep
+    /// their mesh dims unless a batch axis took them, the larger extent
+    /// winning a mesh dim two want; *contracted* axes take the union of the
+    /// inputs' shardings (most shards first) minus every mesh dim taken,
+    /// trimmed until divisible. Backward and grad merge first-wins, with the
+    /// same divisibility by role (batch axes must divide).
+    RolePriority,
 }
 
 /// What happens to a sharding whose mesh dims' product does not divide the
@@ -28,6 +39,10 @@ pub enum Divisibility {
     Drop,
     /// As [`Divisibility::Drop`], but only on the derived side (outputs in
     /// forward, inputs in backward); the given side is returned unchanged.
+    /// Paddle 3.3.1's softmax and transpose rules do this. It is **not
+    /// sound** for an axis both sides carry (a device cannot produce the
+    /// claimed layout without a reshard; `spmd-check` shows it), so no
+    /// built-in rule uses it; it exists to reproduce Paddle when asked to.
     DropDerived,
 }
 
@@ -38,6 +53,12 @@ pub enum PartialInputs {
     /// Required inputs are never partial: a partial input is reduced first.
     #[default]
     Drop,
+    /// The op is linear in each input (multiply, DTensor's linearity rules):
+    /// the first input with a `Sum` partial keeps it, on the mesh dims no axis
+    /// shards, and every output inherits it; other inputs' partials are
+    /// dropped (a product of two partial sums is not a partial sum). Paddle
+    /// 3.3.1's multiply (`PADDLE-3.3.1.md` §B).
+    Linear,
 }
 
 /// What backward inference does with an input axis that no output has
@@ -97,6 +118,10 @@ impl Policy {
     }
     pub const fn with_divisibility(mut self, d: Divisibility) -> Policy {
         self.divisibility = d;
+        self
+    }
+    pub const fn with_partial_inputs(mut self, p: PartialInputs) -> Policy {
+        self.partial_inputs = p;
         self
     }
     pub const fn with_missing_axis(mut self, m: MissingAxis) -> Policy {

@@ -10,7 +10,7 @@ pub use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
 
 pub use crate::{
     Attrs, BackwardPartial, Call, Conflicts, Divisibility, Einsum, EinsumRule, Mesh, MissingAxis,
-    Op, Policy, ReduceType, RuleResult, Spec, SpmdError, SpmdRule, Trace,
+    Op, PartialInputs, Policy, ReduceType, RuleResult, Spec, SpmdError, SpmdRule, Trace,
 };
 
 /// What `#[spmd_rule(build = ...)]` knows at compile time about a rule whose

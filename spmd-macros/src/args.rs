@@ -27,6 +27,7 @@ struct RawArgs {
     divisibility: Option<LitStr>,
     missing_axis: Option<LitStr>,
     backward_partial: Option<LitStr>,
+    partial_inputs: Option<LitStr>,
     validate: Option<Path>,
     adjust: Option<Path>,
     inputs: Option<darling::util::PathList>,
@@ -99,6 +100,7 @@ pub struct Rule {
     pub divisibility: Ident,
     pub missing_axis: Ident,
     pub backward_partial: Ident,
+    pub partial_inputs: Ident,
     pub validate: Option<Path>,
     pub adjust: Option<Path>,
     /// Tensor names from `inputs(..)` / `outputs(..)` (empty when not given).
@@ -293,6 +295,13 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         BACKWARD_PARTIAL,
         "Keep",
     );
+    let partial_inputs = choice(
+        &mut errors,
+        raw.partial_inputs.as_ref(),
+        "`partial_inputs` policy",
+        PARTIAL_INPUTS,
+        "Drop",
+    );
 
     let no_grad = input_mask(
         &mut errors,
@@ -323,6 +332,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         divisibility,
         missing_axis,
         backward_partial,
+        partial_inputs,
         validate: raw.validate,
         adjust: raw.adjust,
         input_names: names_of(raw.inputs.as_ref()),
@@ -448,6 +458,7 @@ const STRING_OPTIONS: &[(&str, &str)] = &[
     ("divisibility", "divisibility = \"drop\""),
     ("missing_axis", "missing_axis = \"error\""),
     ("backward_partial", "backward_partial = \"reset\""),
+    ("partial_inputs", "partial_inputs = \"linear\""),
 ];
 
 /// `einsum = 3` and the like: darling would say only "Unexpected type `int`".
@@ -512,7 +523,11 @@ const REDUCE: &[(&str, &str)] = &[
     ("any", "Any"),
     ("all", "All"),
 ];
-const CONFLICTS: &[(&str, &str)] = &[("first_wins", "FirstWins"), ("strict", "Strict")];
+const CONFLICTS: &[(&str, &str)] = &[
+    ("first_wins", "FirstWins"),
+    ("strict", "Strict"),
+    ("role_priority", "RolePriority"),
+];
 const DIVISIBILITY: &[(&str, &str)] = &[
     ("uneven", "Uneven"),
     ("drop", "Drop"),
@@ -520,6 +535,7 @@ const DIVISIBILITY: &[(&str, &str)] = &[
 ];
 const MISSING_AXIS: &[(&str, &str)] = &[("replicate", "Replicate"), ("error", "Error")];
 const BACKWARD_PARTIAL: &[(&str, &str)] = &[("keep", "Keep"), ("reset", "Reset")];
+const PARTIAL_INPUTS: &[(&str, &str)] = &[("drop", "Drop"), ("linear", "Linear")];
 
 /// A string option with a fixed set of values, as the variant's identifier.
 fn choice(

@@ -57,12 +57,14 @@ fn rule_impls(rule: &Rule) -> TokenStream {
     let policy = {
         let (c, d, m) = (&rule.conflicts, &rule.divisibility, &rule.missing_axis);
         let b = &rule.backward_partial;
+        let pi = &rule.partial_inputs;
         quote! {
             __spmd::Policy::CLASSIC
                 .with_conflicts(__spmd::Conflicts::#c)
                 .with_divisibility(__spmd::Divisibility::#d)
                 .with_missing_axis(__spmd::MissingAxis::#m)
                 .with_backward_partial(__spmd::BackwardPartial::#b)
+                .with_partial_inputs(__spmd::PartialInputs::#pi)
         }
     };
     let reduce = &rule.reduce;

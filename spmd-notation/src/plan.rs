@@ -29,6 +29,10 @@ impl AxisSet {
         AxisSet(self.0 | other.0)
     }
     #[inline]
+    pub const fn intersect(self, other: AxisSet) -> AxisSet {
+        AxisSet(self.0 & other.0)
+    }
+    #[inline]
     pub const fn minus(self, other: AxisSet) -> AxisSet {
         AxisSet(self.0 & !other.0)
     }

@@ -30,6 +30,19 @@ pub struct ElementwiseUnary {}
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ElementwiseBinary {}
 
+/// Paddle 3.3.1's `multiply`: the binary rule, plus a partial input passes
+/// through (the product is linear in each operand; `PADDLE-3.3.1.md` §B).
+#[spmd_rule(
+    name = "multiply",
+    einsum = "...,...->...",
+    backward_partial = "reset",
+    partial_inputs = "linear",
+    inputs(x, y),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Multiply {}
+
 /// Paddle's names for ops that use the unary rule. (`dropout` is not one:
 /// it takes an optional seed tensor and has a second output, the mask.)
 pub const UNARY: &[&str] = &[
@@ -107,7 +120,6 @@ pub const BINARY: &[&str] = &[
     "divide",
     "elementwise_add",
     "elementwise_div",
-    "elementwise_mul",
     "elementwise_pow",
     "floor_divide",
     "fmax",
@@ -120,7 +132,6 @@ pub const BINARY: &[&str] = &[
     "logical_xor",
     "maximum",
     "minimum",
-    "multiply",
     "not_equal",
     "remainder",
     "subtract",
@@ -130,7 +141,9 @@ pub const BINARY: &[&str] = &[
 pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdError> {
     registry
         .register::<ElementwiseUnary>()?
-        .register::<ElementwiseBinary>()?;
+        .register::<ElementwiseBinary>()?
+        .register::<Multiply>()?
+        .insert(RuleInfo::of::<Multiply>().renamed("elementwise_mul"))?;
     for name in UNARY {
         registry.insert(RuleInfo::of::<ElementwiseUnary>().renamed(name))?;
     }

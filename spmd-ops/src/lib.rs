@@ -20,7 +20,7 @@ mod notation;
 mod reduce;
 mod softmax;
 
-pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, UNARY};
+pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, Multiply, UNARY};
 pub use embedding::Embedding;
 pub use matmul::Matmul;
 pub use reduce::{Max, Min, Prod, Sum};
@@ -51,4 +51,22 @@ pub fn builtins() -> Registry {
     // would leave some built-ins out, which the test suite checks for.
     let _ = register_builtins(&mut r);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    /// `builtins()` cannot report a failed registration, so this does: a name
+    /// registered twice would silently drop every rule after it.
+    #[test]
+    fn every_builtin_registers() {
+        let mut r = spmd_core::Registry::new();
+        assert_eq!(
+            super::register_builtins(&mut r).map_err(|e| e.to_string()),
+            Ok(())
+        );
+        assert_eq!(r.len(), super::builtins().len());
+        for name in crate::UNARY.iter().chain(crate::BINARY) {
+            assert!(r.contains(name), "{name} is not registered");
+        }
+    }
 }

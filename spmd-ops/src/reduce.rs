@@ -33,17 +33,15 @@ fn reduce_notation(
 }
 
 macro_rules! reduction {
-    ($(#[$doc:meta])* $ty:ident, $name:literal, $reduce:literal) => {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, $reduce:literal $(, $ignores:ident)?) => {
         $(#[$doc])*
-        // The gradient broadcasts the output grad back over the reduced axes;
-        // as in Paddle, it takes its layout from the output grad alone.
         #[spmd_rule(
             name = $name,
             build = Self::notation,
             reduce = $reduce,
             inputs(x),
-            outputs(out),
-            grad_ignores(x)
+            outputs(out)
+            $(, grad_ignores($ignores))?
         )]
         #[derive(Clone, Debug, Default, PartialEq, Eq)]
         pub struct $ty {
@@ -62,11 +60,13 @@ macro_rules! reduction {
 }
 
 reduction!(
-    /// Paddle's `sum`: partial outputs are `Sum`.
-    Sum, "sum", "sum"
+    /// Paddle's `sum`: partial outputs are `Sum`. Its gradient broadcasts the
+    /// output grad back and never reads `x`, so `x` keeps its layout.
+    Sum, "sum", "sum", x
 );
 reduction!(
     /// Paddle's `max`: partial outputs are `Max` (Paddle 3.3.1 reports `Sum`, a bug we do not copy).
+    /// Its gradient reads `x` (where the maximum was), so `x` is laid out with it.
     Max, "max", "max"
 );
 reduction!(
