@@ -162,6 +162,19 @@ fn conformance() {
         let cases = load(file);
         all_ids.extend(cases.iter().map(|c| c.id.clone()));
         for case in &cases {
+            // Absent optional tensors (a `null` shape: layer_norm without a
+            // bias, dropout without a seed) are not supported yet.
+            let absent = case
+                .inputs
+                .iter()
+                .chain(&case.outputs)
+                .any(|t| t.as_ref().is_none_or(|t| t.shape.is_none()));
+            if absent && registry.contains(&case.op) {
+                *uncovered
+                    .entry(format!("{} (absent optional tensor)", case.op))
+                    .or_default() += 1;
+                continue;
+            }
             let rule = match rule_for(case, &registry) {
                 None => {
                     *uncovered.entry(case.op.clone()).or_default() += 1;
