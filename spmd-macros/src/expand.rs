@@ -198,14 +198,22 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             let f = syn::Ident::new(name, Span::call_site());
             (f.clone(), params, with_rule(quote!(#f(#args))))
         };
+        // Without an adjust hook the rule's result is returned as it is:
+        // no extra move of the (large) result through a local.
+        let tail = match &adjust {
+            Some(adjust) => quote! {
+                let mut result = #body?;
+                #adjust
+                __spmd::Ok(result)
+            },
+            None => quote!(#body),
+        };
         quote! {
             fn #fn_name(&self, #params) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
                 let call = #call;
                 #validate
-                let mut result = #body?;
-                #adjust
                 let _ = &call;
-                __spmd::Ok(result)
+                #tail
             }
         }
     };
