@@ -7,7 +7,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use spmd_core::json::{Agreement, Alternative, Direction, Expected, Mismatch, Tensor};
 use spmd_core::{
-    AttrValue, Attrs, Einsum, Mesh, Registry, RuleInfo, RuleResult, Spec, SpmdError, SpmdRule,
+    AttrValue, Attrs, Einsum, Mesh, NoTrace, Registry, RuleInfo, RuleResult, Spec, SpmdError,
+    SpmdRule, Trace,
 };
 
 use crate::cli::CallArgs;
@@ -299,8 +300,24 @@ impl Request {
 
     /// Runs the call. `Err` when the rule cannot be built or rejects the call.
     pub fn run(&self, rule: &Built) -> std::result::Result<RuleResult, SpmdError> {
+        self.run_traced(rule, &mut NoTrace)
+    }
+
+    /// [`Request::run`], reporting each step of the inference to `trace`.
+    pub fn run_traced(
+        &self,
+        rule: &Built,
+        trace: &mut dyn Trace,
+    ) -> std::result::Result<RuleResult, SpmdError> {
         let (ins, outs) = self.parts();
-        run_parts(rule.as_rule(), &self.mesh, self.direction, &ins, &outs)
+        run_traced(
+            rule.as_rule(),
+            &self.mesh,
+            self.direction,
+            &ins,
+            &outs,
+            trace,
+        )
     }
 }
 
@@ -316,18 +333,31 @@ pub fn run_parts(
     ins: &[(Vec<usize>, spmd_core::DistAttr)],
     outs: &[(Vec<usize>, spmd_core::DistAttr)],
 ) -> std::result::Result<RuleResult, SpmdError> {
+    run_traced(rule, mesh, direction, ins, outs, &mut NoTrace)
+}
+
+/// [`run_parts`], reporting each step of the inference to `trace`.
+pub fn run_traced(
+    rule: &dyn SpmdRule,
+    mesh: &Mesh,
+    direction: Direction,
+    ins: &[(Vec<usize>, spmd_core::DistAttr)],
+    outs: &[(Vec<usize>, spmd_core::DistAttr)],
+    trace: &mut dyn Trace,
+) -> std::result::Result<RuleResult, SpmdError> {
     let inputs: Vec<Spec<'_>> = ins.iter().map(|(s, a)| Spec::new(s, a)).collect();
     let outputs: Vec<Spec<'_>> = outs.iter().map(|(s, a)| Spec::new(s, a)).collect();
     match direction {
-        Direction::Forward => rule.forward(mesh, &inputs),
+        Direction::Forward => rule.forward_traced(mesh, &inputs, trace),
         Direction::Backward => {
             let shapes: Vec<&[usize]> = ins.iter().map(|(s, _)| s.as_slice()).collect();
-            rule.backward(mesh, &shapes, &outputs)
+            rule.backward_traced(mesh, &shapes, &outputs, trace)
         }
-        Direction::Grad => match rule.grad(mesh, &inputs, &outputs) {
+        // An arity error comes before any step, so the retry's trace is the only one.
+        Direction::Grad => match rule.grad_traced(mesh, &inputs, &outputs, trace) {
             Err(SpmdError::Arity { .. }) if ins.len() > outs.len() => {
                 let n = ins.len() - outs.len();
-                let mut r = rule.grad(mesh, &inputs[..n], &outputs)?;
+                let mut r = rule.grad_traced(mesh, &inputs[..n], &outputs, trace)?;
                 let dy: Vec<_> = r.inputs[n..].to_vec();
                 r.inputs.truncate(n);
                 r.inputs.extend(dy.iter().cloned());

@@ -1,11 +1,10 @@
-//! A [`Trace`] that records every step of an inference call, and the
-//! literal notations of a registered op that reproduce its answer.
+//! A [`Trace`] that records every step of an inference call, and the words
+//! for each step.
 
 use serde_json::{Value, json};
 use spmd_core::json::Direction;
 use spmd_core::{
-    AxisName, Einsum, Mesh, MeshDim, MeshSet, ReduceType, RuleInfo, RuleResult, Sharding,
-    SpmdError, TensorRef, Trace,
+    AxisName, MeshDim, MeshSet, ReduceType, Role, RuleInfo, Sharding, TensorRef, Trace,
 };
 
 /// One recorded step.
@@ -18,6 +17,16 @@ pub enum Event {
         given: Sharding,
         before: Sharding,
         now: Sharding,
+    },
+    Unsharded {
+        tensor: TensorRef,
+        dim: usize,
+        given: Sharding,
+    },
+    MissingAxis {
+        tensor: TensorRef,
+        dim: usize,
+        axis: AxisName,
     },
     Conflict {
         mesh_dim: MeshDim,
@@ -70,6 +79,12 @@ impl Trace for Recorder {
             now,
         });
     }
+    fn unsharded(&mut self, tensor: TensorRef, dim: usize, given: Sharding) {
+        self.events.push(Event::Unsharded { tensor, dim, given });
+    }
+    fn missing_axis(&mut self, tensor: TensorRef, dim: usize, axis: AxisName) {
+        self.events.push(Event::MissingAxis { tensor, dim, axis });
+    }
     fn conflict(&mut self, mesh_dim: MeshDim, kept: AxisName, lost: AxisName) {
         self.events.push(Event::Conflict {
             mesh_dim,
@@ -94,6 +109,78 @@ impl Trace for Recorder {
     }
 }
 
+/// How an explanation names the tensors of a call: by position, followed by
+/// the rule's name for the tensor when it declares one (`input 0 (x)`).
+#[derive(Clone, Debug)]
+pub struct Labels {
+    pub direction: Direction,
+    inputs: &'static [&'static str],
+    outputs: &'static [&'static str],
+    /// Inputs without a gradient (bit `i` = input `i`).
+    no_grad: u64,
+}
+
+impl Labels {
+    /// Positions only (an einsum's tensors have no names).
+    pub fn plain(direction: Direction) -> Labels {
+        Labels {
+            direction,
+            inputs: &[],
+            outputs: &[],
+            no_grad: 0,
+        }
+    }
+
+    /// The names a registered rule declares.
+    pub fn of(info: &RuleInfo, direction: Direction) -> Labels {
+        Labels {
+            direction,
+            inputs: info.inputs,
+            outputs: info.outputs,
+            no_grad: info.no_grad,
+        }
+    }
+
+    fn named(base: String, name: Option<&&str>) -> String {
+        match name {
+            Some(n) => format!("{base} ({n})"),
+            None => base,
+        }
+    }
+
+    pub fn input(&self, i: usize) -> String {
+        Labels::named(format!("input {i}"), self.inputs.get(i))
+    }
+
+    /// An output; in grad inference, the grad of an output.
+    pub fn output(&self, o: usize) -> String {
+        let base = match self.direction {
+            Direction::Grad => format!("out_grad {o}"),
+            _ => format!("output {o}"),
+        };
+        Labels::named(base, self.outputs.get(o))
+    }
+
+    /// The grad of input `i`.
+    pub fn grad(&self, i: usize) -> String {
+        Labels::named(format!("input {i} grad"), self.inputs.get(i))
+    }
+
+    /// The inputs that have a grad, in the order grad inference returns them.
+    pub fn grad_inputs(&self, n_inputs: usize) -> Vec<usize> {
+        (0..n_inputs)
+            .filter(|&i| i >= 64 || self.no_grad & (1 << i) == 0)
+            .collect()
+    }
+
+    pub fn tensor(&self, t: TensorRef) -> String {
+        match t.role {
+            Role::Input => self.input(t.index),
+            Role::Output => self.output(t.index),
+        }
+    }
+}
+
 pub fn mesh_dims_text(s: &[MeshDim]) -> String {
     match s {
         [] => "no mesh dim".into(),
@@ -105,6 +192,14 @@ pub fn mesh_dims_text(s: &[MeshDim]) -> String {
                 .collect::<Vec<_>>()
                 .join(",")
         ),
+    }
+}
+
+/// `axis `k``, or what a never-sharded dim is.
+fn axis_text(a: AxisName) -> String {
+    match a {
+        AxisName::Unsharded => "a dim that never carries a sharding".into(),
+        a => format!("axis {a}"),
     }
 }
 
@@ -124,7 +219,7 @@ fn set_text(s: MeshSet) -> String {
 
 impl Event {
     /// The step in words.
-    pub fn text(&self) -> String {
+    pub fn text(&self, labels: &Labels) -> String {
         match self {
             Event::Merged {
                 axis,
@@ -134,6 +229,7 @@ impl Event {
                 before,
                 now,
             } => {
+                let tensor = labels.tensor(*tensor);
                 let what = mesh_dims_text(given.as_slice());
                 if before.is_replicated() {
                     format!("{tensor} dim {dim}: axis {axis} takes {what}")
@@ -147,13 +243,25 @@ impl Event {
                     format!("{tensor} dim {dim}: {what} extends axis {axis} from {before} to {now}")
                 }
             }
+            Event::Unsharded { tensor, dim, given } => format!(
+                "{} dim {dim}: {} is dropped: this dim never carries a sharding (a `1`, a broadcast size-1 dim, a diagonal, a minor factor of a compound, or an axis the rule keeps whole); it is replicated, but its mesh dims stay claimed against later axes",
+                labels.tensor(*tensor),
+                mesh_dims_text(given.as_slice())
+            ),
+            Event::MissingAxis { tensor, dim, axis } => format!(
+                "{} dim {dim}: axis {axis} is in no output, so no output says how to shard it: it is replicated",
+                labels.tensor(*tensor)
+            ),
             Event::Conflict {
                 mesh_dim,
                 kept,
                 lost,
-            } => format!(
-                "mesh dim {mesh_dim} is claimed by axis {kept} and axis {lost}: {kept} keeps it (it claimed it first), {lost} loses it"
-            ),
+            } => {
+                let (kept, lost) = (axis_text(*kept), axis_text(*lost));
+                format!(
+                    "mesh dim {mesh_dim} is claimed by {kept} and {lost}: {kept} keeps it, {lost} loses it"
+                )
+            }
             Event::NotDivisible {
                 axis,
                 extent,
@@ -166,18 +274,28 @@ impl Event {
                 axis,
                 mesh_dims,
                 reduce,
-            } => format!(
-                "output {output} has no axis {axis}, which is sharded over {}: each device holds a partial result, so output {output} is partial {reduce} over {}",
-                set_text(*mesh_dims),
-                set_text(*mesh_dims)
-            ),
+            } => {
+                let dims = set_text(*mesh_dims);
+                if labels.direction == Direction::Grad {
+                    let g = labels.grad(*output);
+                    format!(
+                        "{g}: the gradient's operands carry axis {axis}, sharded over {dims}, and input {output} has none: each device sums its own part, so {g} is partial {reduce} over {dims}"
+                    )
+                } else {
+                    let o = labels.output(*output);
+                    format!(
+                        "{o} has no axis {axis}, which is sharded over {dims}: each device holds a partial result, so {o} is partial {reduce} over {dims}"
+                    )
+                }
+            }
         }
     }
 
-    pub fn json(&self) -> Value {
+    /// The step as JSON.
+    pub fn json(&self, labels: &Labels) -> Value {
         let axis = |a: &AxisName| a.to_string().trim_matches('`').to_string();
         let dims = |s: &Sharding| s.as_slice().to_vec();
-        match self {
+        let mut v = match self {
             Event::Merged {
                 axis: a,
                 tensor,
@@ -185,8 +303,20 @@ impl Event {
                 given,
                 before,
                 now,
-            } => json!({"step": "merge", "axis": axis(a), "tensor": tensor.to_string(), "dim": dim,
-                        "given": dims(given), "before": dims(before), "now": dims(now)}),
+            } => {
+                json!({"step": "merge", "axis": axis(a), "tensor": labels.tensor(*tensor), "dim": dim,
+                        "given": dims(given), "before": dims(before), "now": dims(now)})
+            }
+            Event::Unsharded { tensor, dim, given } => {
+                json!({"step": "unsharded", "tensor": labels.tensor(*tensor), "dim": dim, "given": dims(given)})
+            }
+            Event::MissingAxis {
+                tensor,
+                dim,
+                axis: a,
+            } => {
+                json!({"step": "missing_axis", "tensor": labels.tensor(*tensor), "dim": dim, "axis": axis(a)})
+            }
             Event::Conflict {
                 mesh_dim,
                 kept,
@@ -208,39 +338,16 @@ impl Event {
                 reduce,
             } => json!({"step": "partial", "output": output, "axis": axis(a),
                         "mesh_dims": mesh_dims.iter().collect::<Vec<_>>(), "reduce": reduce}),
-        }
+        };
+        v["text"] = Value::String(self.text(labels));
+        v
     }
-}
-
-/// The literal notations of `info` whose classic einsum rule gives the same
-/// answer as the registered rule on this call (a registered rule picks one of
-/// its notations from its attributes, which the registry does not expose).
-pub fn matching_notations(
-    info: &RuleInfo,
-    mesh: &Mesh,
-    direction: Direction,
-    ins: &[(Vec<usize>, spmd_core::DistAttr)],
-    outs: &[(Vec<usize>, spmd_core::DistAttr)],
-    answer: &Result<RuleResult, SpmdError>,
-) -> Vec<&'static str> {
-    info.notations
-        .iter()
-        .copied()
-        .filter(|n| {
-            let Ok(e) = Einsum::new(n) else { return false };
-            let got = crate::call::run_parts(&e, mesh, direction, ins, outs);
-            match (&got, answer) {
-                (Ok(a), Ok(b)) => a == b,
-                _ => false,
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spmd_core::{DistAttr, Spec};
+    use spmd_core::{DistAttr, Einsum, Mesh, Spec};
 
     #[test]
     fn records_a_matmul() {
@@ -256,7 +363,8 @@ mod tests {
                 &mut rec,
             )
             .unwrap();
-        let texts: Vec<String> = rec.events.iter().map(Event::text).collect();
+        let labels = Labels::plain(Direction::Forward);
+        let texts: Vec<String> = rec.events.iter().map(|e| e.text(&labels)).collect();
         assert_eq!(texts[0], "input 0 dim 0: axis `m` takes mesh dim 1");
         assert_eq!(texts[1], "input 0 dim 1: axis `k` takes mesh dim 0");
         assert!(
@@ -264,7 +372,10 @@ mod tests {
             "{texts:?}"
         );
         assert!(
-            texts.iter().any(|t| t.contains("mesh dim 0 is claimed by axis `k` and axis `n`: `k` keeps it")),
+            texts
+                .iter()
+                .any(|t| t
+                    .contains("mesh dim 0 is claimed by axis `k` and axis `n`: axis `k` keeps it")),
             "{texts:?}"
         );
         assert!(
@@ -272,11 +383,59 @@ mod tests {
                 && t.contains("partial SUM over mesh dim 0")),
             "{texts:?}"
         );
-        assert_eq!(rec.events[0].json()["axis"], "m");
+        assert_eq!(rec.events[0].json(&labels)["axis"], "m");
+    }
+
+    #[test]
+    fn records_unsharded_dims_and_missing_axes() {
+        let mesh = Mesh::new(&[2, 2]).unwrap();
+        let diag = DistAttr::from_paddle(&[0, 1]).unwrap();
+        let mut rec = Recorder::default();
+        let e = Einsum::new("ii->i").unwrap();
+        e.forward_traced(&mesh, &[Spec::new(&[4, 4], &diag)], &mut rec)
+            .unwrap();
+        let labels = Labels::plain(Direction::Forward);
+        assert!(
+            rec.events.iter().any(|e| e
+                .text(&labels)
+                .starts_with("input 0 dim 1: mesh dim 1 is dropped")),
+            "{:?}",
+            rec.events
+        );
+
+        let mut rec = Recorder::default();
+        let out = DistAttr::from_paddle(&[0, -1]).unwrap();
+        spmd_core::SpmdRule::backward_traced(
+            &Einsum::new("mk,kn->mn").unwrap(),
+            &mesh,
+            &[&[4, 6], &[6, 8]],
+            &[Spec::new(&[4, 8], &out)],
+            &mut rec,
+        )
+        .unwrap();
+        let labels = Labels::plain(Direction::Backward);
+        let texts: Vec<String> = rec.events.iter().map(|e| e.text(&labels)).collect();
+        assert!(
+            texts.contains(
+                &"input 0 dim 1: axis `k` is in no output, so no output says how to shard it: it is replicated".to_string()
+            ),
+            "{texts:?}"
+        );
+    }
+
+    #[test]
+    fn labels_use_the_rules_names() {
+        let info = spmd_ops::builtins().get("matmul").copied().unwrap();
+        let l = Labels::of(&info, Direction::Grad);
+        assert_eq!(l.tensor(TensorRef::input(1)), "input 1 (y)");
+        assert_eq!(l.tensor(TensorRef::output(0)), "out_grad 0 (out)");
+        assert_eq!(l.grad(0), "input 0 grad (x)");
+        assert_eq!(l.grad_inputs(2), vec![0, 1]);
     }
 
     #[test]
     fn merge_wording() {
+        let labels = Labels::plain(Direction::Forward);
         let m = |given: &[u8], before: &[u8], now: &[u8]| {
             Event::Merged {
                 axis: AxisName::Label('k'),
@@ -286,7 +445,7 @@ mod tests {
                 before: Sharding::co(before).unwrap(),
                 now: Sharding::co(now).unwrap(),
             }
-            .text()
+            .text(&labels)
         };
         assert!(m(&[0], &[0], &[0]).contains("agrees with axis `k`"));
         assert!(m(&[0], &[0, 1], &[0, 1]).contains("is a prefix of axis `k`'s [0,1]"));

@@ -478,6 +478,12 @@ fn json_input_files_and_stdin() {
 
 #[test]
 fn explain_traces_merges_conflicts_and_partials() {
+    // matmul settles its axes by role. No batch axes; the free axes keep
+    // their mesh dims (m: 1, n: 0, no clash); the contracted k takes the
+    // union of its shardings ({0}) minus every mesh dim taken ({0, 1}):
+    // nothing. So x's k dim is gathered, y is kept, and out is [1, 0] and
+    // not partial. The rule traces no merge for this and no conflict (k
+    // loses mesh dim 0 without one): the trace is empty.
     let (code, out, err) = run(&[
         "explain",
         "matmul",
@@ -490,9 +496,92 @@ fn explain_traces_merges_conflicts_and_partials() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("explained through its notation \"...mk,...kn->...mn\""),
+        out.contains("`matmul` picks one of its 9 notations"),
         "{out}"
     );
+    assert!(out.contains("no merge step reported"), "{out}");
+    assert!(
+        out.contains(
+            "input 0 (x) dim 1: given mesh dim 0, required no mesh dim (read off the answer)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("2. conflicts: a mesh dim may split only one axis, and a dropped mesh dim leaves even shards\n   none\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[1, 0] -> [1, -1]   all-gather along dim 1 over mesh dim 0"),
+        "{out}"
+    );
+    assert!(out.contains("input 1 (y)"), "{out}");
+    assert!(out.contains("[-1, 0] -> [-1, 0]  as given"), "{out}");
+    assert!(
+        out.contains("4. partial outputs\n   none: every sharded axis appears in the outputs"),
+        "{out}"
+    );
+    let v = json(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2x4",
+        "--in",
+        "64x32:[1,0]",
+        "--in",
+        "32x48:[-1,0]",
+        "--json",
+    ]);
+    assert_eq!(v["steps"], serde_json::json!([]));
+    assert_eq!(
+        v["report"]["result"]["outputs"][0]["dims_mapping"],
+        serde_json::json!([1, 0])
+    );
+
+    // Two free axes want mesh dim 0: the larger extent (m: 64 > n: 48) keeps it.
+    let (_, out, _) = run(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2",
+        "--in",
+        "64x32:[0,-1]",
+        "--in",
+        "32x48:[-1,0]",
+    ]);
+    assert!(
+        out.contains(
+            "mesh dim 0 is claimed by axis `m` and axis `n`: axis `m` keeps it, axis `n` loses it"
+        ),
+        "{out}"
+    );
+    // A batch axis must divide: extent 3 drops mesh dim 0.
+    let (_, out, _) = run(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2",
+        "--in",
+        "3x4x6:[0,-1,-1]",
+        "--in",
+        "3x6x8",
+    ]);
+    assert!(
+        out.contains("axis `...`[0] (extent 3) drops mesh dim 0: its shards would be uneven"),
+        "{out}"
+    );
+
+    // The classic (first-wins) einsum merges dim by dim: k keeps mesh dim 0.
+    let (_, out, _) = run(&[
+        "explain",
+        "mk,kn->mn",
+        "--mesh",
+        "2x4",
+        "--in",
+        "64x32:[1,0]",
+        "--in",
+        "32x48:[-1,0]",
+    ]);
+    assert!(out.contains("notation: \"mk,kn->mn\""), "{out}");
     assert!(
         out.contains("input 0 dim 0: axis `m` takes mesh dim 1"),
         "{out}"
@@ -502,7 +591,7 @@ fn explain_traces_merges_conflicts_and_partials() {
         "{out}"
     );
     assert!(
-        out.contains("mesh dim 0 is claimed by axis `k` and axis `n`: `k` keeps it"),
+        out.contains("mesh dim 0 is claimed by axis `k` and axis `n`: axis `k` keeps it"),
         "{out}"
     );
     assert!(
@@ -514,22 +603,7 @@ fn explain_traces_merges_conflicts_and_partials() {
         "{out}"
     );
 
-    // trans_y picks another notation.
-    let (_, out, _) = run(&[
-        "explain",
-        "matmul",
-        "--mesh",
-        "2",
-        "--in",
-        "4x6:[0,-1]",
-        "--in",
-        "8x6",
-        "--attr",
-        "trans_y=true",
-    ]);
-    assert!(out.contains("\"...mk,...nk->...mn\""), "{out}");
-
-    // A notation directly; a dim that never carries a sharding is reported.
+    // A dim that never carries a sharding is reported.
     let (_, out, _) = run(&["explain", "ii->i", "--mesh", "2x2", "--in", "4x4:[0,1]"]);
     assert!(
         out.contains("input 0 dim 0: mesh dim 0 is dropped"),
@@ -543,7 +617,7 @@ fn explain_traces_merges_conflicts_and_partials() {
     assert!(out.contains("output 0 has no axis `j`"), "{out}");
     assert!(out.contains("partial SUM over mesh dim 1"), "{out}");
 
-    // Rules without a literal notation, and backward: read off the answer, and said so.
+    // A notation built at run time is traced too.
     let (code, out, _) = run(&[
         "explain",
         "softmax",
@@ -557,24 +631,11 @@ fn explain_traces_merges_conflicts_and_partials() {
     assert_eq!(code, 0);
     assert!(out.contains("builds its notation at run time"), "{out}");
     assert!(
-        out.contains("input 0 dim 1: given mesh dim 1, required no mesh dim"),
+        out.contains("input 0 (x) dim 0: axis `b` takes mesh dim 0"),
         "{out}"
     );
-    let (_, out, _) = run(&[
-        "explain",
-        "matmul",
-        "--mesh",
-        "2",
-        "--backward",
-        "--in",
-        "4x6",
-        "--in",
-        "6x8",
-        "--out",
-        "4x8:[0,-1]",
-    ]);
     assert!(
-        out.contains("no step-by-step trace for backward inference"),
+        out.contains("input 0 (x) dim 1: mesh dim 1 is dropped"),
         "{out}"
     );
 
@@ -589,13 +650,120 @@ fn explain_traces_merges_conflicts_and_partials() {
         "32x48",
         "--json",
     ]);
-    assert_eq!(v["traced"], true);
+    assert_eq!(v["notation"], "mk,kn->mn");
     assert_eq!(v["steps"][0]["step"], "merge");
     assert_eq!(v["steps"][0]["axis"], "m");
     assert_eq!(
         v["report"]["result"]["outputs"][0]["partial_dims"],
         serde_json::json!([0])
     );
+}
+
+#[test]
+fn explain_backward_traces_merges_and_missing_axes() {
+    let (code, out, err) = run(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2",
+        "--backward",
+        "--in",
+        "4x6",
+        "--in",
+        "6x8",
+        "--out",
+        "4x8:[0,-1]",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("matmul backward on mesh 2"), "{out}");
+    assert!(
+        out.contains("output 0 (out) dim 0: axis `m` takes mesh dim 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("input 0 (x) dim 1: axis `k` is in no output, so no output says how to shard it: it is replicated"),
+        "{out}"
+    );
+    assert!(
+        out.contains("input 1 (y) dim 0: axis `k` is in no output"),
+        "{out}"
+    );
+    let v = json(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2",
+        "--backward",
+        "--in",
+        "4x6",
+        "--in",
+        "6x8",
+        "--out",
+        "4x8:[0,-1]",
+        "--json",
+    ]);
+    let steps: Vec<&str> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["merge", "missing_axis", "missing_axis"]);
+    assert_eq!(v["steps"][1]["tensor"], "input 0 (x)");
+    assert_eq!(v["steps"][1]["axis"], "k");
+}
+
+#[test]
+fn explain_grad_traces_merges_and_partial_grads() {
+    let (code, out, err) = run(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2x2",
+        "--grad",
+        "--in",
+        "4x6:[0,1]",
+        "--in",
+        "6x8:[1,-1]",
+        "--out",
+        "4x8:[0,-1]",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("matmul grad on mesh 2x2"), "{out}");
+    assert!(
+        out.contains("input 0 (x) dim 1: axis `k` takes mesh dim 1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("out_grad 0 (out) dim 0: mesh dim 0 agrees with axis `m` (already 0)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("input 1 grad (y): the gradient's operands carry axis `m`, sharded over mesh dim 0, and input 1 has none"),
+        "{out}"
+    );
+    assert!(
+        out.contains("input 1 grad (y): all-reduce SUM over mesh dim 0 gives the full value"),
+        "{out}"
+    );
+    let v = json(&[
+        "explain",
+        "matmul",
+        "--mesh",
+        "2x2",
+        "--grad",
+        "--in",
+        "4x6:[0,1]",
+        "--in",
+        "6x8:[1,-1]",
+        "--out",
+        "4x8:[0,-1]",
+        "--json",
+    ]);
+    let last = v["steps"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["step"], "partial");
+    assert_eq!(last["output"], 1);
+    assert_eq!(last["axis"], "m");
 }
 
 #[test]

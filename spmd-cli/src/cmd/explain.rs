@@ -1,15 +1,10 @@
-//! `spmd explain`: the steps of one inference call, from the core's
-//! [`Trace`](spmd_core::Trace) hooks.
-//!
-//! The core traces only `Einsum::forward_traced`. A registered op is
-//! explained through the literal notation (from `RuleInfo::notations`) that
-//! reproduces its answer, and the report says so; ops whose notation is built
-//! at run time, and backward and grad calls, get an explanation read off the
-//! answer instead.
+//! `spmd explain`: the steps of one inference call (forward, backward or
+//! grad), recorded through the core's [`Trace`](spmd_core::Trace) hooks,
+//! which every registered rule and einsum implement.
 
 use serde_json::{Value, json};
 use spmd_core::json::Direction;
-use spmd_core::{Einsum, Registry, RuleResult, Spec, SpmdError, TensorRef};
+use spmd_core::{Registry, Role, TensorRef};
 
 use crate::Output;
 use crate::call::{Built, Request};
@@ -20,15 +15,7 @@ use crate::parse::shape_text;
 use crate::report::{self, Report};
 use crate::reshard;
 use crate::style::{BAD, COMM, DIM, HEADER, LOCAL, OK, PARTIAL, Table, paint};
-use crate::trace::{Event, Recorder, matching_notations, mesh_dims_text};
-
-/// How a call was (or could not be) traced.
-struct Traced {
-    notation: Option<String>,
-    /// Why the notation stands in for the rule, or why there is no trace.
-    note: String,
-    events: Option<Vec<Event>>,
-}
+use crate::trace::{Event, Labels, Recorder, mesh_dims_text};
 
 pub fn explain(args: &InferArgs) -> Result<Output> {
     let registry = spmd_ops::builtins();
@@ -65,88 +52,91 @@ pub fn explain(args: &InferArgs) -> Result<Output> {
     Ok(Output { text, fail })
 }
 
-fn trace(req: &Request, rule: &Built, answer: &Result<RuleResult, SpmdError>) -> Traced {
-    let no_api = "the core exposes traced inference only for einsum forward \
-                  (Einsum::forward_traced); this explanation is read off the answer";
-    if req.direction != Direction::Forward {
-        return Traced {
-            notation: None,
-            note: format!(
-                "no step-by-step trace for {} inference: {no_api}",
-                req.direction
+/// The notation of the call when it is known (an einsum, or an op with one
+/// literal notation), and a note on the op's notations otherwise.
+fn notation(rule: &Built) -> (Option<String>, Option<String>) {
+    match rule {
+        Built::Einsum(e) => (Some(e.notation().source().to_string()), None),
+        Built::Registered(_, info) => match info.notations {
+            [] => (
+                None,
+                Some(format!(
+                    "`{}` builds its notation at run time from its attributes",
+                    info.name
+                )),
             ),
-            events: None,
-        };
+            [n] => (Some(n.to_string()), None),
+            ns => (
+                None,
+                Some(format!(
+                    "`{}` picks one of its {} notations by its attributes and the inputs' ranks (the first is {:?}; `spmd ops` lists them)",
+                    info.name,
+                    ns.len(),
+                    ns[0]
+                )),
+            ),
+        },
     }
-    let (ins, outs) = req.parts();
-    let (einsum, notation, note) = match rule {
-        Built::Einsum(e) => (
-            Some(e.clone()),
-            Some(e.notation().source().to_string()),
-            String::new(),
-        ),
-        Built::Registered(_, info) => {
-            let candidates: Vec<&str> = match answer {
-                Ok(_) => matching_notations(info, &req.mesh, req.direction, &ins, &outs, answer),
-                Err(_) if info.notations.len() == 1 => info.notations.to_vec(),
-                Err(_) => Vec::new(),
-            };
-            match candidates.first() {
-                Some(n) => {
-                    let why = if answer.is_ok() {
-                        "its answer on this call is the registered rule's"
-                    } else {
-                        "the op's only notation, traced with the classic policy (the registered rule may use another)"
-                    };
-                    (
-                        Einsum::new(n).ok(),
-                        Some(n.to_string()),
-                        format!(
-                            "`{}` is explained through its notation {n:?} ({why}); the core has no traced inference for registered rules",
-                            info.name
-                        ),
-                    )
-                }
-                None if info.notations.is_empty() => (
-                    None,
-                    None,
-                    format!(
-                        "no step-by-step trace: `{}` builds its notation at run time from its attributes, and {no_api}",
-                        info.name
-                    ),
-                ),
-                None => (
-                    None,
-                    None,
-                    format!(
-                        "no step-by-step trace: no literal notation of `{}` reproduces its answer here, and {no_api}",
-                        info.name
-                    ),
-                ),
+}
+
+/// Whether the tensors a direction merges carry any sharding.
+fn merges_something(req: &Request) -> bool {
+    let sharded = |l: &[crate::parse::TensorArg]| {
+        l.iter().any(|t| {
+            t.attr()
+                .dims_mapping
+                .as_slice()
+                .iter()
+                .any(|s| !s.is_replicated())
+        })
+    };
+    match req.direction {
+        Direction::Forward => sharded(&req.inputs),
+        Direction::Backward => sharded(&req.outputs),
+        Direction::Grad => sharded(&req.inputs) || sharded(&req.outputs),
+    }
+}
+
+/// Forward: the input dims whose requirement differs from what was given,
+/// read off the answer.
+fn changes(req: &Request, result: &spmd_core::RuleResult, labels: &Labels) -> Vec<String> {
+    let mut lines = Vec::new();
+    if req.direction != Direction::Forward {
+        return lines;
+    }
+    for (i, (t, r)) in req.inputs.iter().zip(&result.inputs).enumerate() {
+        let given = t.attr();
+        for (d, (g, q)) in given
+            .dims_mapping
+            .as_slice()
+            .iter()
+            .zip(r.dims_mapping.as_slice())
+            .enumerate()
+        {
+            if g != q {
+                lines.push(format!(
+                    "{} dim {d}: given {}, required {} (read off the answer)",
+                    labels.input(i),
+                    mesh_dims_text(g.as_slice()),
+                    mesh_dims_text(q.as_slice())
+                ));
             }
         }
-    };
-    let Some(e) = einsum else {
-        return Traced {
-            notation,
-            note,
-            events: None,
-        };
-    };
-    let specs: Vec<Spec<'_>> = ins.iter().map(|(s, a)| Spec::new(s, a)).collect();
-    let mut rec = Recorder::default();
-    let _ = e.forward_traced(&req.mesh, &specs, &mut rec);
-    Traced {
-        notation,
-        note,
-        events: Some(rec.events),
     }
+    lines
 }
 
 fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Option<CliError>)> {
     let rule = req.rule(registry)?;
-    let answer = req.run(&rule);
-    let traced = trace(req, &rule, &answer);
+    let mut rec = Recorder::default();
+    let answer = req.run_traced(&rule, &mut rec);
+    let events = rec.events;
+    let labels = match &rule {
+        Built::Registered(_, info) => Labels::of(info, req.direction),
+        Built::Einsum(_) => Labels::plain(req.direction),
+    };
+    let (notation, note) = notation(&rule);
+
     let mut s = format!(
         "{} {} on mesh {} ({} devices)\n",
         paint(HEADER, req.source.title()),
@@ -154,83 +144,103 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
         req.mesh,
         req.mesh.size()
     );
-    if !traced.note.is_empty() {
-        s.push_str(&paint(DIM, format!("note: {}\n", traced.note)));
+    if let Some(n) = &notation {
+        s.push_str(&format!("notation: {n:?}\n"));
     }
-    let terms: Vec<String> = traced
-        .notation
+    if let Some(n) = &note {
+        s.push_str(&paint(DIM, format!("note: {n}\n")));
+    }
+    // The terms of the notation, inputs then outputs, and the inputs' count.
+    let (terms, n_terms_in): (Vec<String>, usize) = notation
         .as_deref()
         .and_then(|n| spmd_core::notation::parse(n).ok())
         .map(|n| {
             let p = n.plan();
-            (0..p.n_inputs() + p.n_outputs())
+            let terms = (0..p.n_inputs() + p.n_outputs())
                 .map(|i| format!("`{}`", p.term_text(p.terms[i])))
-                .collect()
+                .collect();
+            (terms, p.n_inputs())
         })
         .unwrap_or_default();
-    let term = |t: TensorRef, n_in: usize| -> String {
+    let term = |t: TensorRef| -> String {
         let k = match t.role {
-            spmd_core::Role::Input => t.index,
-            spmd_core::Role::Output => n_in + t.index,
+            Role::Input => t.index,
+            Role::Output => n_terms_in + t.index,
         };
         terms.get(k).cloned().unwrap_or_default()
     };
-    let n_in = req.inputs.len();
+    let show = |s: &mut String, style, e: &Event| {
+        s.push_str(&format!("   {}\n", paint(style, e.text(&labels))));
+    };
 
-    let mut steps_json = Vec::new();
     s.push('\n');
-    if let Some(events) = &traced.events {
-        s.push_str(&paint(
-            HEADER,
-            "1. merge: each sharded input dim brings its mesh dims to its axis (inputs in order, dims left to right)\n",
-        ));
-        let mut any = false;
-        for e in events.iter().filter(|e| matches!(e, Event::Merged { .. })) {
-            s.push_str(&format!("   {}\n", e.text()));
-            any = true;
+    let merged_what = match req.direction {
+        Direction::Forward => {
+            "each sharded input dim brings its mesh dims to its axis (inputs in order, dims left to right)"
         }
-        // Sharded dims with no merge step: their axis never carries a sharding.
-        let mut dropped = Vec::new();
-        for (i, t) in req.inputs.iter().enumerate() {
-            let attr = t.attr();
-            for (d, sh) in attr.dims_mapping.as_slice().iter().enumerate() {
-                let merged = events.iter().any(|e| {
-                    matches!(e, Event::Merged { tensor, dim, .. } if *tensor == TensorRef::input(i) && *dim == d)
-                });
-                if !sh.is_replicated() && !merged {
-                    dropped.push(format!(
-                        "input {i} dim {d}: {} is dropped: this dim never carries a sharding (a `1`, a broadcast size-1 dim, a diagonal, a minor factor of a compound, or an axis the rule keeps whole)",
-                        mesh_dims_text(sh.as_slice())
-                    ));
-                }
+        Direction::Backward => {
+            "each sharded output dim brings its mesh dims to its axis (the inputs' mappings are ignored)"
+        }
+        Direction::Grad => {
+            "each sharded dim of the forward inputs the gradient reads, then of the output grads, brings its mesh dims to its axis"
+        }
+    };
+    s.push_str(&paint(HEADER, format!("1. merge: {merged_what}\n")));
+    let merges: Vec<&Event> = events
+        .iter()
+        .filter(|e| matches!(e, Event::Merged { .. } | Event::Unsharded { .. }))
+        .collect();
+    for e in &merges {
+        let style = if matches!(e, Event::Unsharded { .. }) {
+            LOCAL
+        } else {
+            Default::default()
+        };
+        show(&mut s, style, e);
+    }
+    if merges.is_empty() && merges_something(req) {
+        // A rule that settles its axes by role traces no merge; what its
+        // answer changed is all there is to say.
+        s.push_str("   no merge step reported: a rule that settles its axes by role (batch, then free, then contracted axes) reports only the conflicts between free axes and the mesh dims it drops for even shards\n");
+        if let Ok(result) = &answer {
+            for line in changes(req, result, &labels) {
+                s.push_str(&format!("   {}\n", paint(COMM, line)));
             }
         }
-        for d in &dropped {
-            s.push_str(&format!("   {}\n", paint(LOCAL, d)));
-        }
-        if !any && dropped.is_empty() {
-            s.push_str("   every input is replicated: nothing to merge\n");
-        }
+    } else if merges.is_empty() {
+        s.push_str("   nothing is sharded: nothing to merge\n");
+    }
+    s.push_str(&paint(
+        HEADER,
+        "2. conflicts: a mesh dim may split only one axis, and a dropped mesh dim leaves even shards\n",
+    ));
+    let conflicts: Vec<&Event> = events
+        .iter()
+        .filter(|e| matches!(e, Event::Conflict { .. } | Event::NotDivisible { .. }))
+        .collect();
+    if conflicts.is_empty() {
+        s.push_str("   none\n");
+    }
+    for e in &conflicts {
+        show(&mut s, COMM, e);
+    }
+    let mut step = 3;
+    if req.direction == Direction::Backward {
         s.push_str(&paint(
             HEADER,
-            "2. conflicts: a mesh dim may split only one axis\n",
+            "3. missing axes: an input axis no output has is replicated on the input\n",
         ));
-        let conflicts: Vec<&Event> = events
+        let missing: Vec<&Event> = events
             .iter()
-            .filter(|e| matches!(e, Event::Conflict { .. } | Event::NotDivisible { .. }))
+            .filter(|e| matches!(e, Event::MissingAxis { .. }))
             .collect();
-        if conflicts.is_empty() {
-            s.push_str("   none\n");
+        if missing.is_empty() {
+            s.push_str("   none: every input axis is in an output\n");
         }
-        for e in &conflicts {
-            s.push_str(&format!("   {}\n", paint(COMM, e.text())));
+        for e in &missing {
+            show(&mut s, LOCAL, e);
         }
-        steps_json.extend(events.iter().map(Event::json));
-        steps_json.extend(
-            dropped
-                .iter()
-                .map(|d| json!({"step": "dropped", "text": d})),
-        );
+        step = 4;
     }
 
     let mut fail = None;
@@ -238,24 +248,37 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
     match &answer {
         Ok(result) => {
             let shapes = output_shapes(req, &rule, result);
-            let report = Report::new(req, &rule, result.clone(), shapes);
-            let mut step = 1;
-            if traced.events.is_some() {
-                step = 3;
-            } else {
-                step = untraced_steps(req, &report, &mut s, step);
+            let mut report = Report::new(req, &rule, result.clone(), shapes);
+            // Each row's tensor: what it is called, and its term.
+            let n_in = req.inputs.len();
+            let grads = labels.grad_inputs(n_in);
+            let aligned = grads.len() == report.outputs.len();
+            let mut rows: Vec<(String, String)> = Vec::new();
+            for k in 0..report.inputs.len() {
+                let t = if k < n_in {
+                    TensorRef::input(k)
+                } else {
+                    TensorRef::output(k - n_in)
+                };
+                rows.push((labels.tensor(t), term(t)));
+            }
+            for (o, r) in report.outputs.iter_mut().enumerate() {
+                rows.push(match req.direction {
+                    Direction::Grad if aligned => {
+                        let j = grads[o];
+                        r.shape = req.inputs.get(j).map(|t| t.shape.clone());
+                        (labels.grad(j), term(TensorRef::input(j)))
+                    }
+                    Direction::Grad => (format!("grad {o}"), String::new()),
+                    _ => (labels.output(o), term(TensorRef::output(o))),
+                });
             }
             s.push_str(&paint(
                 HEADER,
                 format!("{step}. projection: every tensor gets the shardings of its axes\n"),
             ));
             let mut t = Table::new();
-            for r in report.inputs.iter().chain(&report.outputs) {
-                let tref = if r.label.starts_with("output") {
-                    TensorRef::output(r.label.trim_start_matches("output ").parse().unwrap_or(0))
-                } else {
-                    TensorRef::input(r.label.trim_start_matches("input ").parse().unwrap_or(0))
-                };
+            for (r, (label, term)) in report.inputs.iter().chain(&report.outputs).zip(&rows) {
                 let arrow = match &r.given {
                     Some(g) => format!("{g} -> {}", r.result),
                     None => r.result.to_string(),
@@ -271,9 +294,9 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
                 } else {
                     String::new()
                 };
-                let mut row = vec![r.label.clone()];
+                let mut row = vec![label.clone()];
                 if !terms.is_empty() {
-                    row.push(term(tref, n_in));
+                    row.push(term.clone());
                 }
                 row.extend([
                     r.shape.as_deref().map_or("?".into(), shape_text),
@@ -283,60 +306,63 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
                 t.row(row);
             }
             s.push_str(&t.render("   "));
-            s.push_str(&paint(HEADER, format!("{}. partial outputs\n", step + 1)));
-            let partial_events: Vec<&Event> = traced
-                .events
-                .iter()
-                .flatten()
-                .filter(|e| matches!(e, Event::Partial { .. }))
-                .collect();
-            if !partial_events.is_empty() {
-                for e in &partial_events {
-                    s.push_str(&format!("   {}\n", paint(PARTIAL, e.text())));
-                }
-                for r in report.outputs.iter().filter(|r| !r.pending.is_empty()) {
-                    s.push_str(&format!(
-                        "   {}: {} gives the full value\n",
-                        r.label,
-                        reshard::summary(&r.pending)
-                    ));
-                }
+
+            let partial_title = if req.direction == Direction::Grad {
+                "partial grads"
             } else {
-                let mut any = false;
-                for r in report
-                    .outputs
+                "partial outputs"
+            };
+            s.push_str(&paint(HEADER, format!("{}. {partial_title}\n", step + 1)));
+            let mut any = false;
+            for (o, (r, (label, _))) in report
+                .outputs
+                .iter()
+                .zip(&rows[report.inputs.len()..])
+                .enumerate()
+            {
+                // The partial events of this output (grad: of this input's grad).
+                let which = match req.direction {
+                    Direction::Grad if aligned => grads[o],
+                    _ => o,
+                };
+                let mut explained = spmd_core::MeshSet::EMPTY;
+                for e in &events {
+                    if let Event::Partial {
+                        output, mesh_dims, ..
+                    } = e
+                        && *output == which
+                        && (req.direction != Direction::Grad || aligned)
+                    {
+                        show(&mut s, PARTIAL, e);
+                        explained = explained.union(*mesh_dims);
+                    }
+                }
+                let partial = &r.result.partial;
+                if !partial.is_partial() {
+                    continue;
+                }
+                any = true;
+                let rest: Vec<_> = partial
                     .iter()
-                    .filter(|r| r.result.partial.is_partial())
-                {
-                    any = true;
+                    .filter(|(d, _)| !explained.contains(*d))
+                    .collect();
+                if !rest.is_empty() {
+                    let why = match req.direction {
+                        Direction::Backward => "the partial status the output was given is kept",
+                        _ => "passed on from a partial input the op is linear in",
+                    };
                     s.push_str(&format!(
                         "   {}\n",
-                        paint(
-                            PARTIAL,
-                            format!(
-                                "{} is partial {}: a sharded axis of the call is missing from it (contracted or reduced), so each device holds a partial result; {} gives the full value",
-                                r.label,
-                                r.result.partial,
-                                reshard::summary(&r.pending)
-                            )
-                        )
+                        paint(PARTIAL, format!("{label} is partial {partial}: {why}"))
                     ));
                 }
-                if !any {
-                    s.push_str("   none: every sharded axis appears in the outputs\n");
-                }
-            }
-            if req.direction == Direction::Backward {
-                s.push_str(&paint(
-                    DIM,
-                    "   (backward: the outputs' shardings were merged, the inputs' mappings ignored; an input axis that no output has is replicated)\n",
+                s.push_str(&format!(
+                    "   {label}: {} gives the full value\n",
+                    reshard::summary(&r.pending)
                 ));
             }
-            if req.direction == Direction::Grad {
-                s.push_str(&paint(
-                    DIM,
-                    "   (grad: the forward inputs the gradient reads and the output grads were merged; each input grad is partial over the sharded axes it lacks)\n",
-                ));
+            if !any {
+                s.push_str("   none: every sharded axis appears in the outputs\n");
             }
             report_json = report.json();
         }
@@ -358,60 +384,10 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
     let value = json!({
         "op": req.source.title(),
         "direction": req.direction,
-        "traced": traced.events.is_some(),
-        "notation": traced.notation,
-        "note": traced.note,
-        "steps": steps_json,
+        "notation": notation,
+        "note": note,
+        "steps": events.iter().map(|e| e.json(&labels)).collect::<Vec<_>>(),
         "report": report_json,
     });
     Ok((s, value, fail))
-}
-
-/// Without a trace: what each input dim lost or gained, read off the answer.
-/// Returns the number of the next step.
-fn untraced_steps(req: &Request, report: &Report, s: &mut String, step: usize) -> usize {
-    let mut lines = Vec::new();
-    for r in report.inputs.iter().chain(&report.outputs) {
-        let Some(given) = &r.given else { continue };
-        let rank = given.dims_mapping.rank().min(r.result.dims_mapping.rank());
-        for d in 0..rank {
-            let (g, q) = (given.dims_mapping[d], r.result.dims_mapping[d]);
-            if g == q {
-                continue;
-            }
-            let why = if q.is_replicated() {
-                "the rule does not keep this dim sharded (its axis is kept whole, is missing from the side it is merged with, or lost its mesh dims to another axis)"
-            } else if g.is_replicated() {
-                "another tensor's dim on the same axis is sharded"
-            } else {
-                "the merged sharding of its axis differs"
-            };
-            lines.push(format!(
-                "{} dim {d}: given {}, required {}: {why}",
-                r.label,
-                mesh_dims_text(g.as_slice()),
-                mesh_dims_text(q.as_slice())
-            ));
-        }
-        if given.partial.is_partial() && given.partial != r.result.partial {
-            lines.push(format!(
-                "{}: given partial {}, required {}: the rule takes no partial inputs here (reduce first)",
-                r.label,
-                given.partial,
-                if r.result.partial.is_partial() { r.result.partial.to_string() } else { "not partial".into() }
-            ));
-        }
-    }
-    let what = match req.direction {
-        Direction::Backward => "what changed (backward merges the outputs only)",
-        _ => "what changed between the given and the required layouts",
-    };
-    s.push_str(&paint(HEADER, format!("{step}. {what}\n")));
-    if lines.is_empty() {
-        s.push_str("   nothing: every given layout is kept\n");
-    }
-    for l in lines {
-        s.push_str(&format!("   {}\n", paint(COMM, l)));
-    }
-    step + 1
 }

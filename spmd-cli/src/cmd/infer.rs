@@ -2,7 +2,8 @@
 //! file) and report requirements, outputs and reshards.
 
 use serde_json::Value;
-use spmd_core::Registry;
+use spmd_core::json::Direction;
+use spmd_core::{Einsum, Mesh, Registry, RuleInfo, RuleResult, SpmdError};
 
 use crate::Output;
 use crate::call::{Built, Request};
@@ -10,7 +11,6 @@ use crate::cli::{EinsumArgs, InferArgs};
 use crate::error::{CliError, Result};
 use crate::report::{self, Report, check_json, check_line};
 use crate::style::{BAD, paint};
-use crate::trace::matching_notations;
 
 /// `spmd infer`.
 pub fn infer(args: &InferArgs) -> Result<Output> {
@@ -141,4 +141,29 @@ pub fn output_shapes(
             shapes.all(|s| s.as_ref() == Some(&first)).then_some(first)
         }
     }
+}
+
+/// The literal notations of `info` whose classic einsum rule gives the same
+/// answer as the registered rule on this call (a registered rule picks one of
+/// its notations from its attributes, which the registry does not expose).
+fn matching_notations(
+    info: &RuleInfo,
+    mesh: &Mesh,
+    direction: Direction,
+    ins: &[(Vec<usize>, spmd_core::DistAttr)],
+    outs: &[(Vec<usize>, spmd_core::DistAttr)],
+    answer: &std::result::Result<RuleResult, SpmdError>,
+) -> Vec<&'static str> {
+    info.notations
+        .iter()
+        .copied()
+        .filter(|n| {
+            let Ok(e) = Einsum::new(n) else { return false };
+            let got = crate::call::run_parts(&e, mesh, direction, ins, outs);
+            match (&got, answer) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            }
+        })
+        .collect()
 }
