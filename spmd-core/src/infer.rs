@@ -762,123 +762,149 @@ impl<'r, 'a> Cx<'r, 'a> {
         derived
     }
 
-    /// The sharding input `spec` gives axis `a` (its first dim carrying it).
-    fn given_on(&self, term: Term, spec: &Spec<'_>, a: u8) -> Sharding {
+    /// The first dim of input `spec` that carries axis `a`, with its sharding.
+    fn given_on(&self, term: Term, spec: &Spec<'_>, a: u8) -> Option<(usize, Sharding)> {
         let rank = spec.shape.len();
         (0..rank)
             .find(|&dim| self.carrier(self.slot(term, rank, dim), Some(spec.shape[dim])) == Some(a))
-            .map_or(Sharding::REPLICATED, |dim| spec.attr.dims_mapping[dim])
+            .map(|dim| (dim, spec.attr.dims_mapping[dim]))
     }
 
     /// [`Conflicts::RolePriority`]: fills the axis map role by role (batch,
-    /// free, contracted); see the policy's documentation.
+    /// free, contracted); see the policy's documentation. Each mesh dim has
+    /// one owner: an axis that wants a mesh dim another axis owns loses it.
     fn merge_by_role<T: Trace + ?Sized>(&mut self, inputs: &[Spec<'_>], trace: &mut T) {
         let plan = self.rule.plan;
-        let n_in = inputs.len();
+        let n_in = inputs.len().min(8);
         let mut carried = [AxisSet::EMPTY; 8];
-        for (i, spec) in inputs.iter().enumerate().take(8) {
+        for (i, spec) in inputs.iter().enumerate().take(n_in) {
             carried[i] = self.carried_axes(plan.input(i), spec.shape);
+            if trace.enabled() {
+                self.trace_unsharded(TensorRef::input(i), plan.input(i), spec, trace);
+            }
         }
-        let everywhere = carried[..n_in.min(8)]
+        let everywhere = carried[..n_in]
             .iter()
-            .fold(AxisSet(u64::MAX), |acc, &c| AxisSet(acc.0 & c.0));
+            .fold(AxisSet(u64::MAX), |acc, &c| acc.intersect(c));
         let mut out_axes = AxisSet::EMPTY;
         for o in 0..plan.n_outputs() {
             out_axes = out_axes.union(self.term_axes(plan.output(o)));
         }
-        let axes = AxisSet(carried[..n_in.min(8)].iter().fold(0, |m, c| m | c.0)).minus(self.never);
+        let axes = carried[..n_in]
+            .iter()
+            .fold(AxisSet::EMPTY, |m, &c| m.union(c))
+            .minus(self.never);
         let batch = axes
             .intersect(out_axes)
             .intersect(everywhere.union(self.ellipsis_axes()));
         let free = axes.intersect(out_axes).minus(batch);
         let contracted = axes.minus(out_axes);
-        let mut used = MeshSet::EMPTY;
+        let mut owner = [u8::MAX; MAX_MESH_RANK];
 
-        // Batch: follow the input whose batch dims carry the most shards (tie:
-        // more batch dims, then the earlier input).
-        let shards = |i: usize, set: AxisSet| -> (usize, u32) {
-            let n = set
-                .iter()
-                .filter(|&a| carried[i].contains(a))
-                .map(|a| self.given_on(plan.input(i), &inputs[i], a).len())
-                .sum();
-            (n, carried[i].intersect(set).len())
-        };
-        let mut order: SmallVec<[usize; 8]> = (0..n_in.min(8)).collect();
-        order.sort_by_key(|&i| core::cmp::Reverse(shards(i, batch)));
-        for &i in &order {
-            for a in batch.iter().filter(|&a| carried[i].contains(a)) {
-                let mut s = self.map.sharding[a as usize];
-                for &m in self.given_on(plan.input(i), &inputs[i], a).as_slice() {
-                    if !used.contains(m) {
-                        s.push(m);
-                        used = used.with(m);
+        // Gives axis `a` the mesh dims input `i` shards it with that no axis
+        // owns yet, in order; reports each merge and each loss.
+        let take =
+            |cx: &mut Self, owner: &mut [u8; MAX_MESH_RANK], a: u8, i: usize, trace: &mut T| {
+                let Some((dim, given)) = cx.given_on(plan.input(i), &inputs[i], a) else {
+                    return;
+                };
+                let mut s = cx.map.sharding[a as usize];
+                for &m in given.as_slice() {
+                    match owner[m as usize] {
+                        u8::MAX => {
+                            owner[m as usize] = a;
+                            s.push(m);
+                        }
+                        o if o == a => {}
+                        o => trace.conflict(m, cx.axis_name(o), cx.axis_name(a)),
                     }
                 }
-                self.map.sharding[a as usize] = s;
+                cx.map.sharding[a as usize] = s;
+                if !given.is_replicated() {
+                    trace.merged(cx.axis_name(a), TensorRef::input(i), dim, given, s);
+                }
+            };
+
+        // Batch: the input whose batch dims carry the most shards first (tie:
+        // more batch dims, then the earlier input), the others co-shard.
+        let shards = |i: usize| -> (usize, u32) {
+            let n = batch
+                .iter()
+                .filter_map(|a| self.given_on(plan.input(i), &inputs[i], a))
+                .map(|(_, s)| s.len())
+                .sum();
+            (n, carried[i].intersect(batch).len())
+        };
+        let mut order: SmallVec<[usize; 8]> = (0..n_in).collect();
+        order.sort_by_key(|&i| core::cmp::Reverse(shards(i)));
+        for &i in &order {
+            for a in batch.iter() {
+                take(self, &mut owner, a, i, trace);
             }
         }
         for a in batch.iter() {
             let s = self.map.sharding[a as usize];
             let fitted = self.fit_one(a, s, trace);
-            used = used.minus(s.mesh_set()).union(fitted.mesh_set());
+            for m in s.mesh_set().minus(fitted.mesh_set()).iter() {
+                owner[m as usize] = u8::MAX;
+            }
             self.map.sharding[a as usize] = fitted;
         }
 
-        // Free: keep what the batch axes left; a mesh dim two free axes want
-        // goes to the larger extent (the earlier axis on a tie).
-        for a in free.iter() {
-            let mut s = Sharding::REPLICATED;
-            for i in 0..n_in.min(8) {
-                if carried[i].contains(a) && s.is_replicated() {
-                    s = self.given_on(plan.input(i), &inputs[i], a);
-                }
+        // Free: each keeps the mesh dims no batch axis owns; a mesh dim two
+        // free axes want goes to the larger extent (the earlier axis on a tie).
+        let mut by_extent: SmallVec<[u8; 8]> = free.iter().collect();
+        by_extent.sort_by_key(|&a| core::cmp::Reverse(self.extent[a as usize]));
+        for &a in &by_extent {
+            if let Some(i) = (0..n_in).find(|&i| carried[i].contains(a)) {
+                take(self, &mut owner, a, i, trace);
             }
-            let mut kept = Sharding::REPLICATED;
-            for &m in s.as_slice() {
-                if !used.contains(m) {
-                    kept.push(m);
-                }
-            }
-            self.map.sharding[a as usize] = kept;
-        }
-        for a in free.iter() {
-            for b in free.iter().filter(|&b| b > a) {
-                let common = self.map.sharding[a as usize]
-                    .mesh_set()
-                    .intersect(self.map.sharding[b as usize].mesh_set());
-                for m in common.iter() {
-                    let (ea, eb) = (self.extent[a as usize], self.extent[b as usize]);
-                    let (win, lose) = if eb > ea { (b, a) } else { (a, b) };
-                    let s = &mut self.map.sharding[lose as usize];
-                    *s = s.without(m);
-                    trace.conflict(m, self.axis_name(win), self.axis_name(lose));
-                }
-            }
-        }
-        for a in free.iter() {
-            used = used.union(self.map.sharding[a as usize].mesh_set());
         }
 
         // Contracted: the union of the inputs' shardings (most shards first),
-        // minus every mesh dim taken, trimmed until divisible.
+        // minus the mesh dims already owned, trimmed until divisible.
         for a in contracted.iter() {
-            let mut order: SmallVec<[(usize, Sharding); 8]> = (0..n_in.min(8))
+            let mut order: SmallVec<[(usize, usize); 8]> = (0..n_in)
                 .filter(|&i| carried[i].contains(a))
-                .map(|i| (i, self.given_on(plan.input(i), &inputs[i], a)))
+                .map(|i| {
+                    (
+                        i,
+                        self.given_on(plan.input(i), &inputs[i], a)
+                            .map_or(0, |(_, s)| s.len()),
+                    )
+                })
                 .collect();
-            order.sort_by(|x, y| y.1.len().cmp(&x.1.len()).then(x.0.cmp(&y.0)));
-            let mut s = Sharding::REPLICATED;
-            for (_, given) in &order {
-                for &m in given.as_slice() {
-                    if !used.contains(m) && !s.mesh_set().contains(m) {
-                        s.push(m);
-                    }
-                }
+            order.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+            for (i, _) in order {
+                take(self, &mut owner, a, i, trace);
             }
+            let s = self.map.sharding[a as usize];
             let fitted = self.fit_one(a, s, trace);
-            used = used.union(fitted.mesh_set());
+            for m in s.mesh_set().minus(fitted.mesh_set()).iter() {
+                owner[m as usize] = u8::MAX;
+            }
             self.map.sharding[a as usize] = fitted;
+        }
+    }
+
+    /// Reports the dims of an input that never carry a sharding but were given one.
+    fn trace_unsharded<T: Trace + ?Sized>(
+        &self,
+        t: TensorRef,
+        term: Term,
+        spec: &Spec<'_>,
+        trace: &mut T,
+    ) {
+        let rank = spec.shape.len();
+        for dim in 0..rank {
+            let given = spec.attr.dims_mapping[dim];
+            if !given.is_replicated()
+                && self
+                    .carrier(self.slot(term, rank, dim), Some(spec.shape[dim]))
+                    .is_none()
+            {
+                trace.unsharded(t, dim, given);
+            }
         }
     }
 

@@ -15,15 +15,19 @@
 
 mod elementwise;
 mod embedding;
+mod index;
 mod matmul;
+mod misc;
 mod notation;
 mod reduce;
 mod softmax;
 
 pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, Multiply, UNARY};
 pub use embedding::Embedding;
+pub use index::{ArgMax, ArgMin, ArgSort, Cumsum, OneHot, TopK, TrilTriu, Triu};
 pub use matmul::Matmul;
-pub use reduce::{Max, Min, Prod, Sum};
+pub use misc::{MeanAll, Where};
+pub use reduce::{All, Amax, Amin, Any, Max, Min, Prod, ReduceBase, Sum};
 pub use softmax::Softmax;
 
 use spmd_core::{Registry, RuleInfo, SpmdError};
@@ -41,6 +45,7 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<Min>()?
         .register::<Prod>()?;
     elementwise::register(registry)?;
+    misc::register(registry)?;
     Ok(())
 }
 

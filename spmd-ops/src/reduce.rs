@@ -1,7 +1,8 @@
-//! Reductions: `sum`, `max`, `min`, `prod` over an axis list. A sharded
-//! reduced axis leaves the output partial with the op's own reduce type.
+//! Reductions: `sum`, `max`, `min`, `prod`, `amax`, `amin`, `all`, `any` and
+//! `reduce_base` over an axis list. A sharded reduced axis leaves the output
+//! partial with the op's own reduce type.
 
-use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
+use spmd_core::{Call, Einsum, Partial, ReduceType, RuleResult, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, labels, normalize_axis};
 
@@ -77,3 +78,92 @@ reduction!(
     /// Paddle's `prod`: partial outputs are `Prod`.
     Prod, "prod", "prod"
 );
+reduction!(
+    /// Paddle's `amax`: partial outputs are `Max` (Paddle 3.3.1 reports `Sum`).
+    Amax, "amax", "max"
+);
+reduction!(
+    /// Paddle's `amin`: partial outputs are `Min` (Paddle 3.3.1 reports `Sum`).
+    Amin, "amin", "min"
+);
+reduction!(
+    /// Paddle's `all`: partial outputs are `All` (Paddle 3.3.1 reports `Sum`).
+    /// Boolean: its gradient is never taken.
+    All, "all", "all"
+);
+reduction!(
+    /// Paddle's `any`: partial outputs are `Any` (Paddle 3.3.1 reports `Sum`).
+    Any, "any", "any"
+);
+
+/// Paddle's `reduce_base`: the generic reduction whose `reduce_type`
+/// attribute (Paddle's `ReduceType` enum: 0 `Sum`, 1 `Max`, 2 `Min`, 3
+/// `Prod`, 4 `Avg`, 5 `Any`, 6 `All`) names the reduce type of the partial
+/// output. The partial status is set by an `adjust` hook in forward; backward
+/// keeps the given outputs' partial status, as Paddle does.
+#[spmd_rule(
+    name = "reduce_base",
+    build = Self::notation,
+    validate = Self::check_reduce_type,
+    adjust = Self::set_reduce_type,
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReduceBase {
+    #[spmd(default)]
+    pub axis: Vec<i64>,
+    #[spmd(default)]
+    pub keep_dim: bool,
+    #[spmd(default)]
+    pub reduce_type: i64,
+}
+
+impl ReduceBase {
+    /// Paddle's `ReduceType` enum order.
+    const TYPES: [ReduceType; 7] = [
+        ReduceType::Sum,
+        ReduceType::Max,
+        ReduceType::Min,
+        ReduceType::Prod,
+        ReduceType::Avg,
+        ReduceType::Any,
+        ReduceType::All,
+    ];
+
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        reduce_notation("reduce_base", &self.axis, self.keep_dim, call)
+    }
+
+    fn reduce(&self) -> Result<ReduceType, SpmdError> {
+        usize::try_from(self.reduce_type)
+            .ok()
+            .and_then(|i| Self::TYPES.get(i).copied())
+            .ok_or_else(|| SpmdError::InvalidAttr {
+                op: "reduce_base",
+                attr: "reduce_type".into(),
+                message: format!(
+                    "reduce_type {} is not one of Paddle's reduce types 0..=6 \
+                     (sum, max, min, prod, avg, any, all)",
+                    self.reduce_type
+                ),
+            })
+    }
+
+    fn check_reduce_type(&self, _call: &Call<'_>) -> Result<(), SpmdError> {
+        self.reduce().map(drop)
+    }
+
+    /// Forward: the output is partial over the reduced axes' mesh dims with
+    /// the attribute's reduce type (the notation made them `Sum`).
+    fn set_reduce_type(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if call.is_forward() {
+            let r = self.reduce()?;
+            for out in &mut result.outputs {
+                let dims = out.partial.dims();
+                out.partial = Partial::over(dims, r);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,271 @@
+//! Ops that work along one axis, which therefore is never sharded: scans
+//! (`cumsum`), arg-reductions (`argmax`, `argmin`), selections (`topk`,
+//! `argsort`), and the ops that pin the last dims (`one_hot`, `triu`,
+//! `tril_triu`).
+
+use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
+
+use crate::notation::{input_rank, labels, normalize_axis};
+
+/// The labels of a rank-`rank` tensor whose dim `axis` is `a` (the others
+/// are `b`, `c`, ...): for rank 3 and axis 1, `bac`.
+fn axis_labels(op: &'static str, rank: usize, axis: i64) -> Result<(Vec<char>, usize), SpmdError> {
+    let axis = normalize_axis(op, "axis", axis, rank)?;
+    let term = labels(op, rank + 1)?[1..]
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| if i == axis { 'a' } else { c })
+        .collect();
+    Ok((term, axis))
+}
+
+/// The rank of output `o` where the call gives it (backward).
+fn given_output_rank(call: &Call<'_>, o: usize) -> Option<usize> {
+    match *call {
+        Call::Backward { outputs, .. } => outputs.get(o).map(|s| s.shape.len()),
+        _ => None,
+    }
+}
+
+/// `rank` never-sharded dims: `111`.
+fn ones(rank: usize) -> String {
+    "1".repeat(rank)
+}
+
+/// A flattened input of rank `rank`, every dim replicated: `a11` (the
+/// rule's never-sharded axis `a`, then `1`s).
+fn flattened(rank: usize) -> String {
+    if rank == 0 {
+        String::new()
+    } else {
+        format!("a{}", ones(rank - 1))
+    }
+}
+
+/// Paddle's `cumsum`: a running sum along `axis`, which is never sharded
+/// (each element depends on every element before it). With `flatten` the
+/// input is scanned as one 1-D tensor, so nothing stays sharded. `exclusive`
+/// and `reverse` do not affect sharding. Paddle 3.3.1's reverse rule returns
+/// the output non-partial; its grad rule follows the output grad (the grad is
+/// a reverse scan of it) and leaves `x`, which it does not read, as given.
+#[spmd_rule(
+    name = "cumsum",
+    build = Self::notation,
+    never_sharded = "a",
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out),
+    grad_ignores(x)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cumsum {
+    #[spmd(default = -1)]
+    pub axis: i64,
+    #[spmd(default)]
+    pub flatten: bool,
+    #[spmd(default)]
+    pub exclusive: bool,
+    #[spmd(default)]
+    pub reverse: bool,
+}
+
+impl Cumsum {
+    /// `bac->bac` (axis 1 of a rank-3 input), or `a11->1` with `flatten`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let rank = input_rank(call, 0).unwrap_or(0);
+        if self.flatten {
+            return Einsum::new(&format!("{}->1", flattened(rank)));
+        }
+        let (term, _) = axis_labels("cumsum", rank, self.axis)?;
+        let term: String = term.into_iter().collect();
+        Einsum::new(&format!("{term}->{term}"))
+    }
+}
+
+/// The notation of an arg-reduction over `axis` (`bac->bc`, `bac->b1c` with
+/// `keepdims`); with `flatten` every dim is replicated and the output is
+/// Paddle's one replicated dim (its 0-d output in backward, where given).
+fn arg_notation(
+    op: &'static str,
+    axis: i64,
+    keepdims: bool,
+    flatten: bool,
+    call: &Call<'_>,
+) -> Result<Einsum, SpmdError> {
+    let rank = input_rank(call, 0).unwrap_or(0);
+    if flatten {
+        let out = given_output_rank(call, 0).unwrap_or(if keepdims { rank } else { 1 });
+        return Einsum::new(&format!("{}->{}", flattened(rank), ones(out)));
+    }
+    let (term, axis) = axis_labels(op, rank, axis)?;
+    let output: String = term
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &c)| match (i == axis, keepdims) {
+            (false, _) => Some(c),
+            (true, true) => Some('1'),
+            (true, false) => None,
+        })
+        .collect();
+    let input: String = term.into_iter().collect();
+    Einsum::new(&format!("{input}->{output}"))
+}
+
+macro_rules! arg_reduction {
+    ($(#[$doc:meta])* $ty:ident, $name:literal) => {
+        $(#[$doc])*
+        #[spmd_rule(
+            name = $name,
+            build = Self::notation,
+            never_sharded = "a",
+            backward_partial = "reset",
+            inputs(x),
+            outputs(out)
+        )]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $ty {
+            #[spmd(default)]
+            pub axis: i64,
+            #[spmd(default)]
+            pub keepdims: bool,
+            #[spmd(default)]
+            pub flatten: bool,
+        }
+
+        impl $ty {
+            fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+                arg_notation($name, self.axis, self.keepdims, self.flatten, call)
+            }
+        }
+    };
+}
+
+arg_reduction!(
+    /// Paddle's `argmax`: the index of the largest element along `axis`,
+    /// which is replicated (an index is not a partial value that a reduction
+    /// across devices could finish). Other dims keep their sharding; the
+    /// reverse rule returns the output non-partial, as Paddle 3.3.1 does.
+    ArgMax, "argmax"
+);
+arg_reduction!(
+    /// Paddle's `argmin`: as `argmax`, for the smallest element.
+    ArgMin, "argmin"
+);
+
+/// Paddle's `topk`: the `k` largest (or smallest) elements along `axis` and
+/// their indices. The axis is replicated on the input and never sharded on
+/// the outputs (whose extent there is `k`); other dims keep their sharding.
+#[spmd_rule(
+    name = "topk",
+    build = Self::notation,
+    never_sharded = "a",
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out, indices)
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopK {
+    #[spmd(default = 1)]
+    pub k: i64,
+    #[spmd(default = -1)]
+    pub axis: i64,
+    #[spmd(default = true)]
+    pub largest: bool,
+    #[spmd(default = true)]
+    pub sorted: bool,
+}
+
+impl TopK {
+    /// `bac->b1c,b1c`: the outputs' axis (`k` long) is its own, never-sharded dim.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let rank = input_rank(call, 0).unwrap_or(0);
+        let (term, axis) = axis_labels("topk", rank, self.axis)?;
+        let output: String = term
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| if i == axis { '1' } else { c })
+            .collect();
+        let input: String = term.into_iter().collect();
+        Einsum::new(&format!("{input}->{output},{output}"))
+    }
+}
+
+/// Paddle's `argsort`: the sorted values along `axis` and their indices. The
+/// sort axis is never sharded; other dims keep their sharding.
+#[spmd_rule(
+    name = "argsort",
+    build = Self::notation,
+    never_sharded = "a",
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out, indices)
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArgSort {
+    #[spmd(default = -1)]
+    pub axis: i64,
+    #[spmd(default)]
+    pub descending: bool,
+    #[spmd(default)]
+    pub stable: bool,
+}
+
+impl ArgSort {
+    /// `bac->bac,bac`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let rank = input_rank(call, 0).unwrap_or(0);
+        let (term, _) = axis_labels("argsort", rank, self.axis)?;
+        let term: String = term.into_iter().collect();
+        Einsum::new(&format!("{term}->{term},{term}"))
+    }
+}
+
+/// Paddle's `one_hot`: appends a class dim of `num_classes`, which is never
+/// sharded; the ids' dims keep their sharding. The ids have no gradient.
+#[spmd_rule(
+    name = "one_hot",
+    einsum = "...->...1",
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out),
+    no_grad(x)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OneHot {
+    #[spmd(default)]
+    pub num_classes: i64,
+}
+
+/// Paddle's `triu`: zeroes the elements below the `diagonal`-th diagonal of
+/// the last two dims, which are never sharded (Paddle 3.3.1 replicates them:
+/// which elements survive depends on the global row and column indices).
+#[spmd_rule(
+    name = "triu",
+    einsum = "...ij->...ij",
+    never_sharded = "ij",
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Triu {
+    #[spmd(default)]
+    pub diagonal: i64,
+}
+
+/// Paddle's `tril_triu`: `triu`, or `tril` when `lower`; the same rule.
+#[spmd_rule(
+    name = "tril_triu",
+    einsum = "...ij->...ij",
+    never_sharded = "ij",
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrilTriu {
+    #[spmd(default)]
+    pub diagonal: i64,
+    #[spmd(default)]
+    pub lower: bool,
+}
