@@ -26,7 +26,7 @@ pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, Multiply, UNA
 pub use embedding::Embedding;
 pub use index::{ArgMax, ArgMin, ArgSort, Cumsum, OneHot, TopK, TrilTriu, Triu};
 pub use matmul::Matmul;
-pub use misc::{MeanAll, Where};
+pub use misc::{DefaultDataParallel, MeanAll, Replicated, Where};
 pub use reduce::{All, Amax, Amin, Any, Max, Min, Prod, ReduceBase, Sum};
 pub use softmax::Softmax;
 

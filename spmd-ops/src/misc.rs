@@ -1,7 +1,8 @@
-//! `where` (a three-way elementwise select), `mean_all`, and the
-//! registration of this family (reductions, axis ops, `where`).
+//! `where` (a three-way elementwise select), `mean_all`, Paddle's fallback
+//! rules `replicated` and `default_data_parallel`, and the registration of
+//! this family (reductions, axis ops, `where`).
 
-use spmd_core::{Call, Einsum, Registry, SpmdError, spmd_rule};
+use spmd_core::{Call, DimsMapping, Einsum, Registry, RuleResult, Sharding, SpmdError, spmd_rule};
 
 use crate::index::{ArgMax, ArgMin, ArgSort, Cumsum, OneHot, TopK, TrilTriu, Triu};
 use crate::notation::input_rank;
@@ -47,6 +48,122 @@ impl MeanAll {
     }
 }
 
+/// The notation of a variadic fallback rule: every dim of every tensor is
+/// `1` (never sharded), one term per given tensor: `1111,11->111`. Only
+/// backward knows the outputs (count and ranks); forward is rejected by
+/// [`needs_outputs`].
+fn all_replicated(call: &Call<'_>) -> Result<Einsum, SpmdError> {
+    let ones = |r: usize| "1".repeat(r);
+    let (ins, outs): (Vec<String>, Vec<String>) = match *call {
+        Call::Backward {
+            input_shapes,
+            outputs,
+            ..
+        } => (
+            input_shapes.iter().map(|s| ones(s.len())).collect(),
+            outputs.iter().map(|s| ones(s.shape.len())).collect(),
+        ),
+        // Forward and grad are rejected before the notation is used.
+        _ => (Vec::new(), vec![String::new()]),
+    };
+    Einsum::new(&format!("{}->{}", ins.join(","), outs.join(",")))
+}
+
+/// Forward inference of a variadic rule needs the outputs' count and ranks,
+/// which a forward call does not carry.
+fn needs_outputs(op: &'static str, call: &Call<'_>) -> Result<(), SpmdError> {
+    match call {
+        Call::Backward { .. } => Ok(()),
+        _ => Err(SpmdError::Rejected {
+            op,
+            message: "only backward inference is supported: the outputs' count and ranks are \
+                      not part of a forward call"
+                .into(),
+        }),
+    }
+}
+
+/// Paddle's `replicated` rule (the fallback for ops without a rule): every
+/// input and output is fully replicated and non-partial. Backward only (see
+/// [`needs_outputs`]); not registered in the built-ins until forward calls
+/// carry the outputs' shapes.
+#[spmd_rule(
+    name = "replicated",
+    build = Self::notation,
+    validate = Self::check,
+    backward_partial = "reset"
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replicated {}
+
+impl Replicated {
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        all_replicated(call)
+    }
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+        needs_outputs("replicated", call)
+    }
+}
+
+/// Paddle's `default_data_parallel` rule: dim 0 of every tensor is the batch
+/// axis, merged across the given tensors (two different mesh dims are an
+/// error) and applied to every tensor; every other dim is replicated, nothing
+/// is partial. Dim 0 extents may differ between tensors, so the batch merge
+/// is an `adjust` hook over an all-replicated notation. Backward only, like
+/// [`Replicated`].
+#[spmd_rule(
+    name = "default_data_parallel",
+    build = Self::notation,
+    validate = Self::check,
+    adjust = Self::batch,
+    backward_partial = "reset"
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DefaultDataParallel {}
+
+impl DefaultDataParallel {
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        all_replicated(call)
+    }
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+        needs_outputs("default_data_parallel", call)
+    }
+
+    /// Merges dim 0 of the given tensors and shards dim 0 of every tensor so.
+    fn batch(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        let given: &[spmd_core::Spec<'_>] = match *call {
+            Call::Backward { outputs, .. } => outputs,
+            _ => return Ok(()),
+        };
+        let mut batch = Sharding::default();
+        for (i, spec) in given.iter().enumerate() {
+            let Some(s) = spec.attr.dims_mapping.get(0) else {
+                continue;
+            };
+            if s.is_replicated() || *s == batch {
+                continue;
+            }
+            if !batch.is_replicated() {
+                return Err(SpmdError::Rejected {
+                    op: "default_data_parallel",
+                    message: format!(
+                        "the batch dim (dim 0) is sharded on mesh dims {batch} and, by tensor {i}, {s}"
+                    ),
+                });
+            }
+            batch = *s;
+        }
+        for attr in result.inputs.iter_mut().chain(result.outputs.iter_mut()) {
+            let mut dims: Vec<Sharding> = attr.dims_mapping.as_slice().to_vec();
+            if let Some(d0) = dims.first_mut() {
+                *d0 = batch;
+                attr.dims_mapping = DimsMapping::from_shardings(&dims);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Registers the reductions `all`, `any`, `amax`, `amin`, `reduce_base`,
 /// `mean_all`, the axis ops and `where`.
 pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
@@ -67,4 +184,78 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<TrilTriu>()?
         .register::<Where>()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DefaultDataParallel, Replicated};
+    use spmd_core::{DistAttr, Mesh, Spec, SpmdRule};
+
+    fn attr(m: &[i64]) -> DistAttr {
+        DistAttr::from_paddle(m).unwrap()
+    }
+
+    /// Paddle's suite, `default_data_parallel_backward_204`: dim 0 of the
+    /// outputs merges to mesh dim 0, which every tensor takes.
+    #[test]
+    fn default_data_parallel_backward() {
+        let mesh = Mesh::new(&[2, 3]).unwrap();
+        let (o0, o1) = (attr(&[-1, 0, 1, -1]), attr(&[0, 1, -1]));
+        let outs = [
+            Spec::new(&[10, 10, 32, 48], &o0),
+            Spec::new(&[10, 32, 48], &o1),
+        ];
+        let r = DefaultDataParallel {}
+            .backward(&mesh, &[&[10, 10, 32, 48], &[32, 48]], &outs)
+            .unwrap();
+        let s: Vec<String> = r
+            .inputs
+            .iter()
+            .chain(&r.outputs)
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(
+            s,
+            [
+                "[0, -1, -1, -1]",
+                "[0, -1]",
+                "[0, -1, -1, -1]",
+                "[0, -1, -1]"
+            ]
+        );
+
+        // Two mesh dims on the batch dim are an error; forward is rejected.
+        let o1 = attr(&[1, -1, -1]);
+        let outs = [
+            Spec::new(&[10, 10, 32, 48], &o0),
+            Spec::new(&[10, 32, 48], &o1),
+        ];
+        let o0 = attr(&[0, -1, -1, -1]);
+        let outs2 = [Spec::new(&[10, 10, 32, 48], &o0), outs[1]];
+        assert!(
+            DefaultDataParallel {}
+                .backward(&mesh, &[&[4]], &outs2)
+                .is_err()
+        );
+        assert!(DefaultDataParallel {}.forward(&mesh, &outs).is_err());
+    }
+
+    /// `replicated_backward_s1_1936`: everything replicated, partials reset.
+    #[test]
+    fn replicated_backward() {
+        let mesh = Mesh::new(&[2, 2]).unwrap();
+        let p = spmd_core::Partial::over(spmd_core::MeshSet::EMPTY.with(1), Default::default());
+        let (o0, o1) = (attr(&[-1, 0]).with_partial(p), attr(&[0]).with_partial(p));
+        let outs = [Spec::new(&[2, 6], &o0), Spec::new(&[2], &o1)];
+        let r = Replicated {}
+            .backward(&mesh, &[&[2, 8, 8, 4], &[2]], &outs)
+            .unwrap();
+        let s: Vec<String> = r
+            .inputs
+            .iter()
+            .chain(&r.outputs)
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(s, ["[-1, -1, -1, -1]", "[-1]", "[-1, -1]", "[-1]"]);
+    }
 }
