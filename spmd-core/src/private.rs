@@ -56,3 +56,30 @@ pub fn runtime_rule<R>(
         .with_grad_ignores(o.grad_ignores);
     f(&rule)
 }
+
+/// Submits a rule type to the collected registry (feature `inventory`);
+/// without the feature it expands to nothing. The choice is made here, when
+/// `spmd-core` is compiled, so the proc macro needs no feature of its own.
+#[cfg(feature = "inventory")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __spmd_submit_rule {
+    ($ty:ty) => {
+        $crate::__private::inventory::submit! {
+            $crate::__private::Collected(|| $crate::RuleInfo::of::<$ty>())
+        }
+    };
+}
+
+#[cfg(not(feature = "inventory"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __spmd_submit_rule {
+    ($ty:ty) => {};
+}
+
+pub use crate::__spmd_submit_rule as submit_rule;
+#[cfg(feature = "inventory")]
+pub use crate::registry::Collected;
+#[cfg(feature = "inventory")]
+pub use inventory;

@@ -178,11 +178,73 @@ pub use global_registry::{global, global_mut, register_global};
 mod tests {
     use super::*;
 
+    #[cfg(feature = "inventory")]
+    #[test]
+    fn declared_rules_are_collected_with_the_inventory_feature() {
+        #[crate::spmd_rule(einsum = "ij->ji", name = "collected_transpose")]
+        struct CollectedTranspose {}
+
+        let r = Registry::with_collected().unwrap();
+        let rule = r
+            .build("collected_transpose", &crate::Attrs::new())
+            .unwrap();
+        assert_eq!(rule.name(), "collected_transpose");
+        // Names already registered explicitly are left alone.
+        let mut mine = Registry::new();
+        mine.register::<CollectedTranspose>().unwrap();
+        assert!(mine.insert_collected().is_ok());
+        assert_eq!(mine.len(), r.len());
+    }
+
     #[test]
     fn edit_distance_counts_edits() {
         assert_eq!(edit_distance("matmul", "matmul"), 0);
         assert_eq!(edit_distance("matmal", "matmul"), 1);
         assert_eq!(edit_distance("softmx", "softmax"), 1);
         assert_eq!(edit_distance("", "abc"), 3);
+    }
+}
+
+/// A rule submitted by `#[spmd_rule]` when the `inventory` feature is on.
+#[cfg(feature = "inventory")]
+#[doc(hidden)]
+pub struct Collected(pub fn() -> RuleInfo);
+
+#[cfg(feature = "inventory")]
+inventory::collect!(Collected);
+
+#[cfg(feature = "inventory")]
+impl Registry {
+    /// A registry holding every rule declared with `#[spmd_rule]` in any
+    /// crate linked into the program (feature `inventory`). The explicit
+    /// registry stays the primary API: a crate whose items the program never
+    /// names may not be linked, and then its rules are not here.
+    pub fn with_collected() -> Result<Registry, SpmdError> {
+        let mut r = Registry::new();
+        r.insert_collected()?;
+        Ok(r)
+    }
+
+    /// Adds every collected rule whose name is not registered yet, in name
+    /// order; a name collected twice is an error.
+    pub fn insert_collected(&mut self) -> Result<&mut Registry, SpmdError> {
+        let mut infos: Vec<RuleInfo> = inventory::iter::<Collected>
+            .into_iter()
+            .map(|c| (c.0)())
+            .collect();
+        infos.sort_by_key(|i| i.name);
+        for w in infos.windows(2) {
+            if w[0].name == w[1].name {
+                return Err(SpmdError::DuplicateRule {
+                    name: w[0].name.to_string(),
+                });
+            }
+        }
+        for info in infos {
+            if !self.contains(info.name) {
+                self.insert(info)?;
+            }
+        }
+        Ok(self)
     }
 }

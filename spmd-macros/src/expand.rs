@@ -239,6 +239,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             #consts
             #op_impl
             #rule_impl
+            __spmd::submit_rule!(#ident);
         };
     }
 }
