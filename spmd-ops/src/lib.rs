@@ -15,20 +15,29 @@
 
 mod elementwise;
 mod embedding;
+mod gather;
 mod index;
+mod loss;
 mod matmul;
 mod misc;
+mod nn;
+mod norm;
 mod notation;
 mod reduce;
 mod softmax;
+mod swiglu;
 
 pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, Multiply, UNARY};
 pub use embedding::Embedding;
+pub use gather::Gather;
 pub use index::{ArgMax, ArgMin, ArgSort, Cumsum, OneHot, TopK, TrilTriu, Triu};
+pub use loss::CrossEntropyWithSoftmax;
 pub use matmul::Matmul;
 pub use misc::{DefaultDataParallel, MeanAll, Replicated, Where};
+pub use norm::{FusedRmsNorm, LayerNorm};
 pub use reduce::{All, Amax, Amin, Any, Max, Min, Prod, ReduceBase, Sum};
 pub use softmax::Softmax;
+pub use swiglu::Swiglu;
 
 use spmd_core::{Registry, RuleInfo, SpmdError};
 
@@ -46,6 +55,7 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<Prod>()?;
     elementwise::register(registry)?;
     misc::register(registry)?;
+    nn::register(registry)?;
     Ok(())
 }
 

@@ -1,0 +1,185 @@
+//! `cross_entropy_with_softmax` / `softmax_with_cross_entropy`: a softmax over
+//! `axis` fused with the cross entropy against a label.
+
+use spmd_core::{Call, Einsum, MeshSet, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
+
+use crate::notation::{input_rank, labels, normalize_axis};
+
+/// Which dims the softmax axis takes in each term.
+fn axis_info(ce: &CrossEntropyWithSoftmax, call: &Call<'_>) -> Result<(usize, usize), SpmdError> {
+    let rank = input_rank(call, 0).unwrap_or(0);
+    let axis = normalize_axis(ce.op(), "axis", ce.axis, rank)?;
+    Ok((rank, axis))
+}
+
+/// Paddle's `cross_entropy_with_softmax` (`logits`, `label` → `softmax`,
+/// `loss`). The class axis `axis` is written `v` when it may stay sharded
+/// (a hard label, `axis` the last dim and `use_softmax`: the vocab-parallel
+/// kernel reduces across the shards itself), and `1` (never sharded)
+/// otherwise. A hard label and the loss have size 1 there, which is never
+/// sharded; the loss is not partial. Sharding the class axis of the logits
+/// when it may not be is an error, as in Paddle 3.3.1's
+/// `CrossEntropyWithSoftmaxInferSpmd`. Its reverse rule merges the loss
+/// before the softmax output (first claim wins), which this rule reproduces
+/// by merging in that order.
+#[spmd_rule(
+    name = "cross_entropy_with_softmax",
+    build = Self::notation,
+    validate = Self::check,
+    adjust = Self::finish,
+    inputs(logits, label),
+    outputs(softmax, loss)
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrossEntropyWithSoftmax {
+    #[spmd(default)]
+    pub soft_label: bool,
+    #[spmd(default = true)]
+    pub use_softmax: bool,
+    #[spmd(default = -1)]
+    pub axis: i64,
+}
+
+impl Default for CrossEntropyWithSoftmax {
+    fn default() -> Self {
+        CrossEntropyWithSoftmax {
+            soft_label: false,
+            use_softmax: true,
+            axis: -1,
+        }
+    }
+}
+
+impl CrossEntropyWithSoftmax {
+    fn op(&self) -> &'static str {
+        "cross_entropy_with_softmax"
+    }
+
+    /// Whether the class axis of a rank-`rank` input may stay sharded.
+    fn shardable(&self, rank: usize, axis: usize) -> bool {
+        !self.soft_label && self.use_softmax && axis + 1 == rank
+    }
+
+    /// Rank 3, axis -1, hard label: `abv,ab1->abv,ab1`. The loss (and a
+    /// hard label) has size 1 on the class axis, written `1`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        self.notation_ordered(call, false)
+    }
+
+    /// The notation, with the outputs as (loss, softmax) when `loss_first`.
+    fn notation_ordered(&self, call: &Call<'_>, loss_first: bool) -> Result<Einsum, SpmdError> {
+        let (rank, axis) = axis_info(self, call)?;
+        let class = if self.shardable(rank, axis) { 'v' } else { '1' };
+        let names = labels(self.op(), rank)?;
+        let term = |at_axis: char| -> String {
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| if i == axis { at_axis } else { c })
+                .collect()
+        };
+        let (x, loss) = (term(class), term('1'));
+        let label = if self.soft_label { &x } else { &loss };
+        if loss_first {
+            Einsum::new(&format!("{x},{label}->{loss},{x}"))
+        } else {
+            Einsum::new(&format!("{x},{label}->{x},{loss}"))
+        }
+    }
+
+    /// Paddle refuses to shard the class axis of the logits unless the label
+    /// is hard, the axis is last and the softmax is fused in.
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+        let Call::Forward { inputs, .. } = *call else {
+            return Ok(());
+        };
+        let (rank, axis) = axis_info(self, call)?;
+        let Some(s) = inputs.first().and_then(|x| x.attr.dims_mapping.get(axis)) else {
+            return Ok(());
+        };
+        if s.is_replicated() || self.shardable(rank, axis) {
+            return Ok(());
+        }
+        let why = if self.soft_label {
+            "soft_label = true".to_string()
+        } else if !self.use_softmax {
+            "use_softmax = false".to_string()
+        } else {
+            format!("axis {axis} is not the last of {rank} dims")
+        };
+        Err(SpmdError::Rejected {
+            op: self.op(),
+            message: format!(
+                "input 0 (logits) dim {axis} (the class axis) is sharded on mesh dim {s}, which \
+                 the vocab-parallel kernel supports only for a hard label on the last axis with \
+                 the softmax fused in; here {why}"
+            ),
+        })
+    }
+
+    /// The vocab-parallel kernel sums the loss over the class shards itself,
+    /// so the loss is not partial over them. In backward, Paddle merges the
+    /// loss before the softmax output: run the same notation with the
+    /// outputs swapped, and swap the answer back.
+    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if let Call::Backward {
+            mesh,
+            input_shapes,
+            outputs,
+        } = *call
+            && outputs.len() == 2
+        {
+            let swapped: [Spec<'_>; 2] = [outputs[1], outputs[0]];
+            let loss_first = LossFirst {
+                soft_label: self.soft_label,
+                use_softmax: self.use_softmax,
+                axis: self.axis,
+            };
+            let mut r = loss_first.backward(mesh, input_shapes, &swapped)?;
+            r.outputs.swap(0, 1);
+            *result = r;
+        }
+        let (_, axis) = axis_info(self, call)?;
+        let class = result
+            .inputs
+            .first()
+            .and_then(|x| x.dims_mapping.get(axis))
+            .map_or(MeshSet::EMPTY, |s| s.mesh_set());
+        let given = match *call {
+            Call::Backward { outputs, .. } => outputs.get(1).map(|l| l.attr.partial),
+            _ => None,
+        };
+        if let Some(loss) = result.outputs.get_mut(1) {
+            // Keep what the caller gave (backward), drop what the class axis added.
+            let kept = given.map_or(MeshSet::EMPTY, |p| p.dims());
+            loss.partial.remove(class.minus(kept));
+        }
+        Ok(())
+    }
+}
+
+/// [`CrossEntropyWithSoftmax`] with its outputs in the order (loss,
+/// softmax): the order Paddle's reverse rule merges them in.
+#[spmd_rule(
+    name = "cross_entropy_with_softmax",
+    build = Self::notation,
+    inputs(logits, label),
+    outputs(loss, softmax)
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LossFirst {
+    soft_label: bool,
+    use_softmax: bool,
+    axis: i64,
+}
+
+impl LossFirst {
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let ce = CrossEntropyWithSoftmax {
+            soft_label: self.soft_label,
+            use_softmax: self.use_softmax,
+            axis: self.axis,
+        };
+        ce.notation_ordered(call, true)
+    }
+}
