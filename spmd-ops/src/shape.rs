@@ -1,0 +1,539 @@
+//! Ops that move, add, drop or regroup dims without touching values:
+//! `transpose`, `squeeze`, `unsqueeze`, `flatten`, `reshape`, `tile`,
+//! `expand_as`. Each builds its notation from its attributes and the input's
+//! shape; size-1 dims are `1` (splitting a size-1 dim splits nothing).
+
+use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
+
+use crate::notation::{input_rank, labels, normalize_axis};
+
+/// The shape of input `i`, or an error naming the op when the call lacks it.
+pub(crate) fn input_shape<'c>(
+    op: &'static str,
+    call: &Call<'c>,
+    i: usize,
+) -> Result<&'c [usize], SpmdError> {
+    call.input_shape(i).ok_or_else(|| SpmdError::Rejected {
+        op,
+        message: format!("input {i} is missing"),
+    })
+}
+
+/// `ab1c`: one label per dim, `1` where the dim has size 1.
+pub(crate) fn plain_term(names: &[char], shape: &[usize]) -> String {
+    names
+        .iter()
+        .zip(shape)
+        .map(|(&c, &s)| if s == 1 { '1' } else { c })
+        .collect()
+}
+
+/// Paddle's `transpose` / `transpose2`: output dim `i` is input dim
+/// `perm[i]`, so each dim keeps its sharding wherever it moves.
+///
+/// Paddle 3.3.1 drops a non-divisible sharding on the derived side only
+/// (`PADDLE-3.3.1.md` §A), which leaves the two sides inconsistent; this rule
+/// keeps uneven shards on both (the classic, sound answer; the differing
+/// cases are listed deviations). The reverse rule resets the output's partial
+/// status, as 3.3.1 does.
+#[spmd_rule(
+    name = "transpose",
+    build = Self::notation,
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transpose {
+    pub perm: Vec<i64>,
+}
+
+impl Transpose {
+    /// For rank 3 and `perm = [1, 2, 0]`: `abc->bca`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let rank = input_rank(call, 0).unwrap_or(0);
+        if self.perm.len() != rank {
+            return Err(SpmdError::InvalidAttr {
+                op: "transpose",
+                attr: "perm".into(),
+                message: format!(
+                    "perm has {} entries for a tensor of rank {rank}",
+                    self.perm.len()
+                ),
+            });
+        }
+        let names = labels("transpose", rank)?;
+        let mut seen = vec![false; rank];
+        let mut out = String::with_capacity(rank);
+        for &p in &self.perm {
+            let d = normalize_axis("transpose", "perm", p, rank)?;
+            if std::mem::replace(&mut seen[d], true) {
+                return Err(SpmdError::InvalidAttr {
+                    op: "transpose",
+                    attr: "perm".into(),
+                    message: format!("dim {d} appears twice in perm {:?}", self.perm),
+                });
+            }
+            out.push(names[d]);
+        }
+        let input: String = names.iter().collect();
+        Einsum::new(&format!("{input}->{out}"))
+    }
+}
+
+/// Paddle's `squeeze`: drops the size-1 dims listed in `axis` (every size-1
+/// dim when `axis` is empty); a listed dim whose size is not 1 stays. The
+/// other dims keep their sharding. The gradient reshapes `out_grad` back and
+/// never reads `x`, so `x` keeps its layout in the grad op.
+#[spmd_rule(
+    name = "squeeze",
+    build = Self::notation,
+    backward_partial = "reset",
+    grad_ignores(x),
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Squeeze {
+    #[spmd(default)]
+    pub axis: Vec<i64>,
+}
+
+impl Squeeze {
+    /// For `x: [4, 1, 8]`, `axis = [1]`: `a1c->ac`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let shape = input_shape("squeeze", call, 0)?;
+        let rank = shape.len();
+        let names = labels("squeeze", rank)?;
+        let mut listed = vec![self.axis.is_empty(); rank];
+        for &a in &self.axis {
+            listed[normalize_axis("squeeze", "axis", a, rank)?] = true;
+        }
+        let input = plain_term(&names, shape);
+        let output: String = input
+            .chars()
+            .zip(shape.iter().zip(&listed))
+            .filter(|&(_, (&s, &l))| !(s == 1 && l))
+            .map(|(c, _)| c)
+            .collect();
+        Einsum::new(&format!("{input}->{output}"))
+    }
+}
+
+/// Paddle's `unsqueeze` / `unsqueeze2`: inserts a size-1 dim at each entry
+/// of `axis`, in order (a negative entry counts from the end of the tensor
+/// as it is at that point). The new dims are never sharded; the others keep
+/// their sharding.
+#[spmd_rule(
+    name = "unsqueeze",
+    build = Self::notation,
+    backward_partial = "reset",
+    grad_ignores(x),
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unsqueeze {
+    #[spmd(default)]
+    pub axis: Vec<i64>,
+}
+
+impl Unsqueeze {
+    /// For `x: [4, 8]`, `axis = [0, 2]`: `ab->1a1b`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let shape = input_shape("unsqueeze", call, 0)?;
+        // Paddle's grad rule takes no attributes: read the new dims off the
+        // shapes of `x` and `out_grad`.
+        if let (true, Call::Grad { output_grads, .. }) = (self.axis.is_empty(), call)
+            && let Some(dy) = output_grads.first()
+        {
+            return Einsum::new(&reshape_notation("unsqueeze", shape, dy.shape)?);
+        }
+        let names = labels("unsqueeze", shape.len())?;
+        let input = plain_term(&names, shape);
+        let mut output: Vec<char> = input.chars().collect();
+        for &a in &self.axis {
+            let len = output.len() as i64;
+            let at = if a < 0 { a + len + 1 } else { a };
+            if !(0..=len).contains(&at) {
+                return Err(SpmdError::InvalidAttr {
+                    op: "unsqueeze",
+                    attr: "axis".into(),
+                    message: format!("axis {a} is out of range for a tensor of rank {len}"),
+                });
+            }
+            output.insert(at as usize, '1');
+        }
+        let output: String = output.into_iter().collect();
+        Einsum::new(&format!("{input}->{output}"))
+    }
+}
+
+/// Paddle's `flatten`: dims `start_axis..=stop_axis` merge into one, written
+/// as a compound `(cde)` on the output; only the group's first dim may carry
+/// a sharding across (DESIGN §3). Flatten is linear, so a `Sum` partial input
+/// passes to the output, as Paddle 3.3.1 does.
+///
+/// Paddle's grad rule takes no attributes (`FlattenGradInferSpmd(x,
+/// out_grad)`): without them, the grouping is read off the shapes of `x` and
+/// `out_grad`, as `reshape` does.
+#[spmd_rule(
+    name = "flatten",
+    build = Self::notation,
+    backward_partial = "reset",
+    partial_inputs = "linear",
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flatten {
+    #[spmd(default)]
+    pub start_axis: Option<i64>,
+    #[spmd(default)]
+    pub stop_axis: Option<i64>,
+}
+
+impl Flatten {
+    /// For rank 4, `start_axis = 1`, `stop_axis = 2`: `abcd->a(bc)d`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let shape = input_shape("flatten", call, 0)?;
+        if let (None, None, Call::Grad { output_grads, .. }) =
+            (self.start_axis, self.stop_axis, call)
+            && let Some(dy) = output_grads.first()
+        {
+            return Einsum::new(&reshape_notation("flatten", shape, dy.shape)?);
+        }
+        let rank = shape.len();
+        if rank == 0 {
+            return Einsum::new("->1");
+        }
+        let start = normalize_axis("flatten", "start_axis", self.start_axis.unwrap_or(0), rank)?;
+        let stop = normalize_axis("flatten", "stop_axis", self.stop_axis.unwrap_or(-1), rank)?;
+        let names = labels("flatten", rank)?;
+        let input = plain_term(&names, shape);
+        if start >= stop {
+            return Einsum::new(&format!("{input}->{input}"));
+        }
+        let group: Vec<usize> = (start..=stop).collect();
+        let mut output: String = input.chars().take(start).collect();
+        output.push_str(&merged(&names, shape, &group));
+        output.extend(input.chars().skip(stop + 1));
+        Einsum::new(&format!("{input}->{output}"))
+    }
+}
+
+/// The notation of input dims `group` merged into one output dim: the
+/// compound of their labels, size-1 dims left out (they hold nothing); a
+/// single remaining dim is plain, none is `1`.
+fn merged(names: &[char], shape: &[usize], group: &[usize]) -> String {
+    let kept: String = group
+        .iter()
+        .filter(|&&d| shape[d] != 1)
+        .map(|&d| names[d])
+        .collect();
+    match kept.len() {
+        0 => "1".into(),
+        1 => kept,
+        _ => format!("({kept})"),
+    }
+}
+
+/// Paddle's reshape dim transformation (`MakeReshapeDimTrans`) between two
+/// shapes of equal volume, as a notation. Dims are grouped left to right
+/// into the shortest runs of equal volume: a run of one dim on each side
+/// shares a label; input dims merging into one output dim are a compound on
+/// the output (`ab->(ab)`); an input dim splitting into several output dims
+/// is a compound on the input (`(ab)->ab`); either way only the major factor
+/// carries a sharding (DESIGN §3). A run that both merges and splits has no
+/// compound form and is replicated. Size-1 dims are `1`.
+pub(crate) fn reshape_notation(
+    op: &'static str,
+    from: &[usize],
+    to: &[usize],
+) -> Result<String, SpmdError> {
+    let volume = |s: &[usize]| s.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+    if volume(from) != volume(to) || volume(from) == Some(0) {
+        return Err(SpmdError::Rejected {
+            op,
+            message: format!("cannot reshape {from:?} into {to:?}"),
+        });
+    }
+    let mut letters = ('a'..='z').chain('A'..='Z');
+    let mut label = || {
+        letters.next().ok_or_else(|| SpmdError::Rejected {
+            op,
+            message: "too many dims for a notation".into(),
+        })
+    };
+    let (mut input, mut output) = (String::new(), String::new());
+    let (mut i, mut o) = (0, 0);
+    while i < from.len() || o < to.len() {
+        let s = from.get(i).copied().unwrap_or(1);
+        let t = to.get(o).copied().unwrap_or(1);
+        if s == 1 && i < from.len() && (t != 1 || o == to.len()) {
+            input.push('1');
+            i += 1;
+            continue;
+        }
+        if t == 1 && o < to.len() {
+            if i < from.len() && s == 1 {
+                input.push('1');
+                i += 1;
+            }
+            output.push('1');
+            o += 1;
+            continue;
+        }
+        // s, t > 1: the shortest runs of equal volume.
+        let (mut ie, mut oe, mut vs, mut vt) = (i + 1, o + 1, s, t);
+        while vs != vt {
+            if vs < vt {
+                vs *= from[ie];
+                ie += 1;
+            } else {
+                vt *= to[oe];
+                oe += 1;
+            }
+        }
+        let big = |shape: &[usize], a: usize, b: usize| (a..b).filter(|&d| shape[d] != 1).count();
+        let (ns, nt) = (big(from, i, ie), big(to, o, oe));
+        let term = |shape: &[usize], a: usize, b: usize, ls: &[char], out: &mut String| {
+            let mut it = ls.iter();
+            for &d in &shape[a..b] {
+                match (d, it.next()) {
+                    (1, _) | (_, None) => out.push('1'),
+                    (_, Some(&c)) => out.push(c),
+                }
+            }
+        };
+        let compound = |ls: &[char]| format!("({})", ls.iter().collect::<String>());
+        if ns == 1 && nt == 1 {
+            let c = [label()?];
+            term(from, i, ie, &c, &mut input);
+            term(to, o, oe, &c, &mut output);
+        } else if nt == 1 {
+            let cs: Vec<char> = (0..ns).map(|_| label()).collect::<Result<_, _>>()?;
+            term(from, i, ie, &cs, &mut input);
+            output.push_str(&compound(&cs));
+        } else if ns == 1 {
+            let cs: Vec<char> = (0..nt).map(|_| label()).collect::<Result<_, _>>()?;
+            input.push_str(&compound(&cs));
+            term(to, o, oe, &cs, &mut output);
+        } else {
+            term(from, i, ie, &[], &mut input);
+            term(to, o, oe, &[], &mut output);
+        }
+        i = ie;
+        o = oe;
+    }
+    Ok(format!("{input}->{output}"))
+}
+
+/// Paddle's `reshape` / `reshape2`: the notation of
+/// [`reshape_notation`] from the input's shape to the target `shape` (`0`
+/// copies the input dim at that position, one `-1` takes what is left), or,
+/// in backward and grad, to the given output's shape. Reshape is linear: a
+/// `Sum` partial input passes to the output, as in Paddle 3.3.1.
+#[spmd_rule(
+    name = "reshape",
+    build = Self::notation,
+    partial_inputs = "linear",
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reshape {
+    #[spmd(default)]
+    pub shape: Vec<i64>,
+}
+
+impl Reshape {
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let from = input_shape("reshape", call, 0)?;
+        let given: Option<&[usize]> = match call {
+            Call::Backward { outputs, .. } => outputs.first().map(|s| s.shape),
+            Call::Grad { output_grads, .. } => output_grads.first().map(|s| s.shape),
+            _ => None,
+        };
+        let to = match given {
+            Some(shape) => shape.to_vec(),
+            None => target_shape(from, &self.shape)?,
+        };
+        Einsum::new(&reshape_notation("reshape", from, &to)?)
+    }
+}
+
+/// Paddle's target shape: `0` copies the input dim at that index, one `-1`
+/// is inferred from the volume.
+fn target_shape(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, SpmdError> {
+    let bad = |message: String| SpmdError::InvalidAttr {
+        op: "reshape",
+        attr: "shape".into(),
+        message,
+    };
+    let mut out = Vec::with_capacity(shape.len());
+    let mut infer = None;
+    for (i, &d) in shape.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                out.push(1);
+            }
+            -1 => return Err(bad(format!("{shape:?} has more than one -1"))),
+            0 => out.push(
+                *from
+                    .get(i)
+                    .ok_or_else(|| bad(format!("0 at index {i} has no input dim to copy")))?,
+            ),
+            d if d > 0 => out.push(d as usize),
+            d => return Err(bad(format!("invalid dim {d} in {shape:?}"))),
+        }
+    }
+    if let Some(i) = infer {
+        let volume: usize = from.iter().product();
+        let known: usize = out.iter().product();
+        if known == 0 || !volume.is_multiple_of(known) {
+            return Err(bad(format!(
+                "cannot infer the -1 of {shape:?} from {from:?}"
+            )));
+        }
+        out[i] = volume / known;
+    }
+    Ok(out)
+}
+
+/// Paddle's `tile`: repeats the tensor `repeat_times[i]` times along dim `i`
+/// (`repeat_times` is aligned to the right; extra entries add leading dims).
+/// A repeated dim is never sharded: its copies would all need the whole dim.
+#[spmd_rule(
+    name = "tile",
+    build = Self::notation,
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tile {
+    #[spmd(default)]
+    pub repeat_times: Vec<i64>,
+}
+
+impl Tile {
+    /// For `x: [4, 8]`, `repeat_times = [2, 1, 3]`: `ab->1a1` with `a` kept.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let shape = input_shape("tile", call, 0)?;
+        let rank = shape.len();
+        let names = labels("tile", rank)?;
+        let out_rank = rank.max(self.repeat_times.len());
+        // repeat[d] for output dim d, padded with 1 on the left.
+        let pad = out_rank - self.repeat_times.len();
+        let repeat = |d: usize| {
+            if d < pad {
+                1
+            } else {
+                self.repeat_times[d - pad]
+            }
+        };
+        let input: String = (0..rank)
+            .map(|d| {
+                if shape[d] == 1 || repeat(d + out_rank - rank) != 1 {
+                    '1'
+                } else {
+                    names[d]
+                }
+            })
+            .collect();
+        let output: String = std::iter::repeat_n('1', out_rank - rank)
+            .chain(input.chars())
+            .collect();
+        Einsum::new(&format!("{input}->{output}"))
+    }
+}
+
+/// Paddle's `expand_as` / `expand_as_v2`: broadcasts `x` to `y`'s shape
+/// (`y` only gives the shape). Paddle's rule follows `y` alone: the output
+/// takes `y`'s mapping and `x` the part of it its dims align with (right
+/// aligned, size-1 dims replicated); `x`'s own mapping is not merged. The
+/// notation says so by giving `x` only `1` dims in forward; an `adjust` hook
+/// then lays `x` out like the output.
+#[spmd_rule(
+    name = "expand_as",
+    build = Self::notation,
+    adjust = Self::follow_y,
+    backward_partial = "reset",
+    inputs(x, y),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExpandAs {
+    #[spmd(default)]
+    pub target_shape: Vec<i64>,
+}
+
+impl ExpandAs {
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let x = input_shape("expand_as", call, 0)?;
+        let y = input_shape("expand_as", call, 1)?;
+        if x.len() > y.len() {
+            return Err(SpmdError::Rejected {
+                op: "expand_as",
+                message: format!("x has rank {} above y's rank {}", x.len(), y.len()),
+            });
+        }
+        let names = labels("expand_as", y.len())?;
+        let yt: String = plain_term(&names, y);
+        let off = y.len() - x.len();
+        let xt: String = if call.is_forward() {
+            "1".repeat(x.len())
+        } else {
+            plain_term(&names[off..], x)
+        };
+        Einsum::new(&format!("{xt},{yt}->{yt}"))
+    }
+
+    /// Forward: `x` follows the output's mapping on its aligned dims.
+    fn follow_y(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if !call.is_forward() {
+            return Ok(());
+        }
+        let Call::Forward { inputs, .. } = *call else {
+            return Ok(());
+        };
+        let (x, y) = (inputs[0].shape, &inputs[1]);
+        // `y` and the output keep `y`'s mapping (a size-1 dim replicated).
+        let mut out = spmd_core::DimsMapping::default();
+        for (&s, &m) in y.shape.iter().zip(y.attr.dims_mapping.as_slice()) {
+            out.push(if s == 1 { Default::default() } else { m });
+        }
+        result.inputs[1].dims_mapping = out.clone();
+        result.outputs[0].dims_mapping = out.clone();
+        let off = out.rank() - x.len();
+        let mut mapping = spmd_core::DimsMapping::default();
+        for (d, &s) in x.iter().enumerate() {
+            mapping.push(if s == 1 {
+                Default::default()
+            } else {
+                out.as_slice()[off + d]
+            });
+        }
+        result.inputs[0].dims_mapping = mapping;
+        Ok(())
+    }
+}
+
+pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdError> {
+    use spmd_core::RuleInfo;
+    registry
+        .register::<Transpose>()?
+        .insert(RuleInfo::of::<Transpose>().renamed("transpose2"))?
+        .register::<Squeeze>()?
+        .register::<Unsqueeze>()?
+        .insert(RuleInfo::of::<Unsqueeze>().renamed("unsqueeze2"))?
+        .register::<Flatten>()?
+        .register::<Reshape>()?
+        .insert(RuleInfo::of::<Reshape>().renamed("reshape2"))?
+        .register::<Tile>()?
+        .register::<ExpandAs>()?
+        .insert(RuleInfo::of::<ExpandAs>().renamed("expand_as_v2"))?;
+    crate::split::register(registry)
+}
