@@ -15,24 +15,33 @@
 
 mod elementwise;
 mod embedding;
+mod gather;
 mod index;
+mod loss;
 mod matmul;
 mod misc;
+mod nn;
+mod norm;
 mod notation;
 mod reduce;
 mod shape;
 mod softmax;
 mod split;
+mod swiglu;
 
 pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, Multiply, UNARY};
 pub use embedding::Embedding;
+pub use gather::Gather;
 pub use index::{ArgMax, ArgMin, ArgSort, Cumsum, OneHot, TopK, TrilTriu, Triu};
+pub use loss::CrossEntropyWithSoftmax;
 pub use matmul::Matmul;
-pub use misc::{MeanAll, Where};
+pub use misc::{DefaultDataParallel, MeanAll, Replicated, Where};
+pub use norm::{FusedRmsNorm, LayerNorm};
 pub use reduce::{All, Amax, Amin, Any, Max, Min, Prod, ReduceBase, Sum};
 pub use shape::{ExpandAs, Flatten, Reshape, Squeeze, Tile, Transpose, Unsqueeze};
 pub use softmax::Softmax;
 pub use split::{Concat, Slice, Split, SplitWithNum, Stack, StridedSlice, Unbind};
+pub use swiglu::Swiglu;
 
 use spmd_core::{Registry, RuleInfo, SpmdError};
 
@@ -51,6 +60,7 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
     elementwise::register(registry)?;
     shape::register(registry)?;
     misc::register(registry)?;
+    nn::register(registry)?;
     Ok(())
 }
 
