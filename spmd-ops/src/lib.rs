@@ -13,6 +13,7 @@
 //! # Ok::<(), spmd_core::SpmdError>(())
 //! ```
 
+mod attention;
 mod elementwise;
 mod embedding;
 mod gather;
@@ -29,6 +30,7 @@ mod softmax;
 mod split;
 mod swiglu;
 
+pub use attention::FlashAttention;
 pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, Multiply, UNARY};
 pub use embedding::Embedding;
 pub use gather::Gather;

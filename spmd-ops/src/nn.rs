@@ -1,9 +1,11 @@
 //! Registration of the neural-network layer ops: normalizations, the fused
-//! softmax cross entropy, `log_softmax`, `swiglu`, `gather`.
+//! softmax cross entropy, `log_softmax`, `swiglu`, `gather`, `flash_attention`.
 
 use spmd_core::{Registry, RuleInfo, SpmdError};
 
-use crate::{CrossEntropyWithSoftmax, FusedRmsNorm, Gather, LayerNorm, Softmax, Swiglu};
+use crate::{
+    CrossEntropyWithSoftmax, FlashAttention, FusedRmsNorm, Gather, LayerNorm, Softmax, Swiglu,
+};
 
 pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
     registry
@@ -14,6 +16,7 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         // Paddle 3.3.1 registers `log_softmax` with the softmax rule.
         .insert(RuleInfo::of::<Softmax>().renamed("log_softmax"))?
         .register::<Swiglu>()?
-        .register::<Gather>()?;
+        .register::<Gather>()?
+        .register::<FlashAttention>()?;
     Ok(())
 }
