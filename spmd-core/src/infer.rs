@@ -808,7 +808,8 @@ impl<'r, 'a> Cx<'r, 'a> {
                 let Some((dim, given)) = cx.given_on(plan.input(i), &inputs[i], a) else {
                     return;
                 };
-                let mut s = cx.map.sharding[a as usize];
+                let before = cx.map.sharding[a as usize];
+                let mut s = before;
                 for &m in given.as_slice() {
                     match owner[m as usize] {
                         u8::MAX => {
@@ -820,7 +821,9 @@ impl<'r, 'a> Cx<'r, 'a> {
                     }
                 }
                 cx.map.sharding[a as usize] = s;
-                if !given.is_replicated() {
+                // Reported when the axis gained mesh dims; what it could not
+                // take was reported as a conflict above.
+                if s != before {
                     trace.merged(cx.axis_name(a), TensorRef::input(i), dim, given, s);
                 }
             };
