@@ -97,41 +97,12 @@ fn verdict(case: &Case, rule: &dyn SpmdRule) -> Option<String> {
     }
 }
 
-/// The machine-readable table of DEVIATIONS.md: every table row whose first
-/// cell is a case id (backticks allowed), with the reason from the last cell.
+/// The machine-readable table of DEVIATIONS.md (case id -> reason).
 fn deviations() -> BTreeMap<String, String> {
     let path = dir().join("DEVIATIONS.md");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let mut out = BTreeMap::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if !line.starts_with('|') {
-            continue;
-        }
-        let cells: Vec<&str> = line
-            .trim_matches('|')
-            .split('|')
-            .map(|c| c.trim().trim_matches('`').trim())
-            .collect();
-        let id = cells[0];
-        if id.is_empty() || id == "case" || id.starts_with('-') || id.starts_with(':') {
-            continue;
-        }
-        let reason = cells.last().copied().unwrap_or_default();
-        assert!(
-            cells.len() >= 2 && !reason.is_empty(),
-            "DEVIATIONS.md line {}: a deviation needs a reason: {line}",
-            n + 1
-        );
-        let dup = out.insert(id.to_string(), reason.to_string());
-        assert!(
-            dup.is_none(),
-            "DEVIATIONS.md line {}: {id} listed twice",
-            n + 1
-        );
-    }
-    out
+    json::parse_deviations(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Whether a failing case fails the test: every covered case of both files.

@@ -51,22 +51,7 @@ impl Expectation {
         &self,
         got: &std::result::Result<RuleResult, SpmdError>,
     ) -> std::result::Result<Agreement, Mismatch> {
-        let mut first = match self.expected.check(got) {
-            Ok(()) => return Ok(Agreement::Expected),
-            Err(m) => m,
-        };
-        for (i, alt) in self.alternatives.iter().enumerate() {
-            if alt.expected.check(got).is_ok() {
-                return Ok(Agreement::Alternative(i));
-            }
-        }
-        if !self.alternatives.is_empty() {
-            first.details.push(format!(
-                "no alternative matches either ({} tried)",
-                self.alternatives.len()
-            ));
-        }
-        Err(first)
+        spmd_core::json::check_against(&self.expected, &self.alternatives, got)
     }
 }
 

@@ -770,23 +770,68 @@ impl Case {
     /// alternative; otherwise the mismatch against `expected` (with a note on
     /// how many alternatives were tried).
     pub fn check(&self, got: &Result<RuleResult, SpmdError>) -> Result<Agreement, Mismatch> {
-        let mut first = match self.expected.check(got) {
-            Ok(()) => return Ok(Agreement::Expected),
-            Err(m) => m,
-        };
-        for (i, alt) in self.alternatives.iter().enumerate() {
-            if alt.expected.check(got).is_ok() {
-                return Ok(Agreement::Alternative(i));
-            }
+        check_against(&self.expected, &self.alternatives, got)
+    }
+}
+
+/// Passes when `got` matches `expected` or the `expected` of any alternative;
+/// otherwise the mismatch against `expected` (with a note on how many
+/// alternatives were tried).
+pub fn check_against(
+    expected: &Expected,
+    alternatives: &[Alternative],
+    got: &Result<RuleResult, SpmdError>,
+) -> Result<Agreement, Mismatch> {
+    let mut first = match expected.check(got) {
+        Ok(()) => return Ok(Agreement::Expected),
+        Err(m) => m,
+    };
+    for (i, alt) in alternatives.iter().enumerate() {
+        if alt.expected.check(got).is_ok() {
+            return Ok(Agreement::Alternative(i));
         }
-        if !self.alternatives.is_empty() {
-            first.details.push(format!(
-                "no alternative matches either ({} tried)",
-                self.alternatives.len()
+    }
+    if !alternatives.is_empty() {
+        first.details.push(format!(
+            "no alternative matches either ({} tried)",
+            alternatives.len()
+        ));
+    }
+    Err(first)
+}
+
+/// The table of a deviations file (the project's `DEVIATIONS.md` format):
+/// every table row whose first cell is a case id (backticks allowed), with the
+/// reason from its last cell. An error names the line of a row without a
+/// reason or of an id listed twice.
+pub fn parse_deviations(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = alloc::collections::BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if !line.starts_with('|') {
+            continue;
+        }
+        let cells: Vec<&str> = line
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().trim_matches('`').trim())
+            .collect();
+        let id = cells[0];
+        if id.is_empty() || id == "case" || id.starts_with('-') || id.starts_with(':') {
+            continue;
+        }
+        let reason = cells.last().copied().unwrap_or_default();
+        if cells.len() < 2 || reason.is_empty() {
+            return Err(format!(
+                "line {}: a deviation needs a reason: {line}",
+                n + 1
             ));
         }
-        Err(first)
+        if out.insert(id.to_string(), reason.to_string()).is_some() {
+            return Err(format!("line {}: {id} is listed twice", n + 1));
+        }
     }
+    Ok(out)
 }
 
 fn parts(
@@ -846,6 +891,25 @@ impl<'de> Deserialize<'de> for RuleResult {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn deviations_table_rows_need_a_reason_and_one_listing() {
+        let ok = "| case | kind | reason |\n|---|---|---|\n| `a_1` | k | because |\n";
+        let t = super::parse_deviations(ok).unwrap();
+        assert_eq!(t.get("a_1").map(String::as_str), Some("because"));
+        let no_reason = "| `a_1` | k | |\n";
+        assert!(
+            super::parse_deviations(no_reason)
+                .unwrap_err()
+                .contains("line 1")
+        );
+        let twice = "| `a_1` | k | x |\n| `a_1` | k | y |\n";
+        assert!(
+            super::parse_deviations(twice)
+                .unwrap_err()
+                .contains("listed twice")
+        );
+    }
+
     use super::*;
     use crate::{Einsum, Mesh, Spec};
     use alloc::vec;

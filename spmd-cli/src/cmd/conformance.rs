@@ -113,39 +113,9 @@ fn verdict(case: &Case, got: &Result<RuleResult, SpmdError>) -> Status {
     }
 }
 
-/// The deviations table: every table row whose first cell is a case id
-/// (backticks allowed), with the reason from its last cell.
+/// The deviations table (see [`spmd_core::json::parse_deviations`]).
 pub fn parse_deviations(text: &str, path: &str) -> Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if !line.starts_with('|') {
-            continue;
-        }
-        let cells: Vec<&str> = line
-            .trim_matches('|')
-            .split('|')
-            .map(|c| c.trim().trim_matches('`').trim())
-            .collect();
-        let id = cells[0];
-        if id.is_empty() || id == "case" || id.starts_with('-') || id.starts_with(':') {
-            continue;
-        }
-        let reason = cells.last().copied().unwrap_or_default();
-        if cells.len() < 2 || reason.is_empty() {
-            return Err(CliError::usage(format!(
-                "{path} line {}: a deviation needs a reason in its last cell: {line}",
-                n + 1
-            )));
-        }
-        if out.insert(id.to_string(), reason.to_string()).is_some() {
-            return Err(CliError::usage(format!(
-                "{path} line {}: {id} is listed twice",
-                n + 1
-            )));
-        }
-    }
-    Ok(out)
+    spmd_core::json::parse_deviations(text).map_err(|e| CliError::usage(format!("{path} {e}")))
 }
 
 #[derive(Default)]
