@@ -251,3 +251,34 @@ fn head_split_forward_cannot_learn_compound_extents() {
     );
     assert!(matches!(rep.finding(), Finding::Disagree { .. }), "{rep}");
 }
+
+/// The built-in `reshape` inherits the head-split gap above: splitting one
+/// dim into several (`[8] -> [2, 4]`, notation `(ab)->ab`), forward cannot
+/// learn the factors' extents (both appear only on the output), so it drops
+/// the sharding of the input dim (sound, conservative); backward sees the
+/// output's shape, keeps dim 0 sharded and requires the input sharded. Fed
+/// forward, that requirement comes back with a replicated output.
+///
+/// spmd-ops/src/shape.rs:362, `Reshape::notation`, builds the notation from
+/// the target shape it knows but writes no extents into it, and
+/// spmd-core/src/infer.rs:592, `Cx::learn_compound_extents`, learns one
+/// unknown factor at most. Fix: let `reshape` hand the factors' extents it
+/// computed from `shape` to the rule (a sizes option on `Einsum`, or extents
+/// written in the notation), so forward fits them as backward does.
+/// (`builtins_more.rs` skips backward for splitting reshapes.)
+#[test]
+fn reshape_split_forward_cannot_learn_compound_extents() {
+    let mesh = Mesh::new(&[2]).unwrap();
+    let rule = spmd_ops::builtins()
+        .build("reshape", &Attrs::new().with("shape", vec![2i64, 4]))
+        .unwrap();
+    let check = EinsumCheck::new("(ab)->ab")
+        .unwrap()
+        .size('a', 2)
+        .size('b', 4);
+    let rep = unsound(
+        "reshape [8] -> [2, 4] backward",
+        check.backward(&*rule, &mesh, &[&[8]], &[attr(&[0, -1])]),
+    );
+    assert!(matches!(rep.finding(), Finding::Disagree { .. }), "{rep}");
+}
