@@ -298,11 +298,13 @@ pub(crate) fn reshape_notation(
         let big = |shape: &[usize], a: usize, b: usize| (a..b).filter(|&d| shape[d] != 1).count();
         let (ns, nt) = (big(from, i, ie), big(to, o, oe));
         let term = |shape: &[usize], a: usize, b: usize, ls: &[char], out: &mut String| {
+            // Labels go to the dims larger than 1 only: a size-1 dim is `1`
+            // and must not use up the label of the next dim.
             let mut it = ls.iter();
             for &d in &shape[a..b] {
-                match (d, it.next()) {
-                    (1, _) | (_, None) => out.push('1'),
-                    (_, Some(&c)) => out.push(c),
+                match if d == 1 { None } else { it.next() } {
+                    Some(&c) => out.push(c),
+                    None => out.push('1'),
                 }
             }
         };
@@ -536,4 +538,19 @@ pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdErr
         .register::<ExpandAs>()?
         .insert(RuleInfo::of::<ExpandAs>().renamed("expand_as_v2"))?;
     crate::split::register(registry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reshape_notation;
+
+    /// A size-1 dim inside a merged run is `1` and leaves the labels to the
+    /// dims larger than 1 (it used to take one and leave `a11->(ab)`).
+    #[test]
+    fn size_one_dims_in_a_merged_run_take_no_label() {
+        let n = reshape_notation("reshape", &[2, 1, 2], &[4]).unwrap();
+        let parsed = spmd_core::notation::parse(&n);
+        assert!(parsed.is_ok(), "{n}: {parsed:?}");
+        assert_eq!(n.matches('1').count(), 1, "{n}");
+    }
 }
