@@ -442,12 +442,14 @@ pub(crate) fn axis_ranges(
 
 /// A flat range of a compound dim as one range per factor (major first), when
 /// it is a box: some leading factors fixed, one a sub-range, the rest whole.
-/// An empty range is empty in the major factor.
+/// An empty range is empty in the first factor that can be split (extent > 1):
+/// a size-1 factor is whole on every device, like a plain size-1 dim.
 pub(crate) fn box_of(range: Range<usize>, extents: &[usize]) -> Option<Vec<Range<usize>>> {
     let n = extents.len();
     if range.is_empty() || extents.contains(&0) {
         let mut out: Vec<Range<usize>> = extents.iter().map(|&e| 0..e).collect();
-        out[0] = 0..0;
+        let k = extents.iter().position(|&e| e > 1).unwrap_or(0);
+        out[k] = 0..0;
         return Some(out);
     }
     let (s, e) = (range.start, range.end);
@@ -481,6 +483,14 @@ pub(crate) fn box_of(range: Range<usize>, extents: &[usize]) -> Option<Vec<Range
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_compound_block_is_empty_in_a_splittable_factor() {
+        // (ab) with a of size 1: the emptiness is b's, `a` stays whole as
+        // every other tensor holds it (this was a false "inconsistent").
+        assert_eq!(box_of(3..3, &[1, 3]), Some(vec![0..1, 0..0]));
+        assert_eq!(box_of(0..0, &[2, 3]), Some(vec![0..0, 0..3]));
+    }
 
     #[test]
     fn array_split_blocks() {
