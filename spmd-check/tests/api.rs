@@ -367,11 +367,17 @@ fn probe_values_make_luck_unlikely() {
 #[test]
 fn an_empty_block_of_a_compound_with_a_size_one_factor_is_sound() {
     let rule = spmd_ops::builtins()
-        .build("reshape", &spmd_core::Attrs::new().with("shape", vec![1i64, 3]))
+        .build(
+            "reshape",
+            &spmd_core::Attrs::new().with("shape", vec![1i64, 3]),
+        )
         .unwrap();
     let mesh = Mesh::new(&[4]).unwrap();
     let x = DistAttr::from_paddle(&[0]).unwrap();
-    let check = EinsumCheck::new("(ab)->ab").unwrap().size('a', 1).size('b', 3);
+    let check = EinsumCheck::new("(ab)->ab")
+        .unwrap()
+        .size('a', 1)
+        .size('b', 3);
     if let Err(rep) = check.forward(&*rule, &mesh, &[Spec::new(&[3], &x)]) {
         panic!("{rep}");
     }
