@@ -538,31 +538,48 @@ where
     let out_names: Vec<String> = (0..expected.len()).map(output_name).collect();
     cx.answered(&r, &in_names, &out_names);
     check_counts(&r, inputs.len(), expected.len()).map_err(|f| cx.report(f))?;
-    let reads: Vec<Read<'_>> = inputs
+    let values: Vec<&Tensor> = inputs.iter().map(|x| &x.value).collect();
+    run_answer(mesh, &values, &r, &expected, &reference).map_err(|f| cx.report(f))
+}
+
+/// Runs a rule's answer on the mesh: every device reads its blocks of the
+/// inputs as the answer requires them and runs `reference` on them; each
+/// output must then hold, on every device, its block of `expected` as the
+/// answer lays it out.
+fn run_answer<F>(
+    mesh: &Mesh,
+    values: &[&Tensor],
+    r: &RuleResult,
+    expected: &[Tensor],
+    reference: &F,
+) -> Result<(), Finding>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    let reads: Vec<Read<'_>> = values
         .iter()
         .zip(&r.inputs)
         .enumerate()
-        .map(|(i, (x, a))| Read {
+        .map(|(i, (&value, attr))| Read {
             name: input_name(i),
-            value: &x.value,
-            attr: a,
+            value,
+            attr,
         })
         .collect();
     let claims: Vec<Claim<'_>> = r
         .outputs
         .iter()
-        .zip(&expected)
+        .zip(expected)
         .enumerate()
-        .map(|(o, (a, e))| Claim {
+        .map(|(o, (attr, e))| Claim {
             name: output_name(o),
-            attr: a,
+            attr,
             expected: e,
         })
         .collect();
     simulate(mesh, &reads, &claims, &|dev, _, locals| {
         catch(dev, || reference(locals))
     })
-    .map_err(|f| cx.report(f))
 }
 
 /// Checks a rule's backward inference against a reference implementation:
@@ -609,31 +626,8 @@ where
     let out_names: Vec<String> = (0..expected.len()).map(output_name).collect();
     cx.answered(&r, &in_names, &out_names);
     check_counts(&r, inputs.len(), expected.len()).map_err(|f| cx.report(f))?;
-    let reads: Vec<Read<'_>> = inputs
-        .iter()
-        .zip(&r.inputs)
-        .enumerate()
-        .map(|(i, (x, a))| Read {
-            name: input_name(i),
-            value: x,
-            attr: a,
-        })
-        .collect();
-    let claims: Vec<Claim<'_>> = r
-        .outputs
-        .iter()
-        .zip(&expected)
-        .enumerate()
-        .map(|(o, (a, e))| Claim {
-            name: output_name(o),
-            attr: a,
-            expected: e,
-        })
-        .collect();
-    simulate(mesh, &reads, &claims, &|dev, _, locals| {
-        catch(dev, || reference(locals))
-    })
-    .map_err(|f| cx.report(f))?;
+    let values: Vec<&Tensor> = inputs.iter().collect();
+    run_answer(mesh, &values, &r, &expected, &reference).map_err(|f| cx.report(f))?;
     agree(rule, mesh, &shapes, &r).map_err(|f| cx.report(f))
 }
 
