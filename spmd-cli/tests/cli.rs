@@ -1005,6 +1005,77 @@ fn conformance_on_the_project_vectors() {
     );
 }
 
+/// `docs/conformance.md` is the tool's own output: this test regenerates it
+/// and fails when the committed file differs (numbers typed by hand, or a
+/// change of the library that did not refresh the table). `SPMD_BLESS=1`
+/// rewrites the file instead.
+#[test]
+fn conformance_docs_are_generated() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let args = [
+        "conformance",
+        "tests/conformance/paddle-suite.json",
+        "tests/conformance/paddle-3.3.1-random.json",
+        "--deviations",
+        "tests/conformance/DEVIATIONS.md",
+        "--markdown",
+    ];
+    let out = spmd().current_dir(&root).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let generated = String::from_utf8(out.stdout).unwrap();
+    // The command the document names is the one that produced it.
+    assert!(
+        generated.contains(&format!("`spmd {}`", args.join(" "))),
+        "{generated}"
+    );
+    assert!(generated.contains("| matmul | forward |"), "{generated}");
+    let path = root.join("docs/conformance.md");
+    if std::env::var_os("SPMD_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/conformance.md is out of date: run `SPMD_BLESS=1 cargo test -p spmd-cli \
+         conformance_docs_are_generated` (or the command at the top of the file) and commit it"
+    );
+}
+
+#[test]
+fn markdown_report_counts_per_op() {
+    let v = temp_file(
+        "two-ops.json",
+        r#"[{"id": "m1", "op": "matmul", "attrs": {}, "mesh_shape": [2], "direction": "forward",
+             "inputs": [{"shape": [4, 6], "dims_mapping": [0, -1]},
+                        {"shape": [6, 8], "dims_mapping": [-1, -1]}],
+             "expected": {"inputs": [{"dims_mapping": [0, -1]}, {"dims_mapping": [-1, -1]}],
+                          "outputs": [{"dims_mapping": [0, -1]}]}},
+            {"id": "m2", "op": "matmul", "attrs": {}, "mesh_shape": [2], "direction": "forward",
+             "inputs": [{"shape": [4, 6], "dims_mapping": [0, -1]},
+                        {"shape": [6, 8], "dims_mapping": [-1, -1]}],
+             "expected": {"inputs": [{"dims_mapping": [0, -1]}, {"dims_mapping": [-1, -1]}],
+                          "outputs": [{"dims_mapping": [-1, -1]}]}},
+            {"id": "n1", "op": "no_such_op", "attrs": {}, "mesh_shape": [2], "direction": "forward",
+             "inputs": [{"shape": [4], "dims_mapping": [0]}],
+             "expected": {"inputs": [{"dims_mapping": [0]}], "outputs": [{"dims_mapping": [0]}]}}]"#,
+    );
+    let (code, out, err) = run(&["conformance", v.to_str().unwrap(), "--markdown"]);
+    assert_eq!(code, 1, "m2 fails: {err}");
+    assert!(
+        out.contains("3 cases: 1 passed (33.3%), 0 deviations, 1 not covered, 1 failed."),
+        "{out}"
+    );
+    assert!(
+        out.contains("| matmul | forward | 2 | 1 | 0 | 0 | 1 | 50.0% |"),
+        "{out}"
+    );
+    assert!(
+        out.contains("| no_such_op | forward | 1 | 0 | 0 | 1 | 0 | 0.0% |"),
+        "{out}"
+    );
+}
+
 #[test]
 fn conformance_errors() {
     let path = temp_file("broken.json", "[{\"id\": ");
