@@ -259,3 +259,69 @@ fn the_global_registry_takes_custom_ops() {
     assert!(spmd_core::global().contains("my_transpose"));
     assert!(spmd_core::register_global::<MyTranspose>().is_err());
 }
+
+/// Rules with `cache` (softmax, the reductions, split, ...) reuse a built
+/// notation per (attributes, call shapes): alternating shapes, attributes and
+/// directions through the same rule values must give the answer a fresh rule
+/// gives, never a stale one.
+#[test]
+fn cached_notations_follow_shapes_attributes_and_direction() {
+    let m = mesh(&[2, 4]);
+    let softmax_last = build("softmax", Attrs::new().with("axis", -1_i64));
+    let softmax_first = build("softmax", Attrs::new().with("axis", 0_i64));
+    let x3 = attr(&[0, -1, 1]);
+    let x2 = attr(&[0, 1]);
+    for _ in 0..3 {
+        // Rank 3, axis -1: the last dim is freed.
+        let r = softmax_last
+            .forward(&m, &[Spec::new(&[4, 8, 16], &x3)])
+            .unwrap();
+        assert_eq!(r.inputs[0], attr(&[0, -1, -1]));
+        // Same attributes, rank 2: a different key.
+        let r = softmax_last
+            .forward(&m, &[Spec::new(&[4, 8], &x2)])
+            .unwrap();
+        assert_eq!(r.inputs[0], attr(&[0, -1]));
+        // Another attribute value, same shape.
+        let r = softmax_first
+            .forward(&m, &[Spec::new(&[4, 8], &x2)])
+            .unwrap();
+        assert_eq!(r.inputs[0], attr(&[-1, 1]));
+        // Backward with the forward's shapes: its own entry.
+        let out = attr(&[1, 0]);
+        let r = softmax_last
+            .backward(&m, &[&[4, 8]], &[Spec::new(&[4, 8], &out)])
+            .unwrap();
+        assert_eq!(r.inputs[0], attr(&[1, -1]));
+    }
+
+    let sum = |axis: Vec<i64>| {
+        build(
+            "sum",
+            Attrs::new().with("axis", axis).with("keep_dim", false),
+        )
+    };
+    let (sum0, sum1) = (sum(vec![0]), sum(vec![1]));
+    for _ in 0..3 {
+        let r = sum0.forward(&m, &[Spec::new(&[4, 8], &x2)]).unwrap();
+        assert_eq!(r.outputs[0].to_string(), "[1] partial{0: SUM}");
+        let r = sum1.forward(&m, &[Spec::new(&[4, 8], &x2)]).unwrap();
+        assert_eq!(r.outputs[0].to_string(), "[0] partial{1: SUM}");
+    }
+    // An error is not cached: a bad axis fails every time, and a good call
+    // of the same rule value afterwards still works.
+    let bad = sum(vec![5]);
+    for _ in 0..2 {
+        assert!(bad.forward(&m, &[Spec::new(&[4, 8], &x2)]).is_err());
+    }
+    let r = bad
+        .forward(
+            &m,
+            &[Spec::new(
+                &[4, 8, 2, 2, 2, 2],
+                &attr(&[0, 1, -1, -1, -1, -1]),
+            )],
+        )
+        .unwrap();
+    assert_eq!(r.outputs[0].to_string(), "[0, 1, -1, -1, -1]");
+}

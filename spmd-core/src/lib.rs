@@ -29,6 +29,8 @@ extern crate self as spmd_core;
 pub mod __private;
 mod attr;
 mod attrs;
+#[cfg(feature = "std")]
+mod cache;
 mod einsum;
 mod error;
 mod infer;
@@ -45,6 +47,8 @@ mod trace;
 
 pub use attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 pub use attrs::{AttrValue, Attrs, FromAttr};
+#[cfg(feature = "std")]
+pub use cache::{NotationCache, ShapeKey};
 pub use einsum::Einsum;
 pub use error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 pub use mesh::{MAX_MESH_RANK, Mesh, MeshDim, MeshSet};

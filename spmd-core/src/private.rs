@@ -5,6 +5,9 @@ pub use core::default::Default;
 pub use core::option::Option;
 pub use core::result::Result::{self, Err, Ok};
 
+#[cfg(feature = "std")]
+pub use crate::cache::{NotationCache, cached_notation};
+pub use alloc::rc::Rc;
 pub use smallvec::SmallVec;
 pub use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
 

@@ -20,6 +20,8 @@ struct RawArgs {
     #[darling(multiple, rename = "case")]
     cases: Vec<RawCase>,
     build: Option<Path>,
+    #[darling(default)]
+    cache: bool,
     reduce: Option<LitStr>,
     reduce_axes: Option<HashMap<Ident, LitStr>>,
     never_sharded: Option<LitStr>,
@@ -67,8 +69,9 @@ pub enum Source {
         default: Literal,
         cases: Vec<(Expr, Literal)>,
     },
-    /// A method of the struct that builds an `Einsum` at run time.
-    Build(Path),
+    /// A method of the struct that builds an `Einsum` at run time; with
+    /// `cache`, each distinct (struct value, call shapes) builds once.
+    Build { path: Path, cache: Option<Span> },
 }
 
 /// How a field is filled from attributes.
@@ -176,7 +179,10 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
                     .with_span(&c.einsum),
                 );
             }
-            Some(Source::Build(b.clone()))
+            Some(Source::Build {
+                path: b.clone(),
+                cache: raw.cache.then(|| given.span("cache")),
+            })
         }
         (Some(lit), None) => {
             let default = literal(&mut errors, lit, declared);
@@ -197,6 +203,14 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
             }
         }
     };
+    if raw.cache && raw.build.is_none() && raw.einsum.is_some() {
+        errors.push(
+            Error::custom(
+                "`cache` memoizes a notation built by `build = path`; literal notations are already compiled once, at macro time",
+            )
+            .with_span(&given.span("cache")),
+        );
+    }
     if let Some(Source::Literal { default, cases }) = &source {
         literals.push(default);
         literals.extend(cases.iter().map(|(_, l)| l));

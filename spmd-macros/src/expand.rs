@@ -69,72 +69,104 @@ fn rule_impls(rule: &Rule) -> TokenStream {
     };
     let reduce = &rule.reduce;
 
-    let (consts, notations, with_rule): (TokenStream, Vec<LitStr>, WithRule<'_>) =
-        match &rule.source {
-            Source::Literal { default, cases } => {
-                let mut consts = TokenStream::new();
-                let mut literals = vec![default];
-                literals.extend(cases.iter().map(|(_, l)| l));
-                for (i, l) in literals.iter().enumerate() {
-                    let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
-                    let expr = literal_rule(rule, l, &policy);
-                    consts.extend(quote!(const #c: __spmd::EinsumRule<'static> = #expr;));
-                }
-                let whens: Vec<TokenStream> = cases
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (when, _))| {
-                        let c = syn::Ident::new(&format!("__RULE_{}", i + 1), Span::call_site());
-                        quote!(if #when { &#c } else)
-                    })
-                    .collect();
-                let notations = literals.iter().map(|l| l.lit.clone()).collect();
-                let select = quote!(#(#whens)* { &__RULE_0 });
-                (
-                    consts,
-                    notations,
-                    Box::new(move |call: TokenStream| {
-                        quote! {{
-                            let rule: &__spmd::EinsumRule<'static> = #select;
-                            rule.#call
-                        }}
-                    }),
-                )
+    let (consts, notations, with_rule): (TokenStream, Vec<LitStr>, WithRule<'_>) = match &rule
+        .source
+    {
+        Source::Literal { default, cases } => {
+            let mut consts = TokenStream::new();
+            let mut literals = vec![default];
+            literals.extend(cases.iter().map(|(_, l)| l));
+            for (i, l) in literals.iter().enumerate() {
+                let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
+                let expr = literal_rule(rule, l, &policy);
+                consts.extend(quote!(const #c: __spmd::EinsumRule<'static> = #expr;));
             }
-            Source::Build(path) => {
-                let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
-                let never = &rule.never_sharded;
-                let overrides = rule
-                    .reduce_axes
-                    .iter()
-                    .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
-                let overrides = quote!(&[#(#overrides),*]);
-                let path = path.clone();
-                let policy = policy.clone();
+            let whens: Vec<TokenStream> = cases
+                .iter()
+                .enumerate()
+                .map(|(i, (when, _))| {
+                    let c = syn::Ident::new(&format!("__RULE_{}", i + 1), Span::call_site());
+                    quote!(if #when { &#c } else)
+                })
+                .collect();
+            let notations = literals.iter().map(|l| l.lit.clone()).collect();
+            let select = quote!(#(#whens)* { &__RULE_0 });
+            (
+                consts,
+                notations,
+                Box::new(move |call: TokenStream| {
+                    quote! {{
+                        let rule: &__spmd::EinsumRule<'static> = #select;
+                        rule.#call
+                    }}
+                }),
+            )
+        }
+        Source::Build { path, cache } => {
+            let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+            let never = &rule.never_sharded;
+            let overrides = rule
+                .reduce_axes
+                .iter()
+                .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
+            let overrides = quote!(&[#(#overrides),*]);
+            let path = path.clone();
+            let policy = policy.clone();
+            let ident = &rule.item.ident;
+            // With `cache`: one `NotationCache` per rule type and thread
+            // (no lock on the hot path), behind one inherent method, so a
+            // struct that cannot be a key gets one error, on `cache`.
+            let (cache_items, einsum) = if let Some(span) = *cache {
+                let lookup = quote_spanned!(span=> __spmd::cached_notation);
+                (
+                    quote! {
+                        ::std::thread_local! {
+                            static __SPMD_NOTATIONS: ::core::cell::RefCell<__spmd::NotationCache<#ident>> =
+                                ::core::cell::RefCell::new(__spmd::NotationCache::new());
+                        }
+                        impl #ident {
+                            fn __spmd_cached_notation(
+                                &self,
+                                call: &__spmd::Call<'_>,
+                            ) -> __spmd::Result<__spmd::Rc<__spmd::Einsum>, __spmd::SpmdError> {
+                                __SPMD_NOTATIONS.with(|cache| {
+                                    #lookup(cache, self, call, || #path(self, call))
+                                })
+                            }
+                        }
+                    },
+                    quote!(let einsum = self.__spmd_cached_notation(&call)?;),
+                )
+            } else {
                 (
                     TokenStream::new(),
-                    Vec::new(),
-                    Box::new(move |call: TokenStream| {
-                        quote! {{
-                            let einsum: __spmd::Einsum = #path(self, &call)?;
-                            __spmd::runtime_rule(
-                                &__spmd::RuntimeOptions {
-                                    name: __NAME,
-                                    policy: #policy,
-                                    reduce: __spmd::ReduceType::#reduce,
-                                    never_sharded: #never,
-                                    reduce_axes: #overrides,
-                                    no_grad: #no_grad,
-                                    grad_ignores: #grad_ignores,
-                                },
-                                einsum.notation().plan(),
-                                |rule| rule.#call,
-                            )
-                        }}
-                    }),
+                    quote!(let einsum: __spmd::Einsum = #path(self, &call)?;),
                 )
-            }
-        };
+            };
+            (
+                cache_items,
+                Vec::new(),
+                Box::new(move |call: TokenStream| {
+                    quote! {{
+                        #einsum
+                        __spmd::runtime_rule(
+                            &__spmd::RuntimeOptions {
+                                name: __NAME,
+                                policy: #policy,
+                                reduce: __spmd::ReduceType::#reduce,
+                                never_sharded: #never,
+                                reduce_axes: #overrides,
+                                no_grad: #no_grad,
+                                grad_ignores: #grad_ignores,
+                            },
+                            einsum.notation().plan(),
+                            |rule| rule.#call,
+                        )
+                    }}
+                }),
+            )
+        }
+    };
 
     let validate = rule.validate.as_ref().map(|p| quote!(#p(self, &call)?;));
     let adjust = rule

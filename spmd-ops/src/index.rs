@@ -51,13 +51,14 @@ fn flattened(rank: usize) -> String {
 #[spmd_rule(
     name = "cumsum",
     build = Self::notation,
+    cache,
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
     outputs(out),
     grad_ignores(x)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Cumsum {
     #[spmd(default = -1)]
     pub axis: i64,
@@ -117,12 +118,13 @@ macro_rules! arg_reduction {
         #[spmd_rule(
             name = $name,
             build = Self::notation,
+            cache,
             never_sharded = "a",
             backward_partial = "reset",
             inputs(x),
             outputs(out)
         )]
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
         pub struct $ty {
             #[spmd(default)]
             pub axis: i64,
@@ -158,12 +160,13 @@ arg_reduction!(
 #[spmd_rule(
     name = "topk",
     build = Self::notation,
+    cache,
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
     outputs(out, indices)
 )]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TopK {
     #[spmd(default = 1)]
     pub k: i64,
@@ -195,12 +198,13 @@ impl TopK {
 #[spmd_rule(
     name = "argsort",
     build = Self::notation,
+    cache,
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
     outputs(out, indices)
 )]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ArgSort {
     #[spmd(default = -1)]
     pub axis: i64,
@@ -230,7 +234,7 @@ impl ArgSort {
     outputs(out),
     no_grad(x)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct OneHot {
     #[spmd(default)]
     pub num_classes: i64,
@@ -247,7 +251,7 @@ pub struct OneHot {
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Triu {
     #[spmd(default)]
     pub diagonal: i64,
@@ -262,7 +266,7 @@ pub struct Triu {
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TrilTriu {
     #[spmd(default)]
     pub diagonal: i64,

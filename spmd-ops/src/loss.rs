@@ -25,12 +25,13 @@ fn axis_info(ce: &CrossEntropyWithSoftmax, call: &Call<'_>) -> Result<(usize, us
 #[spmd_rule(
     name = "cross_entropy_with_softmax",
     build = Self::notation,
+    cache,
     validate = Self::check,
     adjust = Self::finish,
     inputs(logits, label),
     outputs(softmax, loss)
 )]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CrossEntropyWithSoftmax {
     #[spmd(default)]
     pub soft_label: bool,
@@ -163,10 +164,11 @@ impl CrossEntropyWithSoftmax {
 #[spmd_rule(
     name = "cross_entropy_with_softmax",
     build = Self::notation,
+    cache,
     inputs(logits, label),
     outputs(loss, softmax)
 )]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct LossFirst {
     soft_label: bool,
     use_softmax: bool,

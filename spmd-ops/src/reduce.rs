@@ -39,12 +39,13 @@ macro_rules! reduction {
         #[spmd_rule(
             name = $name,
             build = Self::notation,
+            cache,
             reduce = $reduce,
             inputs(x),
             outputs(out)
             $(, grad_ignores($ignores))?
         )]
-        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
         pub struct $ty {
             #[spmd(default)]
             pub axis: Vec<i64>,
@@ -104,12 +105,13 @@ reduction!(
 #[spmd_rule(
     name = "reduce_base",
     build = Self::notation,
+    cache,
     validate = Self::check_reduce_type,
     adjust = Self::set_reduce_type,
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ReduceBase {
     #[spmd(default)]
     pub axis: Vec<i64>,

@@ -9,13 +9,14 @@ use crate::notation::{input_rank, labels, normalize_axis};
 #[spmd_rule(
     name = "softmax",
     build = Self::notation,
+    cache,
     never_sharded = "a",
     conflicts = "strict",
     backward_partial = "reset",
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Softmax {
     #[spmd(default = -1)]
     pub axis: i64,

@@ -46,8 +46,8 @@ fn split_notation(
 
 /// Paddle's `split`: cuts `x` along `axis` into pieces of the sizes in
 /// `sections` (one of them may be -1). The split axis is never sharded.
-#[spmd_rule(name = "split", build = Self::notation, backward_partial = "reset")]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[spmd_rule(name = "split", build = Self::notation, cache, backward_partial = "reset")]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Split {
     pub sections: Vec<i64>,
     #[spmd(default)]
@@ -62,8 +62,8 @@ impl Split {
 
 /// Paddle's `split_with_num`: cuts `x` along `axis` into `num` equal pieces.
 /// The split axis is never sharded.
-#[spmd_rule(name = "split_with_num", build = Self::notation, backward_partial = "reset")]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[spmd_rule(name = "split_with_num", build = Self::notation, cache, backward_partial = "reset")]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SplitWithNum {
     pub num: i64,
     #[spmd(default)]
@@ -86,8 +86,8 @@ impl SplitWithNum {
 
 /// Paddle's `unbind`: one output per index of dim `axis`, which the outputs
 /// lack. That dim is never sharded.
-#[spmd_rule(name = "unbind", build = Self::notation, backward_partial = "reset")]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[spmd_rule(name = "unbind", build = Self::notation, cache, backward_partial = "reset")]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Unbind {
     #[spmd(default)]
     pub axis: i64,
@@ -145,8 +145,8 @@ fn slice_notation(
 /// Paddle's `slice`: takes `starts[i]..ends[i]` of each dim in `axes`;
 /// those dims are never sharded (a device's block would not hold its part
 /// of the slice), the dims in `decrease_axis` are dropped from the output.
-#[spmd_rule(name = "slice", build = Self::notation, backward_partial = "reset", inputs(input), outputs(out))]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[spmd_rule(name = "slice", build = Self::notation, cache, backward_partial = "reset", inputs(input), outputs(out))]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Slice {
     pub axes: Vec<i64>,
     #[spmd(default)]
@@ -167,8 +167,8 @@ impl Slice {
 
 /// Paddle's `strided_slice`: `slice` with `strides`; the sliced dims are
 /// never sharded.
-#[spmd_rule(name = "strided_slice", build = Self::notation, backward_partial = "reset", inputs(x), outputs(out))]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[spmd_rule(name = "strided_slice", build = Self::notation, cache, backward_partial = "reset", inputs(x), outputs(out))]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StridedSlice {
     pub axes: Vec<i64>,
     #[spmd(default)]
@@ -330,10 +330,11 @@ fn aligned_forward(
 #[spmd_rule(
     name = "concat",
     build = Self::notation,
+    cache,
     adjust = Self::align,
     backward_partial = "keep"
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Concat {
     #[spmd(default)]
     pub axis: i64,
@@ -386,10 +387,11 @@ impl Concat {
 #[spmd_rule(
     name = "stack",
     build = Self::notation,
+    cache,
     adjust = Self::align,
     backward_partial = "keep"
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Stack {
     #[spmd(default)]
     pub axis: i64,

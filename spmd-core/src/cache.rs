@@ -1,0 +1,256 @@
+//! Memoized run-time notations: DESIGN §8 asks that a notation built at run
+//! time be compiled "once per distinct run-time notation", not once per call.
+//!
+//! A rule declared with `build = ...` derives its notation from its attributes
+//! and the call's shapes (softmax's axis and rank, a reduction's axes, a
+//! reshape's target shape). Building it means formatting and parsing a string
+//! and allocating the parsed plan: several hundred nanoseconds and about ten
+//! heap allocations per call. [`NotationCache`] keeps each built [`Einsum`]
+//! under the key it was built from, so a repeated call costs one hash of a few
+//! integers and a reference-count increment.
+//!
+//! The key is the rule's value (its attributes) plus the call's *shape key*:
+//! its direction and every shape it carries. It deliberately leaves out the
+//! dist attrs, so a cached build function must not read them (the macro's
+//! `cache` option documents that contract).
+
+use alloc::rc::Rc;
+use core::hash::{BuildHasherDefault, Hash, Hasher};
+use std::collections::HashMap;
+
+use smallvec::SmallVec;
+
+use crate::einsum::Einsum;
+use crate::error::SpmdError;
+use crate::op::Call;
+
+/// Entries kept per cache before it is cleared: a bound on memory for a
+/// caller that sweeps through many shapes. Clearing (rather than evicting one
+/// entry) keeps the hot path free of bookkeeping; a working set of a real
+/// model is far smaller.
+const CAPACITY: usize = 4096;
+
+/// The direction and all shapes of a call, flattened: `[tag, n, rank, dims..,
+/// rank, dims.., ...]`. Inline for up to 32 numbers, so building it for a
+/// lookup does not allocate for ordinary ops.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ShapeKey(SmallVec<[usize; 32]>);
+
+impl ShapeKey {
+    /// The key of `call`.
+    pub fn of(call: &Call<'_>) -> ShapeKey {
+        let mut key = SmallVec::new();
+        let mut push = |shapes: &mut dyn Iterator<Item = &[usize]>| {
+            let at = key.len();
+            key.push(0);
+            let mut n = 0;
+            for shape in shapes {
+                n += 1;
+                key.push(shape.len());
+                key.extend_from_slice(shape);
+            }
+            key[at] = n;
+        };
+        match *call {
+            Call::Forward { inputs, .. } => {
+                push(&mut inputs.iter().map(|s| s.shape));
+            }
+            Call::Backward {
+                input_shapes,
+                outputs,
+                ..
+            } => {
+                push(&mut input_shapes.iter().copied());
+                push(&mut outputs.iter().map(|s| s.shape));
+            }
+            Call::Grad {
+                inputs,
+                output_grads,
+                ..
+            } => {
+                push(&mut inputs.iter().map(|s| s.shape));
+                push(&mut output_grads.iter().map(|s| s.shape));
+                // Grad has the same shape lists as a backward call could;
+                // the tag keeps the two apart.
+                key.push(usize::MAX);
+            }
+        }
+        ShapeKey(key)
+    }
+}
+
+/// Built notations of one rule type, keyed by (rule value, [`ShapeKey`]).
+///
+/// ```
+/// use spmd_core::{Call, DistAttr, Einsum, Mesh, NotationCache, Spec};
+///
+/// let mut cache = NotationCache::<i64>::new();
+/// let mesh = Mesh::new(&[2])?;
+/// let x = DistAttr::from_paddle(&[0, -1]).unwrap();
+/// let inputs = [Spec::new(&[4, 8], &x)];
+/// let call = Call::Forward { mesh: &mesh, inputs: &inputs };
+/// let mut builds = 0;
+/// for _ in 0..3 {
+///     let e = cache.get_or_build(&-1, &call, || {
+///         builds += 1;
+///         Einsum::new("ab->a")
+///     })?;
+///     assert_eq!(e.notation().source(), "ab->a");
+/// }
+/// assert_eq!(builds, 1);
+/// # Ok::<(), spmd_core::SpmdError>(())
+/// ```
+#[derive(Debug)]
+pub struct NotationCache<A> {
+    /// Bucketed by the Fx hash of (rule, shape key). A `HashMap<(A, ShapeKey),
+    /// _>` would need an owned key, that is a clone of the rule value, for
+    /// every lookup; buckets let a lookup compare by reference.
+    buckets: HashMap<u64, Bucket<A>, BuildHasherDefault<IdentityHasher>>,
+    len: usize,
+}
+
+type Bucket<A> = SmallVec<[(A, ShapeKey, Rc<Einsum>); 1]>;
+
+impl<A> Default for NotationCache<A> {
+    fn default() -> Self {
+        NotationCache {
+            buckets: HashMap::default(),
+            len: 0,
+        }
+    }
+}
+
+impl<A> NotationCache<A> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of notations held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<A: Hash + Eq + Clone> NotationCache<A> {
+    /// The notation built for (`rule`, `call`'s shapes), building it with
+    /// `build` on a miss. Errors are not cached: a failing call fails again
+    /// the same way.
+    pub fn get_or_build(
+        &mut self,
+        rule: &A,
+        call: &Call<'_>,
+        build: impl FnOnce() -> Result<Einsum, SpmdError>,
+    ) -> Result<Rc<Einsum>, SpmdError> {
+        let key = ShapeKey::of(call);
+        let hash = fx_hash(rule, &key);
+        if let Some(e) = self.lookup(hash, rule, &key) {
+            return Ok(e);
+        }
+        let built = Rc::new(build()?);
+        self.insert(hash, rule, key, &built);
+        Ok(built)
+    }
+
+    fn insert(&mut self, hash: u64, rule: &A, key: ShapeKey, e: &Rc<Einsum>) {
+        if self.len >= CAPACITY {
+            self.buckets.clear();
+            self.len = 0;
+        }
+        self.buckets
+            .entry(hash)
+            .or_default()
+            .push((rule.clone(), key, Rc::clone(e)));
+        self.len += 1;
+    }
+
+    fn lookup(&self, hash: u64, rule: &A, key: &ShapeKey) -> Option<Rc<Einsum>> {
+        self.buckets
+            .get(&hash)?
+            .iter()
+            .find(|(r, k, _)| r == rule && k == key)
+            .map(|(_, _, e)| Rc::clone(e))
+    }
+}
+
+fn fx_hash<A: Hash>(rule: &A, key: &ShapeKey) -> u64 {
+    let mut h = FxHasher::default();
+    rule.hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The bucket map's keys are already hashes.
+#[derive(Default, Clone, Copy)]
+struct IdentityHasher(u64);
+
+impl Hasher for IdentityHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed with it; fold anything else anyway.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A small multiplicative hasher (the rustc "Fx" scheme): keys here are short
+/// runs of integers, for which SipHash's setup cost dominates a lookup.
+#[derive(Default, Clone, Copy)]
+struct FxHasher {
+    hash: u64,
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// [`NotationCache::get_or_build`] through a `RefCell`, for the per-thread
+/// cache `#[spmd_rule(build = .., cache)]` generates: the cell is borrowed for
+/// the lookup and for the insert, never while `build` runs, so a build
+/// function that itself calls a cached rule of the same type cannot trip a
+/// double borrow.
+#[doc(hidden)]
+pub fn cached_notation<A: Hash + Eq + Clone>(
+    cache: &core::cell::RefCell<NotationCache<A>>,
+    rule: &A,
+    call: &Call<'_>,
+    build: impl FnOnce() -> Result<Einsum, SpmdError>,
+) -> Result<Rc<Einsum>, SpmdError> {
+    let key = ShapeKey::of(call);
+    let hash = fx_hash(rule, &key);
+    if let Some(e) = cache.borrow().lookup(hash, rule, &key) {
+        return Ok(e);
+    }
+    let built = Rc::new(build()?);
+    cache.borrow_mut().insert(hash, rule, key, &built);
+    Ok(built)
+}
