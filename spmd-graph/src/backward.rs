@@ -67,7 +67,7 @@ pub fn backward_graph(
             continue;
         }
         let seen = forward
-            .call_forward(o, &prop.attrs)
+            .call_resolving(o, &prop.attrs, 0)
             .map_err(|source| GraphError::Rule {
                 op: op.name.clone(),
                 source,

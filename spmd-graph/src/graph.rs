@@ -175,17 +175,55 @@ impl Graph {
     }
 
     /// Runs an op's rule in its own direction (forward, or grad for grad
-    /// ops) on the given attrs, one per input.
+    /// ops) on the given attrs, one per tensor of the graph.
     pub(crate) fn call_forward(
         &self,
         o: OpId,
         attrs: &[DistAttr],
     ) -> Result<spmd_core::RuleResult, SpmdError> {
+        self.call_seeing(o, attrs, None)
+    }
+
+    /// [`Graph::call_forward`], but when the rule rejects the combination of
+    /// its inputs' attrs (a strict rule facing two disagreeing inputs), it
+    /// runs again seeing only input `keep`'s attr, the others replicated:
+    /// that input wins the conflict and the others are resharded to fit.
+    pub(crate) fn call_resolving(
+        &self,
+        o: OpId,
+        attrs: &[DistAttr],
+        keep: usize,
+    ) -> Result<spmd_core::RuleResult, SpmdError> {
+        self.call_seeing(o, attrs, None)
+            .or_else(|first| self.call_seeing(o, attrs, Some(keep)).map_err(|_| first))
+    }
+
+    fn call_seeing(
+        &self,
+        o: OpId,
+        attrs: &[DistAttr],
+        only: Option<usize>,
+    ) -> Result<spmd_core::RuleResult, SpmdError> {
         let op = &self.ops[o.index()];
+        let replicated: smallvec::SmallVec<[DistAttr; 4]> = match only {
+            None => smallvec::SmallVec::new(),
+            Some(_) => op
+                .inputs
+                .iter()
+                .map(|t| DistAttr::replicated(self.tensors[t.index()].shape.len()))
+                .collect(),
+        };
         let specs: smallvec::SmallVec<[Spec<'_>; 8]> = op
             .inputs
             .iter()
-            .map(|t| Spec::new(&self.tensors[t.index()].shape, &attrs[t.index()]))
+            .enumerate()
+            .map(|(k, t)| {
+                let attr = match only {
+                    Some(keep) if keep != k => &replicated[k],
+                    _ => &attrs[t.index()],
+                };
+                Spec::new(&self.tensors[t.index()].shape, attr)
+            })
             .collect();
         let rule = &*self.rules[o.index()];
         match op.kind {

@@ -55,7 +55,10 @@
 //!
 //! When two producers or consumers disagree about a tensor, the tensor keeps
 //! the attr of the step that came first in this order; the other side gets
-//! a reshard in the plan.
+//! a reshard in the plan. When an op's known inputs disagree and its rule
+//! rejects the combination (Paddle's strict elementwise rules), the rule
+//! runs again seeing only the first known input's attr (the others
+//! replicated): that input wins, the others are resharded to fit.
 //!
 //! **Termination.** A sweep either makes an unknown tensor known or ends its
 //! stage; a restart needs a tensor to become known. So there are at most

@@ -175,9 +175,14 @@ impl<'g> Propagator<'g> {
             return Ok(false);
         }
         self.stats.rule_calls += 1;
+        let keep = op
+            .inputs
+            .iter()
+            .position(|t| self.known[t.index()])
+            .unwrap_or(0);
         let r = self
             .graph
-            .call_forward(o, &self.attrs)
+            .call_resolving(o, &self.attrs, keep)
             .map_err(|e| self.rule_error(o, e))?;
         let learned = self.learn(o, true, &op.inputs, &r.inputs)?
             | self.learn(o, true, &op.outputs, &r.outputs)?;
@@ -252,6 +257,104 @@ impl<'g> Propagator<'g> {
         GraphError::Rule {
             op: self.graph.op(o).name.clone(),
             source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::GraphBuilder;
+    use crate::reshard::{DType, plan};
+    use spmd_core::{Attrs, Mesh};
+
+    fn a(m: &[i64]) -> DistAttr {
+        DistAttr::from_paddle(m).unwrap()
+    }
+
+    /// x feeds a matmul (earlier in topological order) and a relu whose
+    /// output is annotated. The relu is a pass-through op, so its backward
+    /// step runs first and x takes the relu's layout, not the replicated
+    /// requirement the matmul would give it.
+    #[test]
+    fn pass_through_ops_decide_before_contractions() {
+        let mut b = GraphBuilder::new(Mesh::new(&[2, 2]).unwrap());
+        let x = b.tensor("x", &[8, 4]).unwrap();
+        let w = b.param("w", &[4, 6], Some(a(&[-1, 1]))).unwrap();
+        let y = b
+            .apply("mm", "matmul", Attrs::new(), &[x, w], ("y", &[8, 6]))
+            .unwrap();
+        let r = b
+            .apply("act", "relu", Attrs::new(), &[x], ("r", &[8, 4]))
+            .unwrap();
+        b.annotate(r, a(&[0, -1])).unwrap();
+        let g = b.build(&spmd_ops::builtins()).unwrap();
+        let p = propagate(&g).unwrap();
+        assert_eq!(p.attr(x), &a(&[0, -1]));
+        assert_eq!(
+            p.origin(x),
+            Origin::Op {
+                op: crate::OpId(1),
+                forward: false
+            }
+        );
+        assert_eq!(p.attr(y), &a(&[0, 1]));
+        assert!(plan(&g, &p, DType::F32).unwrap().reshards.is_empty());
+    }
+
+    /// Two annotated inputs of a strict elementwise rule disagree: neither
+    /// annotation changes, the first input wins the output, and the plan
+    /// moves the second (an all-to-all on mesh dim 0).
+    #[test]
+    fn conflicting_annotations_are_kept_and_resharded() {
+        let mut b = GraphBuilder::new(Mesh::new(&[2]).unwrap());
+        let x = b.tensor("x", &[8, 4]).unwrap();
+        let z = b.tensor("z", &[8, 4]).unwrap();
+        b.annotate(x, a(&[0, -1])).unwrap();
+        b.annotate(z, a(&[-1, 0])).unwrap();
+        let y = b
+            .apply("sum", "add", Attrs::new(), &[x, z], ("y", &[8, 4]))
+            .unwrap();
+        let g = b.build(&spmd_ops::builtins()).unwrap();
+        let p = propagate(&g).unwrap();
+        assert_eq!((p.attr(x), p.attr(z)), (&a(&[0, -1]), &a(&[-1, 0])));
+        assert_eq!(p.attr(y), &a(&[0, -1]));
+        let plan = plan(&g, &p, DType::F32).unwrap();
+        assert_eq!(plan.reshards.len(), 1);
+        assert_eq!(plan.reshards[0].tensor, z);
+        assert_eq!(plan.count("all-to-all"), 1);
+    }
+
+    /// An annotation on an output reaches the inputs through backward steps,
+    /// and a tensor no annotation reaches stays replicated and unreached.
+    #[test]
+    fn annotations_flow_backward_and_unreached_tensors_stay_replicated() {
+        let mut b = GraphBuilder::new(Mesh::new(&[4]).unwrap());
+        let x = b.tensor("x", &[8, 4]).unwrap();
+        let t = b
+            .apply(
+                "t",
+                "transpose",
+                Attrs::new().with("perm", &[1i64, 0][..]),
+                &[x],
+                ("t", &[4, 8]),
+            )
+            .unwrap();
+        let e = b
+            .apply("e", "exp", Attrs::new(), &[t], ("e", &[4, 8]))
+            .unwrap();
+        let lone = b.tensor("lone", &[3]).unwrap();
+        let lone2 = b
+            .apply("l", "relu", Attrs::new(), &[lone], ("lone2", &[3]))
+            .unwrap();
+        b.annotate(e, a(&[-1, 0])).unwrap();
+        let g = b.build(&spmd_ops::builtins()).unwrap();
+        let p = propagate(&g).unwrap();
+        assert_eq!(p.attr(x), &a(&[0, -1]));
+        assert_eq!(p.origin(e), Origin::Annotated);
+        for u in [lone, lone2] {
+            assert_eq!(p.origin(u), Origin::Unreached);
+            assert_eq!(p.attr(u), &a(&[-1]));
         }
     }
 }

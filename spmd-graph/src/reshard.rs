@@ -172,7 +172,7 @@ pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPl
     for o in graph.op_ids() {
         let op = graph.op(o);
         let r = graph
-            .call_forward(o, &prop.attrs)
+            .call_resolving(o, &prop.attrs, 0)
             .map_err(|source| GraphError::Rule {
                 op: op.name.clone(),
                 source,
