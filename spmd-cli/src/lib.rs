@@ -17,7 +17,8 @@ pub mod error;
 pub mod layout;
 pub mod parse;
 pub mod report;
-pub mod reshard;
+/// The reshard classification, shared with the graph crate.
+pub use spmd_graph::steps as reshard;
 pub mod shapes;
 pub mod style;
 pub mod trace;

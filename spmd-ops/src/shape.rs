@@ -3,7 +3,7 @@
 //! `expand_as`. Each builds its notation from its attributes and the input's
 //! shape; size-1 dims are `1` (splitting a size-1 dim splits nothing).
 
-use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
+use spmd_core::{Call, DimsMapping, Einsum, RuleResult, Sharding, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, labels, normalize_axis};
 
@@ -251,6 +251,23 @@ pub(crate) fn reshape_notation(
     from: &[usize],
     to: &[usize],
 ) -> Result<String, SpmdError> {
+    reshape_runs(op, from, to).map(|r| r.notation)
+}
+
+/// A reshape's notation and its splits: `(input dim, output dim)` for each
+/// input dim that splits into several output dims, the output dim being the
+/// split's major factor (the one that may carry the input dim's sharding).
+pub(crate) struct ReshapeRuns {
+    pub notation: String,
+    pub splits: Vec<(usize, usize)>,
+}
+
+/// [`reshape_notation`] with the splits it writes as an input compound.
+pub(crate) fn reshape_runs(
+    op: &'static str,
+    from: &[usize],
+    to: &[usize],
+) -> Result<ReshapeRuns, SpmdError> {
     let volume = |s: &[usize]| s.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
     if volume(from) != volume(to) || volume(from) == Some(0) {
         return Err(SpmdError::Rejected {
@@ -266,6 +283,7 @@ pub(crate) fn reshape_notation(
         })
     };
     let (mut input, mut output) = (String::new(), String::new());
+    let mut splits = Vec::new();
     let (mut i, mut o) = (0, 0);
     while i < from.len() || o < to.len() {
         let s = from.get(i).copied().unwrap_or(1);
@@ -318,6 +336,10 @@ pub(crate) fn reshape_notation(
             term(from, i, ie, &cs, &mut input);
             output.push_str(&compound(&cs));
         } else if ns == 1 {
+            let big_dim = |shape: &[usize], a: usize, b: usize| (a..b).find(|&d| shape[d] != 1);
+            if let (Some(x), Some(y)) = (big_dim(from, i, ie), big_dim(to, o, oe)) {
+                splits.push((x, y));
+            }
             let cs: Vec<char> = (0..nt).map(|_| label()).collect::<Result<_, _>>()?;
             input.push_str(&compound(&cs));
             term(to, o, oe, &cs, &mut output);
@@ -328,7 +350,10 @@ pub(crate) fn reshape_notation(
         i = ie;
         o = oe;
     }
-    Ok(format!("{input}->{output}"))
+    Ok(ReshapeRuns {
+        notation: format!("{input}->{output}"),
+        splits,
+    })
 }
 
 /// Paddle's `reshape` / `reshape2`: the notation of
@@ -336,9 +361,17 @@ pub(crate) fn reshape_notation(
 /// copies the input dim at that position, one `-1` takes what is left), or,
 /// in backward and grad, to the given output's shape. Reshape is linear: a
 /// `Sum` partial input passes to the output, as in Paddle 3.3.1.
+///
+/// A split (`[b, s, 64] -> [b, s, 4, 16]`) is the compound `(hd)` on the
+/// input, whose major factor's extent the core cannot learn in forward (it
+/// sees no output shape). The target shape knows it, so an `adjust` hook
+/// hands the input dim's sharding to the major factor when the factor's
+/// extent is divisible by it (dropping trailing mesh dims until it is), as
+/// Paddle does.
 #[spmd_rule(
     name = "reshape",
     build = Self::notation,
+    adjust = Self::keep_split_sharding,
     partial_inputs = "linear",
     inputs(x),
     outputs(out)
@@ -362,6 +395,52 @@ impl Reshape {
             None => target_shape(from, &self.shape)?,
         };
         Einsum::new(&reshape_notation("reshape", from, &to)?)
+    }
+
+    /// Forward: each split's major factor takes the input dim's sharding.
+    fn keep_split_sharding(
+        &self,
+        call: &Call<'_>,
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
+        let Call::Forward { mesh, inputs } = *call else {
+            return Ok(());
+        };
+        let Some(x) = inputs.first() else {
+            return Ok(());
+        };
+        let to = target_shape(x.shape, &self.shape)?;
+        let runs = reshape_runs("reshape", x.shape, &to)?;
+        if runs.splits.is_empty() {
+            return Ok(());
+        }
+        let (Some(required), Some(out)) = (result.inputs.first_mut(), result.outputs.first_mut())
+        else {
+            return Ok(());
+        };
+        let mut req: Vec<Sharding> = required.dims_mapping.as_slice().to_vec();
+        let mut res: Vec<Sharding> = out.dims_mapping.as_slice().to_vec();
+        for (from_dim, to_dim) in runs.splits {
+            let (Some(&given), Some(&extent)) = (x.attr.dims_mapping.get(from_dim), to.get(to_dim))
+            else {
+                continue;
+            };
+            let mut s = given;
+            while !s.is_empty() {
+                let product: usize = s.as_slice().iter().map(|&m| mesh.dim(m)).product();
+                if extent.is_multiple_of(product) {
+                    break;
+                }
+                s = s.without_last();
+            }
+            if let (Some(r), Some(o)) = (req.get_mut(from_dim), res.get_mut(to_dim)) {
+                *r = s;
+                *o = s;
+            }
+        }
+        required.dims_mapping = DimsMapping::from_shardings(&req);
+        out.dims_mapping = DimsMapping::from_shardings(&res);
+        Ok(())
     }
 }
 
@@ -543,6 +622,33 @@ pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdErr
 #[cfg(test)]
 mod tests {
     use super::reshape_notation;
+    use spmd_core::{Attrs, DistAttr, Mesh, Spec};
+
+    /// The head split of attention, `[b, s, h] -> [b, s, heads, head_dim]`:
+    /// `h`'s sharding goes to `heads` when the mesh dim divides it, and is
+    /// dropped (the input gathered) when it does not.
+    #[test]
+    fn a_split_dim_keeps_its_sharding_on_the_major_factor() {
+        let mesh = Mesh::new(&[2, 4]).unwrap();
+        let x = DistAttr::from_paddle(&[0, -1, 1]).unwrap();
+        let run = |shape: &[i64]| {
+            let attrs = Attrs::new().with("shape", shape);
+            let rule = crate::builtins().build("reshape", &attrs).unwrap();
+            let r = rule.forward(&mesh, &[Spec::new(&[4, 8, 64], &x)]).unwrap();
+            (r.inputs[0].to_string(), r.outputs[0].to_string())
+        };
+        let kept = ("[0, -1, 1]".to_string(), "[0, -1, 1, -1]".to_string());
+        assert_eq!(run(&[4, 8, 16, 4]), kept);
+        assert_eq!(
+            run(&[0, 0, 8, -1]),
+            ("[0, -1, 1]".into(), "[0, -1, 1, -1]".into())
+        );
+        // 2 heads cannot be split 4 ways.
+        assert_eq!(
+            run(&[4, 8, 2, 32]),
+            ("[0, -1, -1]".into(), "[0, -1, -1, -1]".into())
+        );
+    }
 
     /// A size-1 dim inside a merged run is `1` and leaves the labels to the
     /// dims larger than 1 (it used to take one and leave `a11->(ab)`).

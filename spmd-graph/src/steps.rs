@@ -1,5 +1,6 @@
 //! What it takes to turn one layout into another: the collectives (or local
 //! steps) between a tensor's given dist attr and the one a rule requires.
+//! (Shared by the graph's reshard plan and the `spmd` CLI's reports.)
 //!
 //! Pure logic over a pair of [`DistAttr`]s. Each mesh dim is looked at on its
 //! own: where it splits the tensor (which dim, at which co-shard position) or

@@ -1,0 +1,194 @@
+//! The backward graph of a propagated forward graph, for training: one grad
+//! op per forward op (in reverse), using the registry's grad inference.
+//!
+//! - Each grad op reads the forward op's inputs as that op saw them (its
+//!   requirements under the final attrs: new tensors annotated with them)
+//!   and one grad per forward output.
+//! - The given outputs (the tensors the loss is computed from) get a seed
+//!   gradient annotated like the output, without partial status (the loss
+//!   gradient arrives complete).
+//! - A forward output without a gradient contribution (a layer norm's mean)
+//!   gets an unannotated zero gradient: zeros can be made in any layout.
+//! - A tensor read by several ops gets one gradient per reader, summed by
+//!   `add` ops: the gradient accumulation.
+//! - Each parameter's final gradient is annotated with the parameter's own
+//!   layout without partial status: the optimizer needs it so. A gradient
+//!   that comes out partial (over a data-parallel mesh dim, say) therefore
+//!   shows as an all-reduce at its producer in the reshard plan.
+
+use spmd_core::{Attrs, DistAttr, Partial, Registry};
+
+use crate::error::GraphError;
+use crate::graph::{Graph, GraphBuilder, OpKind, TensorId};
+use crate::propagate::Propagation;
+
+/// A backward graph and where each forward parameter's gradient is in it.
+#[derive(Debug)]
+pub struct Backward {
+    pub graph: Graph,
+    /// (forward parameter, its final gradient in [`Backward::graph`]).
+    pub param_grads: Vec<(TensorId, TensorId)>,
+}
+
+/// Builds the backward graph of `forward` under the attrs of `prop`, seeded
+/// at `outputs` (see the module docs). Parameters are the tensors marked
+/// [`param`](crate::TensorInfo::param).
+pub fn backward_graph(
+    forward: &Graph,
+    prop: &Propagation,
+    registry: &Registry,
+    outputs: &[TensorId],
+) -> Result<Backward, GraphError> {
+    let mut b = GraphBuilder::new(forward.mesh().clone());
+    // Gradient contributions per forward tensor.
+    let mut contributions: Vec<Vec<TensorId>> = vec![Vec::new(); forward.tensors().len()];
+    for &t in outputs {
+        let info = forward.tensor(t);
+        if !contributions[t.index()].is_empty() {
+            continue;
+        }
+        let seed = b.tensor(&fresh(&b, format!("d{}", info.name)), &info.shape)?;
+        b.annotate(seed, complete(prop.attr(t)))?;
+        contributions[t.index()].push(seed);
+    }
+    for o in forward.op_ids().rev() {
+        let op = forward.op(o);
+        if op.kind != OpKind::Forward {
+            return Err(GraphError::GradOfGrad {
+                op: op.name.clone(),
+            });
+        }
+        if op
+            .outputs
+            .iter()
+            .all(|t| contributions[t.index()].is_empty())
+        {
+            // Nothing downstream needs a gradient from this op.
+            continue;
+        }
+        let seen = forward
+            .call_resolving(o, &prop.attrs, 0)
+            .map_err(|source| GraphError::Rule {
+                op: op.name.clone(),
+                source,
+            })?;
+        let mut inputs = Vec::with_capacity(op.inputs.len() + op.outputs.len());
+        for (&t, need) in op.inputs.iter().zip(&seen.inputs) {
+            let info = forward.tensor(t);
+            let saved = b.tensor(
+                &fresh(&b, format!("{}@{}", info.name, op.name)),
+                &info.shape,
+            )?;
+            b.annotate(saved, need.clone())?;
+            inputs.push(saved);
+        }
+        for &t in &op.outputs {
+            inputs.push(accumulate(
+                &mut b,
+                forward,
+                t,
+                &mut contributions[t.index()],
+            )?);
+        }
+        let no_grad = registry
+            .get(&op.rule)
+            .map_err(|source| GraphError::Rule {
+                op: op.name.clone(),
+                source,
+            })?
+            .no_grad;
+        let mut outputs = Vec::new();
+        for (i, &t) in op.inputs.iter().enumerate() {
+            if i < 64 && no_grad & (1 << i) != 0 {
+                continue;
+            }
+            let info = forward.tensor(t);
+            let g = b.tensor(
+                &fresh(&b, format!("d{}@{}", info.name, op.name)),
+                &info.shape,
+            )?;
+            contributions[t.index()].push(g);
+            outputs.push(g);
+        }
+        b.op(
+            &format!("{}_grad", op.name),
+            &op.rule,
+            op.attrs.clone(),
+            OpKind::Grad {
+                forward_inputs: op.inputs.len(),
+            },
+            &inputs,
+            &outputs,
+        )?;
+    }
+    let mut param_grads = Vec::new();
+    for t in forward.tensor_ids() {
+        let info = forward.tensor(t);
+        if !info.param || contributions[t.index()].is_empty() {
+            continue;
+        }
+        let g = accumulate(&mut b, forward, t, &mut contributions[t.index()])?;
+        b.annotate(g, complete(prop.attr(t)))?;
+        param_grads.push((t, g));
+    }
+    Ok(Backward {
+        graph: b.build(registry)?,
+        param_grads,
+    })
+}
+
+/// `base`, or `base~k` for the first `k` that is not a tensor's name yet (an
+/// op reading one tensor twice).
+fn fresh(b: &GraphBuilder, base: String) -> String {
+    if b.find(&base).is_none() {
+        return base;
+    }
+    (2..)
+        .map(|k| format!("{base}~{k}"))
+        .find(|n| b.find(n).is_none())
+        .unwrap_or(base)
+}
+
+/// The attr without partial status.
+fn complete(a: &DistAttr) -> DistAttr {
+    a.clone().with_partial(Partial::NONE)
+}
+
+/// The gradient of forward tensor `t`: its single contribution, the sum of
+/// several (`add` ops), or a fresh zero gradient when there is none.
+fn accumulate(
+    b: &mut GraphBuilder,
+    forward: &Graph,
+    t: TensorId,
+    parts: &mut Vec<TensorId>,
+) -> Result<TensorId, GraphError> {
+    let info = forward.tensor(t);
+    let name = format!("d{}", info.name);
+    match parts.len() {
+        0 => {
+            let zero = b.tensor(&format!("{name}@zero"), &info.shape)?;
+            parts.push(zero);
+            Ok(zero)
+        }
+        1 => Ok(parts[0]),
+        n => {
+            let mut sum = parts[0];
+            for (k, &part) in parts.iter().enumerate().skip(1) {
+                let out = if k + 1 == n {
+                    name.clone()
+                } else {
+                    format!("{name}@sum{k}")
+                };
+                sum = b.apply(
+                    &format!("{name}_acc{k}"),
+                    "add",
+                    Attrs::new(),
+                    &[sum, part],
+                    (&out, &info.shape),
+                )?;
+            }
+            *parts = vec![sum];
+            Ok(sum)
+        }
+    }
+}

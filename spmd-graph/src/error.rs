@@ -1,0 +1,60 @@
+//! What can go wrong building, reading or propagating a graph. Every error
+//! names the tensor or op it is about.
+
+use spmd_core::SpmdError;
+
+/// An error about a graph.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphError {
+    #[error("tensor `{name}` is defined twice")]
+    DuplicateTensor { name: String },
+    #[error("op `{op}` refers to tensor `{name}`, which is not defined")]
+    UnknownTensor { op: String, name: String },
+    #[error("tensor `{tensor}` is produced by op `{first}` and again by op `{second}`")]
+    ProducedTwice {
+        tensor: String,
+        first: String,
+        second: String,
+    },
+    #[error(
+        "op `{op}` reads tensor `{tensor}`, which is produced later (by op `{producer}`): ops must come in a topological order"
+    )]
+    NotTopological {
+        op: String,
+        tensor: String,
+        producer: String,
+    },
+    #[error("op `{op}`: {source}")]
+    Rule {
+        op: String,
+        #[source]
+        source: SpmdError,
+    },
+    #[error("op `{op}` has {found} {what}, its rule `{rule}` {expected}")]
+    Arity {
+        op: String,
+        rule: String,
+        what: &'static str,
+        found: usize,
+        expected: String,
+    },
+    #[error("tensor `{tensor}`: {message}")]
+    BadAnnotation { tensor: String, message: String },
+    #[error(
+        "op `{op}` gives tensor `{tensor}` (rank {expected}) an attr of rank {found}: the tensor's declared shape does not fit the op"
+    )]
+    RankMismatch {
+        op: String,
+        tensor: String,
+        expected: usize,
+        found: usize,
+    },
+    #[error("op `{op}` is a grad op: backward graphs are built from forward graphs")]
+    GradOfGrad { op: String },
+    /// An error outside any op (a bad mesh).
+    #[error(transparent)]
+    Core(#[from] SpmdError),
+    #[error("graph JSON: {0}")]
+    Json(String),
+}

@@ -1,0 +1,500 @@
+//! The graph: tensors with global shapes (some annotated by the user), ops
+//! that name a registry rule with its attributes, and the builder that checks
+//! it all once, so that propagation never looks a rule up by name.
+
+use std::collections::HashMap;
+
+use spmd_core::{Attrs, DistAttr, Mesh, Registry, Spec, SpmdError, SpmdRule};
+
+use crate::error::GraphError;
+
+/// A tensor of a graph: its index in [`Graph::tensors`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub u32);
+
+/// An op of a graph: its index in [`Graph::ops`], which is also its place in
+/// the graph's topological order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u32);
+
+impl TensorId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl OpId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// How an op calls its rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// The rule's forward inference: inputs -> outputs.
+    Forward,
+    /// The rule's gradient op: the inputs are the forward op's
+    /// `forward_inputs` inputs followed by one grad per forward output; the
+    /// outputs are the grads of the forward inputs that have one.
+    Grad { forward_inputs: usize },
+}
+
+/// One tensor: a name, its global shape, and the user's annotation if any
+/// (never changed by propagation).
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub annotation: Option<DistAttr>,
+    /// A trainable weight: [`backward_graph`](crate::backward_graph) gives
+    /// it a gradient laid out like it.
+    pub param: bool,
+    pub producer: Option<OpId>,
+    pub consumers: Vec<OpId>,
+}
+
+/// One op: a display name, the registry rule with its attributes, and its
+/// tensors.
+#[derive(Clone, Debug)]
+pub struct OpInfo {
+    pub name: String,
+    pub rule: String,
+    pub attrs: Attrs,
+    pub kind: OpKind,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+}
+
+/// Which propagation stage an op belongs to (see the crate docs): ops that
+/// pass shardings through unchanged go first, as in Shardy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    /// Elementwise and pure layout ops (`add`, `gelu`, `reshape`, ...).
+    PassThrough = 0,
+    /// Everything else (contractions, reductions, norms, gathers, grad ops).
+    Other = 1,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 2] = [Stage::PassThrough, Stage::Other];
+
+    /// The stage of a forward op by its rule name.
+    pub fn of(rule: &str) -> Stage {
+        const LAYOUT: &[&str] = &[
+            "reshape",
+            "reshape2",
+            "transpose",
+            "transpose2",
+            "squeeze",
+            "unsqueeze",
+            "unsqueeze2",
+            "flatten",
+            "scale",
+        ];
+        if spmd_ops::UNARY.contains(&rule)
+            || spmd_ops::BINARY.contains(&rule)
+            || LAYOUT.contains(&rule)
+        {
+            Stage::PassThrough
+        } else {
+            Stage::Other
+        }
+    }
+}
+
+/// A checked graph: every op's rule built once, ops in a topological order,
+/// every tensor produced at most once, every annotation valid for its tensor.
+///
+/// ```
+/// use spmd_core::{Attrs, DistAttr, Mesh};
+/// use spmd_graph::GraphBuilder;
+///
+/// let mut b = GraphBuilder::new(Mesh::new(&[4])?);
+/// let x = b.tensor("x", &[8, 16])?;
+/// let w = b.tensor("w", &[16, 32])?;
+/// b.annotate(w, DistAttr::from_paddle(&[-1, 0]).unwrap())?;
+/// let y = b.apply("mm", "matmul", Attrs::new(), &[x, w], ("y", &[8, 32]))?;
+/// let graph = b.build(&spmd_ops::builtins())?;
+/// assert_eq!(graph.tensor(y).shape, [8, 32]);
+/// # Ok::<(), spmd_graph::GraphError>(())
+/// ```
+pub struct Graph {
+    mesh: Mesh,
+    tensors: Vec<TensorInfo>,
+    ops: Vec<OpInfo>,
+    pub(crate) rules: Vec<Box<dyn SpmdRule>>,
+    pub(crate) stages: Vec<Stage>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("mesh", &self.mesh)
+            .field("tensors", &self.tensors)
+            .field("ops", &self.ops)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Graph {
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+    pub fn ops(&self) -> &[OpInfo] {
+        &self.ops
+    }
+    pub fn tensor(&self, t: TensorId) -> &TensorInfo {
+        &self.tensors[t.index()]
+    }
+    pub fn op(&self, o: OpId) -> &OpInfo {
+        &self.ops[o.index()]
+    }
+    /// The built rule of an op.
+    pub fn rule(&self, o: OpId) -> &dyn SpmdRule {
+        &*self.rules[o.index()]
+    }
+    pub fn stage(&self, o: OpId) -> Stage {
+        self.stages[o.index()]
+    }
+    /// The tensor called `name`.
+    pub fn find(&self, name: &str) -> Option<TensorId> {
+        self.tensors
+            .iter()
+            .position(|t| t.name == name)
+            .map(|i| TensorId(i as u32))
+    }
+    pub fn op_ids(&self) -> impl DoubleEndedIterator<Item = OpId> + ExactSizeIterator {
+        (0..self.ops.len() as u32).map(OpId)
+    }
+    pub fn tensor_ids(&self) -> impl DoubleEndedIterator<Item = TensorId> + ExactSizeIterator {
+        (0..self.tensors.len() as u32).map(TensorId)
+    }
+
+    /// Runs an op's rule in its own direction (forward, or grad for grad
+    /// ops) on the given attrs, one per tensor of the graph.
+    pub(crate) fn call_forward(
+        &self,
+        o: OpId,
+        attrs: &[DistAttr],
+    ) -> Result<spmd_core::RuleResult, SpmdError> {
+        self.call_seeing(o, attrs, None)
+    }
+
+    /// [`Graph::call_forward`], but when the rule rejects the combination of
+    /// its inputs' attrs (a strict rule facing two disagreeing inputs), it
+    /// runs again seeing only input `keep`'s attr, the others replicated:
+    /// that input wins the conflict and the others are resharded to fit.
+    pub(crate) fn call_resolving(
+        &self,
+        o: OpId,
+        attrs: &[DistAttr],
+        keep: usize,
+    ) -> Result<spmd_core::RuleResult, SpmdError> {
+        self.call_seeing(o, attrs, None)
+            .or_else(|first| self.call_seeing(o, attrs, Some(keep)).map_err(|_| first))
+    }
+
+    fn call_seeing(
+        &self,
+        o: OpId,
+        attrs: &[DistAttr],
+        only: Option<usize>,
+    ) -> Result<spmd_core::RuleResult, SpmdError> {
+        let op = &self.ops[o.index()];
+        let replicated: smallvec::SmallVec<[DistAttr; 4]> = match only {
+            None => smallvec::SmallVec::new(),
+            Some(_) => op
+                .inputs
+                .iter()
+                .map(|t| DistAttr::replicated(self.tensors[t.index()].shape.len()))
+                .collect(),
+        };
+        let specs: smallvec::SmallVec<[Spec<'_>; 8]> = op
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                let attr = match only {
+                    Some(keep) if keep != k => &replicated[k],
+                    _ => &attrs[t.index()],
+                };
+                Spec::new(&self.tensors[t.index()].shape, attr)
+            })
+            .collect();
+        let rule = &*self.rules[o.index()];
+        match op.kind {
+            OpKind::Forward => rule.forward(&self.mesh, &specs),
+            OpKind::Grad { forward_inputs } => {
+                let (ins, grads) = specs.split_at(forward_inputs.min(specs.len()));
+                rule.grad(&self.mesh, ins, grads)
+            }
+        }
+    }
+}
+
+/// Builds a [`Graph`] op by op. Ops must be added in a topological order
+/// (an op reads tensors that are graph inputs or outputs of earlier ops);
+/// that order is the one propagation walks.
+#[derive(Clone, Debug)]
+pub struct GraphBuilder {
+    mesh: Mesh,
+    tensors: Vec<TensorInfo>,
+    by_name: HashMap<String, TensorId>,
+    ops: Vec<OpInfo>,
+}
+
+impl GraphBuilder {
+    pub fn new(mesh: Mesh) -> GraphBuilder {
+        GraphBuilder {
+            mesh,
+            tensors: Vec::new(),
+            by_name: HashMap::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    /// Declares a tensor. It is a graph input unless an op later lists it as
+    /// an output.
+    pub fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<TensorId, GraphError> {
+        if self.by_name.contains_key(name) {
+            return Err(GraphError::DuplicateTensor { name: name.into() });
+        }
+        let id = TensorId(self.tensors.len() as u32);
+        self.tensors.push(TensorInfo {
+            name: name.into(),
+            shape: shape.to_vec(),
+            annotation: None,
+            param: false,
+            producer: None,
+            consumers: Vec::new(),
+        });
+        self.by_name.insert(name.into(), id);
+        Ok(id)
+    }
+
+    /// The tensor called `name`.
+    pub fn find(&self, name: &str) -> Option<TensorId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Fixes a tensor's attr: propagation never changes it, and the reshard
+    /// plan brings whatever its producer makes to it.
+    pub fn annotate(&mut self, t: TensorId, attr: DistAttr) -> Result<(), GraphError> {
+        let info = &self.tensors[t.index()];
+        check_attr(&self.mesh, &info.name, &info.shape, &attr)?;
+        self.tensors[t.index()].annotation = Some(attr);
+        Ok(())
+    }
+
+    /// Marks a tensor as a trainable weight.
+    pub fn mark_param(&mut self, t: TensorId) {
+        self.tensors[t.index()].param = true;
+    }
+
+    /// Declares a trainable weight, annotated when `attr` is given.
+    pub fn param(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        attr: Option<DistAttr>,
+    ) -> Result<TensorId, GraphError> {
+        let t = self.tensor(name, shape)?;
+        self.mark_param(t);
+        if let Some(a) = attr {
+            self.annotate(t, a)?;
+        }
+        Ok(t)
+    }
+
+    /// Adds an op over declared tensors.
+    pub fn op(
+        &mut self,
+        name: &str,
+        rule: &str,
+        attrs: Attrs,
+        kind: OpKind,
+        inputs: &[TensorId],
+        outputs: &[TensorId],
+    ) -> Result<OpId, GraphError> {
+        let id = OpId(self.ops.len() as u32);
+        let name = if name.is_empty() {
+            format!("{rule}#{}", id.0)
+        } else {
+            name.to_string()
+        };
+        for &t in outputs {
+            let info = &mut self.tensors[t.index()];
+            if let Some(first) = info.producer {
+                return Err(GraphError::ProducedTwice {
+                    tensor: info.name.clone(),
+                    first: self.ops[first.index()].name.clone(),
+                    second: name,
+                });
+            }
+            info.producer = Some(id);
+        }
+        for &t in inputs {
+            self.tensors[t.index()].consumers.push(id);
+        }
+        self.ops.push(OpInfo {
+            name,
+            rule: rule.into(),
+            attrs,
+            kind,
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+        });
+        Ok(id)
+    }
+
+    /// Adds a forward op with one new output tensor.
+    pub fn apply(
+        &mut self,
+        name: &str,
+        rule: &str,
+        attrs: Attrs,
+        inputs: &[TensorId],
+        output: (&str, &[usize]),
+    ) -> Result<TensorId, GraphError> {
+        let out = self.tensor(output.0, output.1)?;
+        self.op(name, rule, attrs, OpKind::Forward, inputs, &[out])?;
+        Ok(out)
+    }
+
+    /// Adds a forward op with several new output tensors.
+    pub fn apply_n(
+        &mut self,
+        name: &str,
+        rule: &str,
+        attrs: Attrs,
+        inputs: &[TensorId],
+        outputs: &[(&str, &[usize])],
+    ) -> Result<Vec<TensorId>, GraphError> {
+        let outs = outputs
+            .iter()
+            .map(|(n, s)| self.tensor(n, s))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.op(name, rule, attrs, OpKind::Forward, inputs, &outs)?;
+        Ok(outs)
+    }
+
+    /// Checks the graph and builds every op's rule from `registry`. Each op
+    /// runs once on replicated inputs, which checks its shapes, its arity
+    /// and its outputs' ranks against the declared tensors.
+    pub fn build(self, registry: &Registry) -> Result<Graph, GraphError> {
+        let mut rules = Vec::with_capacity(self.ops.len());
+        let mut stages = Vec::with_capacity(self.ops.len());
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in &op.inputs {
+                if let Some(p) = self.tensors[t.index()].producer
+                    && p.index() >= i
+                {
+                    return Err(GraphError::NotTopological {
+                        op: op.name.clone(),
+                        tensor: self.tensors[t.index()].name.clone(),
+                        producer: self.ops[p.index()].name.clone(),
+                    });
+                }
+            }
+            let rule = registry
+                .build(&op.rule, &op.attrs)
+                .map_err(|source| GraphError::Rule {
+                    op: op.name.clone(),
+                    source,
+                })?;
+            stages.push(match op.kind {
+                OpKind::Forward => Stage::of(&op.rule),
+                OpKind::Grad { .. } => Stage::Other,
+            });
+            rules.push(rule);
+        }
+        let graph = Graph {
+            mesh: self.mesh,
+            tensors: self.tensors,
+            ops: self.ops,
+            rules,
+            stages,
+        };
+        let replicated: Vec<DistAttr> = graph
+            .tensors
+            .iter()
+            .map(|t| DistAttr::replicated(t.shape.len()))
+            .collect();
+        for o in graph.op_ids() {
+            let op = graph.op(o);
+            let r = graph
+                .call_forward(o, &replicated)
+                .map_err(|source| GraphError::Rule {
+                    op: op.name.clone(),
+                    source,
+                })?;
+            if r.outputs.len() != op.outputs.len() {
+                return Err(GraphError::Arity {
+                    op: op.name.clone(),
+                    rule: op.rule.clone(),
+                    what: "outputs",
+                    found: op.outputs.len(),
+                    expected: format!("gives {}", r.outputs.len()),
+                });
+            }
+            for (&t, a) in op.outputs.iter().zip(&r.outputs) {
+                let info = graph.tensor(t);
+                if a.dims_mapping.rank() != info.shape.len() {
+                    return Err(GraphError::RankMismatch {
+                        op: op.name.clone(),
+                        tensor: info.name.clone(),
+                        expected: info.shape.len(),
+                        found: a.dims_mapping.rank(),
+                    });
+                }
+            }
+        }
+        Ok(graph)
+    }
+}
+
+/// An annotation must fit its tensor: one entry per dim, mesh dims of the
+/// mesh, each used once (sharding or partial).
+fn check_attr(mesh: &Mesh, name: &str, shape: &[usize], attr: &DistAttr) -> Result<(), GraphError> {
+    let bad = |message: String| GraphError::BadAnnotation {
+        tensor: name.into(),
+        message,
+    };
+    if attr.dims_mapping.rank() != shape.len() {
+        return Err(bad(format!(
+            "a mapping of {} entries for a tensor of rank {}",
+            attr.dims_mapping.rank(),
+            shape.len()
+        )));
+    }
+    let mut used = spmd_core::MeshSet::EMPTY;
+    let dims = attr
+        .dims_mapping
+        .as_slice()
+        .iter()
+        .enumerate()
+        .flat_map(|(dim, s)| s.as_slice().iter().map(move |&m| (Some(dim), m)))
+        .chain(attr.partial.dims().iter().map(|m| (None, m)));
+    for (dim, m) in dims {
+        let place = dim.map_or("partial".to_string(), |d| format!("dim {d}"));
+        if m as usize >= mesh.rank() {
+            return Err(bad(format!(
+                "{place} uses mesh dim {m}, but the mesh {mesh} has rank {}",
+                mesh.rank()
+            )));
+        }
+        if used.contains(m) {
+            return Err(bad(format!("mesh dim {m} is used twice ({place})")));
+        }
+        used = used.with(m);
+    }
+    Ok(())
+}

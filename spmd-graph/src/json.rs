@@ -1,0 +1,313 @@
+//! The graph JSON format:
+//!
+//! ```json
+//! {
+//!   "mesh": [2, 4],
+//!   "dtype": "bf16",
+//!   "tensors": [
+//!     {"name": "x", "shape": [8, 64]},
+//!     {"name": "w", "shape": [64, 256], "dims_mapping": [-1, 1], "param": true},
+//!     {"name": "y", "shape": [8, 256]}
+//!   ],
+//!   "ops": [
+//!     {"name": "fc", "op": "matmul", "attrs": {"trans_y": false}, "inputs": ["x", "w"], "outputs": ["y"]}
+//!   ],
+//!   "outputs": ["y"]
+//! }
+//! ```
+//!
+//! - `tensors`: every tensor with its global shape; `dims_mapping` (Paddle's
+//!   form, or nested lists for co-sharding) and `partial_dims` annotate it;
+//!   `param` marks a trainable weight (it gets a gradient in the backward
+//!   graph).
+//! - `ops`: in a topological order; `op` is a registry name, `attrs` Paddle's
+//!   attributes; `name` is optional. A grad op has `"forward_inputs": n`
+//!   (its first `n` inputs are the forward op's, the rest output grads).
+//! - `outputs` (optional): where the backward graph is seeded; by default
+//!   every produced tensor no op reads.
+//! - `dtype` (optional): the element type for volumes (default `f32`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use spmd_core::json::Mapping;
+use spmd_core::{AttrValue, Attrs, DistAttr, MeshSet, Partial, ReduceType, Registry};
+
+use crate::error::GraphError;
+use crate::graph::{Graph, GraphBuilder, OpKind, TensorId};
+use crate::reshard::DType;
+
+/// A graph file, as written.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphFile {
+    pub mesh: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<DType>,
+    pub tensors: Vec<TensorEntry>,
+    pub ops: Vec<OpEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+}
+
+/// One tensor of a [`GraphFile`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorEntry {
+    pub name: String,
+    pub shape: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dims_mapping: Option<Mapping>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partial_dims: Vec<u8>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub param: bool,
+}
+
+/// One op of a [`GraphFile`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpEntry {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    pub op: String,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub attrs: Value,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_inputs: Option<usize>,
+}
+
+/// A graph read from JSON, with the file's backward seeds and dtype.
+#[derive(Debug)]
+pub struct Loaded {
+    pub graph: Graph,
+    /// The `outputs` of the file, or every produced tensor no op reads.
+    pub outputs: Vec<TensorId>,
+    pub dtype: DType,
+}
+
+/// Reads a graph from JSON text (see the module docs).
+///
+/// ```
+/// let text = r#"{"mesh": [4],
+///   "tensors": [{"name": "x", "shape": [8, 16], "dims_mapping": [0, -1]},
+///               {"name": "y", "shape": [8, 16]}],
+///   "ops": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}]}"#;
+/// let loaded = spmd_graph::json::from_str(text, &spmd_ops::builtins())?;
+/// let p = spmd_graph::propagate(&loaded.graph)?;
+/// assert_eq!(p.attr(loaded.outputs[0]).to_string(), "[0, -1]");
+/// # Ok::<(), spmd_graph::GraphError>(())
+/// ```
+pub fn from_str(text: &str, registry: &Registry) -> Result<Loaded, GraphError> {
+    let file: GraphFile =
+        serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+    from_file(&file, registry)
+}
+
+/// Builds the graph of a parsed file.
+pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphError> {
+    let mesh = spmd_core::Mesh::new(&file.mesh)?;
+    let mut b = GraphBuilder::new(mesh);
+    for t in &file.tensors {
+        let id = b.tensor(&t.name, &t.shape)?;
+        if t.param {
+            b.mark_param(id);
+        }
+        if t.dims_mapping.is_some() || !t.partial_dims.is_empty() {
+            let mapping = match &t.dims_mapping {
+                Some(m) => m.to_dims_mapping().map_err(|e| GraphError::BadAnnotation {
+                    tensor: t.name.clone(),
+                    message: e.to_string(),
+                })?,
+                None => spmd_core::DimsMapping::replicated(t.shape.len()),
+            };
+            let partial = t
+                .partial_dims
+                .iter()
+                .fold(MeshSet::EMPTY, |m, &d| m.with(d));
+            b.annotate(
+                id,
+                DistAttr::new(mapping).with_partial(Partial::over(partial, ReduceType::Sum)),
+            )?;
+        }
+    }
+    for (i, op) in file.ops.iter().enumerate() {
+        let label = if op.name.is_empty() {
+            format!("{}#{i}", op.op)
+        } else {
+            op.name.clone()
+        };
+        let find = |names: &[String]| -> Result<Vec<TensorId>, GraphError> {
+            names
+                .iter()
+                .map(|n| {
+                    b.find(n).ok_or_else(|| GraphError::UnknownTensor {
+                        op: label.clone(),
+                        name: n.clone(),
+                    })
+                })
+                .collect()
+        };
+        let (inputs, outputs) = (find(&op.inputs)?, find(&op.outputs)?);
+        let attrs = Attrs::from_json("graph op", &op.attrs).map_err(|source| GraphError::Rule {
+            op: label.clone(),
+            source,
+        })?;
+        let kind = match op.forward_inputs {
+            Some(n) => OpKind::Grad { forward_inputs: n },
+            None => OpKind::Forward,
+        };
+        b.op(&label, &op.op, attrs, kind, &inputs, &outputs)?;
+    }
+    let graph = b.build(registry)?;
+    let outputs = if file.outputs.is_empty() {
+        graph
+            .tensor_ids()
+            .filter(|&t| {
+                let info = graph.tensor(t);
+                info.producer.is_some() && info.consumers.is_empty()
+            })
+            .collect()
+    } else {
+        file.outputs
+            .iter()
+            .map(|n| {
+                graph.find(n).ok_or_else(|| GraphError::UnknownTensor {
+                    op: "outputs".into(),
+                    name: n.clone(),
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    Ok(Loaded {
+        graph,
+        outputs,
+        dtype: file.dtype.unwrap_or_default(),
+    })
+}
+
+/// The file of a graph (annotations, params and ops as built).
+pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> GraphFile {
+    GraphFile {
+        mesh: graph.mesh().shape().to_vec(),
+        dtype,
+        tensors: graph
+            .tensors()
+            .iter()
+            .map(|t| TensorEntry {
+                name: t.name.clone(),
+                shape: t.shape.clone(),
+                dims_mapping: t
+                    .annotation
+                    .as_ref()
+                    .map(|a| Mapping::from_dims_mapping(&a.dims_mapping)),
+                partial_dims: t
+                    .annotation
+                    .as_ref()
+                    .map(|a| a.partial.dims().iter().collect())
+                    .unwrap_or_default(),
+                param: t.param,
+            })
+            .collect(),
+        ops: graph
+            .ops()
+            .iter()
+            .map(|op| OpEntry {
+                name: op.name.clone(),
+                op: op.rule.clone(),
+                attrs: attrs_json(&op.attrs),
+                inputs: op
+                    .inputs
+                    .iter()
+                    .map(|&t| graph.tensor(t).name.clone())
+                    .collect(),
+                outputs: op
+                    .outputs
+                    .iter()
+                    .map(|&t| graph.tensor(t).name.clone())
+                    .collect(),
+                forward_inputs: match op.kind {
+                    OpKind::Grad { forward_inputs } => Some(forward_inputs),
+                    OpKind::Forward => None,
+                },
+            })
+            .collect(),
+        outputs: outputs
+            .iter()
+            .map(|&t| graph.tensor(t).name.clone())
+            .collect(),
+    }
+}
+
+fn attrs_json(attrs: &Attrs) -> Value {
+    if attrs.iter().next().is_none() {
+        return Value::Null;
+    }
+    let map = attrs
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                AttrValue::Bool(b) => Value::from(*b),
+                AttrValue::Int(i) => Value::from(*i),
+                AttrValue::Float(x) => Value::from(*x),
+                AttrValue::Str(s) => Value::from(s.clone()),
+                AttrValue::Bools(v) => Value::from(v.clone()),
+                AttrValue::Ints(v) => Value::from(v.clone()),
+                AttrValue::Floats(v) => Value::from(v.clone()),
+                AttrValue::Strs(v) => Value::from(v.clone()),
+            };
+            (k.to_string(), v)
+        })
+        .collect();
+    Value::Object(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpt::{GptConfig, gpt};
+
+    #[test]
+    fn a_graph_survives_a_round_trip_through_json() {
+        let registry = spmd_ops::builtins();
+        let model = gpt(&GptConfig::small_dp_tp(), &registry).unwrap();
+        let file = to_file(&model.graph, &[model.output], Some(DType::Bf16));
+        let text = serde_json::to_string_pretty(&file).unwrap();
+        let back = from_str(&text, &registry).unwrap();
+        assert_eq!(to_file(&back.graph, &back.outputs, Some(back.dtype)), file);
+        assert_eq!(back.dtype, DType::Bf16);
+        let (a, b) = (
+            crate::propagate(&model.graph).unwrap(),
+            crate::propagate(&back.graph).unwrap(),
+        );
+        assert_eq!(a.attrs, b.attrs);
+    }
+
+    #[test]
+    fn bad_files_name_what_is_wrong() {
+        let registry = spmd_ops::builtins();
+        let err = |text: &str| from_str(text, &registry).unwrap_err().to_string();
+        let base =
+            r#""mesh": [2], "tensors": [{"name": "x", "shape": [4]}, {"name": "y", "shape": [4]}]"#;
+        assert!(
+            err(&format!(
+                r#"{{{base}, "ops": [{{"op": "relu", "inputs": ["z"], "outputs": ["y"]}}]}}"#
+            ))
+            .contains("tensor `z`")
+        );
+        assert!(
+            err(&format!(
+                r#"{{{base}, "ops": [{{"op": "relux", "inputs": ["x"], "outputs": ["y"]}}]}}"#
+            ))
+            .contains("relu")
+        );
+        assert!(err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4], "dims_mapping": [3]}], "ops": []}"#)
+            .contains("mesh dim 3"));
+        assert!(err(r#"{"mesh": [2], "tensors": [], "ops": [], "extra": 1}"#).contains("extra"));
+        // An op whose declared output rank does not fit its rule.
+        assert!(err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4]}, {"name": "y", "shape": [4, 1]}],
+            "ops": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}]}"#)
+            .contains("rank"));
+    }
+}

@@ -1,0 +1,360 @@
+//! Propagation to a fixed point (the algorithm is described in the crate
+//! docs): each tensor's attr goes from unknown to known once, by the first
+//! op, in the documented order, that can infer it.
+
+use smallvec::SmallVec;
+use spmd_core::{DistAttr, SpmdError};
+
+use crate::error::GraphError;
+use crate::graph::{Graph, OpId, OpKind, Stage, TensorId};
+
+/// Where a tensor's final attr came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// The user's annotation.
+    Annotated,
+    /// An op's inference: `forward` when from its inputs (the op's own
+    /// direction, grad for grad ops), else from its outputs.
+    Op { op: OpId, forward: bool },
+    /// No annotation reaches the tensor: it is replicated.
+    Unreached,
+}
+
+/// Counters of one propagation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Passes over the ops (one forward and one backward walk each).
+    pub sweeps: u32,
+    /// Rule calls made.
+    pub rule_calls: u32,
+}
+
+/// The result of [`propagate`]: one attr per tensor and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Propagation {
+    pub attrs: Vec<DistAttr>,
+    pub origins: Vec<Origin>,
+    pub stats: Stats,
+}
+
+impl Propagation {
+    pub fn attr(&self, t: TensorId) -> &DistAttr {
+        &self.attrs[t.index()]
+    }
+    pub fn origin(&self, t: TensorId) -> Origin {
+        self.origins[t.index()]
+    }
+}
+
+/// Propagates the graph's annotations to every tensor they reach.
+///
+/// ```
+/// use spmd_core::{Attrs, DistAttr, Mesh};
+/// use spmd_graph::{GraphBuilder, propagate};
+///
+/// let mut b = GraphBuilder::new(Mesh::new(&[4])?);
+/// let x = b.tensor("x", &[8, 16])?;
+/// let w = b.tensor("w", &[16, 32])?;
+/// b.annotate(w, DistAttr::from_paddle(&[-1, 0]).unwrap())?;
+/// let y = b.apply("mm", "matmul", Attrs::new(), &[x, w], ("y", &[8, 32]))?;
+/// let z = b.apply("act", "gelu", Attrs::new(), &[y], ("z", &[8, 32]))?;
+/// let graph = b.build(&spmd_ops::builtins())?;
+/// let p = propagate(&graph)?;
+/// assert_eq!(p.attr(z).to_string(), "[-1, 0]");   // column parallel
+/// assert_eq!(p.attr(x).to_string(), "[-1, -1]");
+/// # Ok::<(), spmd_graph::GraphError>(())
+/// ```
+pub fn propagate(graph: &Graph) -> Result<Propagation, GraphError> {
+    let mut p = Propagator::new(graph);
+    'restart: loop {
+        for cap in Stage::ALL {
+            let mut changed = false;
+            while p.sweep(cap)? {
+                changed = true;
+            }
+            // New facts from a later stage: let the earlier stages use them first.
+            if changed && cap != Stage::PassThrough {
+                continue 'restart;
+            }
+        }
+        break;
+    }
+    Ok(p.finish())
+}
+
+struct Propagator<'g> {
+    graph: &'g Graph,
+    /// Unknown tensors hold a replicated placeholder, which is what a rule
+    /// sees for them (a dense tensor promoted to replicated, as in Paddle).
+    attrs: Vec<DistAttr>,
+    known: Vec<bool>,
+    origins: Vec<Origin>,
+    /// Ops whose tensors are all known: nothing left to infer.
+    done: Vec<bool>,
+    stats: Stats,
+}
+
+impl<'g> Propagator<'g> {
+    fn new(graph: &'g Graph) -> Propagator<'g> {
+        let mut attrs = Vec::with_capacity(graph.tensors().len());
+        let mut known = Vec::with_capacity(graph.tensors().len());
+        let mut origins = Vec::with_capacity(graph.tensors().len());
+        for t in graph.tensors() {
+            match &t.annotation {
+                Some(a) => {
+                    attrs.push(a.clone());
+                    known.push(true);
+                    origins.push(Origin::Annotated);
+                }
+                None => {
+                    attrs.push(DistAttr::replicated(t.shape.len()));
+                    known.push(false);
+                    origins.push(Origin::Unreached);
+                }
+            }
+        }
+        Propagator {
+            graph,
+            attrs,
+            known,
+            origins,
+            done: vec![false; graph.ops().len()],
+            stats: Stats::default(),
+        }
+    }
+
+    fn finish(self) -> Propagation {
+        Propagation {
+            attrs: self.attrs,
+            origins: self.origins,
+            stats: self.stats,
+        }
+    }
+
+    /// One forward walk (topological order) and one backward walk (reverse)
+    /// over the ops of stage `cap` or below; whether any tensor became known.
+    fn sweep(&mut self, cap: Stage) -> Result<bool, GraphError> {
+        self.stats.sweeps += 1;
+        let mut changed = false;
+        for o in self.graph.op_ids() {
+            if !self.done[o.index()] && self.graph.stage(o) <= cap {
+                changed |= self.forward(o)?;
+            }
+        }
+        for o in self.graph.op_ids().rev() {
+            if !self.done[o.index()] && self.graph.stage(o) <= cap {
+                changed |= self.backward(o)?;
+            }
+        }
+        Ok(changed)
+    }
+
+    fn any_known(&self, ts: &[TensorId]) -> bool {
+        ts.iter().any(|t| self.known[t.index()])
+    }
+    fn all_known(&self, ts: &[TensorId]) -> bool {
+        ts.iter().all(|t| self.known[t.index()])
+    }
+
+    /// Marks the op done when all its tensors are known.
+    fn check_done(&mut self, o: OpId) -> bool {
+        let op = self.graph.op(o);
+        if self.all_known(&op.inputs) && self.all_known(&op.outputs) {
+            self.done[o.index()] = true;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// From the inputs: when one is known, the rule's answer fixes every
+    /// unknown input (its requirement) and output.
+    fn forward(&mut self, o: OpId) -> Result<bool, GraphError> {
+        let op = self.graph.op(o);
+        if self.check_done(o) || !self.any_known(&op.inputs) {
+            return Ok(false);
+        }
+        self.stats.rule_calls += 1;
+        let keep = op
+            .inputs
+            .iter()
+            .position(|t| self.known[t.index()])
+            .unwrap_or(0);
+        let r = self
+            .graph
+            .call_resolving(o, &self.attrs, keep)
+            .map_err(|e| self.rule_error(o, e))?;
+        let learned = self.learn(o, true, &op.inputs, &r.inputs)?
+            | self.learn(o, true, &op.outputs, &r.outputs)?;
+        self.check_done(o);
+        Ok(learned)
+    }
+
+    /// From the outputs (forward ops only: a grad op has no reverse rule):
+    /// when one is known, the reverse rule fixes every unknown input and
+    /// output.
+    fn backward(&mut self, o: OpId) -> Result<bool, GraphError> {
+        let op = self.graph.op(o);
+        if op.kind != OpKind::Forward || self.check_done(o) || !self.any_known(&op.outputs) {
+            return Ok(false);
+        }
+        self.stats.rule_calls += 1;
+        let tensors = self.graph.tensors();
+        let shapes: SmallVec<[&[usize]; 8]> = op
+            .inputs
+            .iter()
+            .map(|t| tensors[t.index()].shape.as_slice())
+            .collect();
+        let outs: SmallVec<[spmd_core::Spec<'_>; 4]> = op
+            .outputs
+            .iter()
+            .map(|t| spmd_core::Spec::new(&tensors[t.index()].shape, &self.attrs[t.index()]))
+            .collect();
+        let r = self
+            .graph
+            .rule(o)
+            .backward(self.graph.mesh(), &shapes, &outs)
+            .map_err(|e| self.rule_error(o, e))?;
+        drop(outs);
+        let learned = self.learn(o, false, &op.inputs, &r.inputs)?
+            | self.learn(o, false, &op.outputs, &r.outputs)?;
+        self.check_done(o);
+        Ok(learned)
+    }
+
+    /// Sets each unknown tensor of `ts` to its attr in `answer`; whether any was.
+    fn learn(
+        &mut self,
+        o: OpId,
+        forward: bool,
+        ts: &[TensorId],
+        answer: &[DistAttr],
+    ) -> Result<bool, GraphError> {
+        let mut learned = false;
+        for (&t, a) in ts.iter().zip(answer) {
+            let i = t.index();
+            if self.known[i] {
+                continue;
+            }
+            let rank = self.graph.tensor(t).shape.len();
+            if a.dims_mapping.rank() != rank {
+                return Err(GraphError::RankMismatch {
+                    op: self.graph.op(o).name.clone(),
+                    tensor: self.graph.tensor(t).name.clone(),
+                    expected: rank,
+                    found: a.dims_mapping.rank(),
+                });
+            }
+            self.attrs[i] = a.clone();
+            self.known[i] = true;
+            self.origins[i] = Origin::Op { op: o, forward };
+            learned = true;
+        }
+        Ok(learned)
+    }
+
+    fn rule_error(&self, o: OpId, source: SpmdError) -> GraphError {
+        GraphError::Rule {
+            op: self.graph.op(o).name.clone(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::GraphBuilder;
+    use crate::reshard::{DType, plan};
+    use spmd_core::{Attrs, Mesh};
+
+    fn a(m: &[i64]) -> DistAttr {
+        DistAttr::from_paddle(m).unwrap()
+    }
+
+    /// x feeds a matmul (earlier in topological order) and a relu whose
+    /// output is annotated. The relu is a pass-through op, so its backward
+    /// step runs first and x takes the relu's layout, not the replicated
+    /// requirement the matmul would give it.
+    #[test]
+    fn pass_through_ops_decide_before_contractions() {
+        let mut b = GraphBuilder::new(Mesh::new(&[2, 2]).unwrap());
+        let x = b.tensor("x", &[8, 4]).unwrap();
+        let w = b.param("w", &[4, 6], Some(a(&[-1, 1]))).unwrap();
+        let y = b
+            .apply("mm", "matmul", Attrs::new(), &[x, w], ("y", &[8, 6]))
+            .unwrap();
+        let r = b
+            .apply("act", "relu", Attrs::new(), &[x], ("r", &[8, 4]))
+            .unwrap();
+        b.annotate(r, a(&[0, -1])).unwrap();
+        let g = b.build(&spmd_ops::builtins()).unwrap();
+        let p = propagate(&g).unwrap();
+        assert_eq!(p.attr(x), &a(&[0, -1]));
+        assert_eq!(
+            p.origin(x),
+            Origin::Op {
+                op: crate::OpId(1),
+                forward: false
+            }
+        );
+        assert_eq!(p.attr(y), &a(&[0, 1]));
+        assert!(plan(&g, &p, DType::F32).unwrap().reshards.is_empty());
+    }
+
+    /// Two annotated inputs of a strict elementwise rule disagree: neither
+    /// annotation changes, the first input wins the output, and the plan
+    /// moves the second (an all-to-all on mesh dim 0).
+    #[test]
+    fn conflicting_annotations_are_kept_and_resharded() {
+        let mut b = GraphBuilder::new(Mesh::new(&[2]).unwrap());
+        let x = b.tensor("x", &[8, 4]).unwrap();
+        let z = b.tensor("z", &[8, 4]).unwrap();
+        b.annotate(x, a(&[0, -1])).unwrap();
+        b.annotate(z, a(&[-1, 0])).unwrap();
+        let y = b
+            .apply("sum", "add", Attrs::new(), &[x, z], ("y", &[8, 4]))
+            .unwrap();
+        let g = b.build(&spmd_ops::builtins()).unwrap();
+        let p = propagate(&g).unwrap();
+        assert_eq!((p.attr(x), p.attr(z)), (&a(&[0, -1]), &a(&[-1, 0])));
+        assert_eq!(p.attr(y), &a(&[0, -1]));
+        let plan = plan(&g, &p, DType::F32).unwrap();
+        assert_eq!(plan.reshards.len(), 1);
+        assert_eq!(plan.reshards[0].tensor, z);
+        assert_eq!(plan.count("all-to-all"), 1);
+    }
+
+    /// An annotation on an output reaches the inputs through backward steps,
+    /// and a tensor no annotation reaches stays replicated and unreached.
+    #[test]
+    fn annotations_flow_backward_and_unreached_tensors_stay_replicated() {
+        let mut b = GraphBuilder::new(Mesh::new(&[4]).unwrap());
+        let x = b.tensor("x", &[8, 4]).unwrap();
+        let t = b
+            .apply(
+                "t",
+                "transpose",
+                Attrs::new().with("perm", &[1i64, 0][..]),
+                &[x],
+                ("t", &[4, 8]),
+            )
+            .unwrap();
+        let e = b
+            .apply("e", "exp", Attrs::new(), &[t], ("e", &[4, 8]))
+            .unwrap();
+        let lone = b.tensor("lone", &[3]).unwrap();
+        let lone2 = b
+            .apply("l", "relu", Attrs::new(), &[lone], ("lone2", &[3]))
+            .unwrap();
+        b.annotate(e, a(&[-1, 0])).unwrap();
+        let g = b.build(&spmd_ops::builtins()).unwrap();
+        let p = propagate(&g).unwrap();
+        assert_eq!(p.attr(x), &a(&[0, -1]));
+        assert_eq!(p.origin(e), Origin::Annotated);
+        for u in [lone, lone2] {
+            assert_eq!(p.origin(u), Origin::Unreached);
+            assert_eq!(p.attr(u), &a(&[-1]));
+        }
+    }
+}
