@@ -43,8 +43,13 @@ pub struct ElementwiseBinary {}
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Multiply {}
 
-/// Paddle's names for ops that use the unary rule. (`dropout` is not one:
-/// it takes an optional seed tensor and has a second output, the mask.)
+/// Paddle's names for ops that use the unary rule. Paddle 3.3.1 registers
+/// `dropout`, `fill`, `bernoulli` and `poisson` with it too: under those
+/// names the rule sees only `x` (dropout's optional seed tensor and its mask
+/// output are not part of it), and its gradient is the unary one, taken as
+/// (mask, out_grad) like Paddle's `DropoutBwdInferSpmd`. `full_like` and
+/// `elementwise_unary_grad` are rules Paddle calls directly, not through its
+/// registry; they answer as the unary rule does.
 pub const UNARY: &[&str] = &[
     "abs",
     "acos",
@@ -54,6 +59,7 @@ pub const UNARY: &[&str] = &[
     "assign",
     "atan",
     "atanh",
+    "bernoulli",
     "bitwise_not",
     "cast",
     "ceil",
@@ -63,12 +69,16 @@ pub const UNARY: &[&str] = &[
     "cos",
     "cosh",
     "digamma",
+    "dropout",
+    "elementwise_unary_grad",
     "elu",
     "erf",
     "erfinv",
     "exp",
     "expm1",
+    "fill",
     "floor",
+    "full_like",
     "gelu",
     "hardshrink",
     "hardsigmoid",
@@ -84,6 +94,7 @@ pub const UNARY: &[&str] = &[
     "logit",
     "logsigmoid",
     "mish",
+    "poisson",
     "pow",
     "reciprocal",
     "relu",

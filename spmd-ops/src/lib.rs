@@ -14,6 +14,7 @@
 //! ```
 
 mod attention;
+mod conv;
 mod elementwise;
 mod embedding;
 mod gather;
@@ -31,6 +32,7 @@ mod split;
 mod swiglu;
 
 pub use attention::FlashAttention;
+pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d};
 pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, Multiply, UNARY};
 pub use embedding::Embedding;
 pub use gather::Gather;
@@ -39,7 +41,9 @@ pub use loss::CrossEntropyWithSoftmax;
 pub use matmul::Matmul;
 pub use misc::{DefaultDataParallel, MeanAll, Replicated, Where};
 pub use norm::{FusedRmsNorm, LayerNorm};
-pub use reduce::{All, Amax, Amin, Any, Max, Min, Prod, ReduceBase, Sum};
+pub use reduce::{
+    All, Amax, Amin, Any, FrobeniusNorm, Max, Min, Prod, ReduceBase, SquaredL2Norm, Sum,
+};
 pub use shape::{ExpandAs, Flatten, Reshape, Squeeze, Tile, Transpose, Unsqueeze};
 pub use softmax::Softmax;
 pub use split::{Concat, Slice, Split, SplitWithNum, Stack, StridedSlice, Unbind};
@@ -58,7 +62,16 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<Sum>()?
         .register::<Max>()?
         .register::<Min>()?
-        .register::<Prod>()?;
+        .register::<Prod>()?
+        // Paddle's legacy names for the same reductions.
+        .insert(RuleInfo::of::<Sum>().renamed("reduce_sum"))?
+        .insert(RuleInfo::of::<Max>().renamed("reduce_max"))?
+        .register::<SquaredL2Norm>()?
+        .register::<FrobeniusNorm>()?
+        .register::<Conv2d>()?
+        .register::<Conv3d>()?
+        .register::<DepthwiseConv2d>()?
+        .register::<Conv2dTranspose>()?;
     elementwise::register(registry)?;
     shape::register(registry)?;
     misc::register(registry)?;

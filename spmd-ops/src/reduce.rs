@@ -14,13 +14,30 @@ fn reduce_notation(
     keep_dim: bool,
     call: &Call<'_>,
 ) -> Result<Einsum, SpmdError> {
+    reduce_notation_with(op, axis, keep_dim, false, call)
+}
+
+/// [`reduce_notation`], with the reduced dims of the input written `1`
+/// (never sharded) when `whole` is set: for reductions whose partial
+/// results no reduce type can finish.
+fn reduce_notation_with(
+    op: &'static str,
+    axis: &[i64],
+    keep_dim: bool,
+    whole: bool,
+    call: &Call<'_>,
+) -> Result<Einsum, SpmdError> {
     let rank = input_rank(call, 0).unwrap_or(0);
     let names = labels(op, rank)?;
     let mut reduced = vec![axis.is_empty(); rank];
     for &a in axis {
         reduced[normalize_axis(op, "axis", a, rank)?] = true;
     }
-    let input: String = names.iter().collect();
+    let input: String = names
+        .iter()
+        .zip(&reduced)
+        .map(|(&c, &r)| if r && whole { '1' } else { c })
+        .collect();
     let output: String = names
         .iter()
         .zip(&reduced)
@@ -67,6 +84,12 @@ reduction!(
     Sum, "sum", "sum", x
 );
 reduction!(
+    /// Paddle's `squared_l2_norm`: the sum of squares, registered in Paddle
+    /// 3.3.1 with the reduction rule (`axis`, `keep_dim`). A sharded reduced
+    /// axis leaves partial sums of squares, finished by a `Sum`.
+    SquaredL2Norm, "squared_l2_norm", "sum"
+);
+reduction!(
     /// Paddle's `max`: partial outputs are `Max` (Paddle 3.3.1 reports `Sum`, a bug we do not copy).
     /// Its gradient reads `x` (where the maximum was), so `x` is laid out with it.
     Max, "max", "max"
@@ -96,6 +119,36 @@ reduction!(
     /// Paddle's `any`: partial outputs are `Any` (Paddle 3.3.1 reports `Sum`).
     Any, "any", "any"
 );
+
+/// Paddle's `frobenius_norm`: `sqrt(sum(x²))` over `axis`, registered in
+/// Paddle 3.3.1 with the reduction rule, which leaves the output partial
+/// (`Sum`) over the mesh dims of sharded reduced axes. A sum of per-device
+/// norms is not the norm, and no reduce type finishes it (the devices'
+/// norms combine as `sqrt(Σ nᵢ²)`), so the reduced axes are never sharded
+/// here: `x` is gathered along them and the output is never partial.
+#[spmd_rule(
+    name = "frobenius_norm",
+    build = Self::notation,
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FrobeniusNorm {
+    #[spmd(default)]
+    pub axis: Vec<i64>,
+    #[spmd(default)]
+    pub keep_dim: bool,
+    #[spmd(default)]
+    pub reduce_all: bool,
+}
+
+impl FrobeniusNorm {
+    /// `a1c->ac` for axis 1 of a rank-3 input.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let axis: &[i64] = if self.reduce_all { &[] } else { &self.axis };
+        reduce_notation_with("frobenius_norm", axis, self.keep_dim, true, call)
+    }
+}
 
 /// Paddle's `reduce_base`: the generic reduction whose `reduce_type`
 /// attribute (Paddle's `ReduceType` enum: 0 `Sum`, 1 `Max`, 2 `Min`, 3
