@@ -126,6 +126,7 @@ impl CrossEntropyWithSoftmax {
             mesh,
             input_shapes,
             outputs,
+            ..
         } = *call
             && outputs.len() == 2
         {

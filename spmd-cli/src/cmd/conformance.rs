@@ -9,7 +9,7 @@ use spmd_core::json::{self, Agreement, Case, Direction};
 use spmd_core::{Attrs, Einsum, Mesh, Registry, RuleResult, SpmdError, SpmdRule};
 
 use crate::Output;
-use crate::call::{display_path, read_input, run_parts};
+use crate::call::{display_path, read_input, run_optional, run_parts};
 use crate::cli::ConformanceArgs;
 use crate::error::{CliError, Result};
 use crate::style::{BAD, COMM, DIM, HEADER, OK, Table, paint};
@@ -85,6 +85,15 @@ pub fn run_case(
             return (verdict(case, &got), Some(got));
         }
     };
+    if case.has_absent() {
+        let got = match (case.input_slots(), case.output_slots()) {
+            (Ok(ins), Ok(outs)) => run_optional(rule.as_ref(), &mesh, case.direction, &ins, &outs),
+            (Err(e), _) | (_, Err(e)) => {
+                return (Status::Failed(format!("cannot run: {e}")), None);
+            }
+        };
+        return (verdict(case, &got), Some(got));
+    }
     let ins = match case.input_parts() {
         Ok(p) => p,
         Err(e) => return (Status::Failed(format!("cannot run: inputs: {e}")), None),
