@@ -49,6 +49,9 @@ fn run(case: &Case, rule: &dyn SpmdRule) -> Result<Result<RuleResult, SpmdError>
         Ok(m) => m,
         Err(e) => return Ok(Err(e)),
     };
+    if case.has_absent() {
+        return run_optional(case, rule, &mesh);
+    }
     match case.direction {
         Direction::Forward => {
             let parts = case.input_parts().map_err(|e| e.to_string())?;
@@ -87,6 +90,29 @@ fn run(case: &Case, rule: &dyn SpmdRule) -> Result<Result<RuleResult, SpmdError>
             }
         }
     }
+}
+
+/// Runs a case with absent optional tensors through the `*_optional` entry
+/// points.
+fn run_optional(
+    case: &Case,
+    rule: &dyn SpmdRule,
+    mesh: &Mesh,
+) -> Result<Result<RuleResult, SpmdError>, String> {
+    let ins = case.input_slots().map_err(|e| e.to_string())?;
+    let outs = case.output_slots().map_err(|e| e.to_string())?;
+    let (inputs, outputs) = (optional_specs(&ins), optional_specs(&outs));
+    Ok(match case.direction {
+        Direction::Forward => rule.forward_optional(mesh, &inputs),
+        Direction::Backward => {
+            let shapes: Vec<Option<&[usize]>> = ins
+                .iter()
+                .map(|p| p.as_ref().map(|(s, _)| s.as_slice()))
+                .collect();
+            rule.backward_optional(mesh, &shapes, &outputs)
+        }
+        Direction::Grad => rule.grad_optional(mesh, &inputs, &outputs),
+    })
 }
 
 /// `None` when the case passes, else why not.
@@ -133,19 +159,6 @@ fn conformance() {
         let cases = load(file);
         all_ids.extend(cases.iter().map(|c| c.id.clone()));
         for case in &cases {
-            // Absent optional tensors (a `null` shape: layer_norm without a
-            // bias, dropout without a seed) are not supported yet.
-            let absent = case
-                .inputs
-                .iter()
-                .chain(&case.outputs)
-                .any(|t| t.as_ref().is_none_or(|t| t.shape.is_none()));
-            if absent && registry.contains(&case.op) {
-                *uncovered
-                    .entry(format!("{} (absent optional tensor)", case.op))
-                    .or_default() += 1;
-                continue;
-            }
             let rule = match rule_for(case, &registry) {
                 None => {
                     *uncovered.entry(case.op.clone()).or_default() += 1;
@@ -215,4 +228,12 @@ fn conformance() {
     eprintln!("not covered yet: {}", list.join(", "));
     eprintln!("conformance: {passed} passed, {failed} failed");
     assert!(problems.is_empty(), "conformance problems:\n{problems}");
+}
+
+/// Specs borrowing `parts`, `None` where a tensor is absent.
+fn optional_specs(parts: &[Option<(Vec<usize>, spmd_core::DistAttr)>]) -> Vec<Option<Spec<'_>>> {
+    parts
+        .iter()
+        .map(|p| p.as_ref().map(|(s, a)| Spec::new(s, a)))
+        .collect()
 }

@@ -321,6 +321,29 @@ pub fn run_parts(
     run_traced(rule, mesh, direction, ins, outs, &mut NoTrace)
 }
 
+/// As [`run_parts`], where `None` tensors are absent optional ones (run
+/// through the rule's `*_optional` entry points, untraced).
+pub fn run_optional(
+    rule: &dyn SpmdRule,
+    mesh: &Mesh,
+    direction: Direction,
+    ins: &[Option<(Vec<usize>, spmd_core::DistAttr)>],
+    outs: &[Option<(Vec<usize>, spmd_core::DistAttr)>],
+) -> std::result::Result<RuleResult, SpmdError> {
+    let (inputs, outputs) = (optional_specs(ins), optional_specs(outs));
+    match direction {
+        Direction::Forward => rule.forward_optional(mesh, &inputs),
+        Direction::Backward => {
+            let shapes: Vec<Option<&[usize]>> = ins
+                .iter()
+                .map(|p| p.as_ref().map(|(s, _)| s.as_slice()))
+                .collect();
+            rule.backward_optional(mesh, &shapes, &outputs)
+        }
+        Direction::Grad => rule.grad_optional(mesh, &inputs, &outputs),
+    }
+}
+
 /// [`run_parts`], reporting each step of the inference to `trace`.
 pub fn run_traced(
     rule: &dyn SpmdRule,
@@ -427,4 +450,12 @@ pub fn read_input(path: &str) -> Result<String> {
 
 pub fn display_path(path: &str) -> &str {
     if path == "-" { "<stdin>" } else { path }
+}
+
+/// Specs borrowing `parts`, `None` where a tensor is absent.
+fn optional_specs(parts: &[Option<(Vec<usize>, spmd_core::DistAttr)>]) -> Vec<Option<Spec<'_>>> {
+    parts
+        .iter()
+        .map(|p| p.as_ref().map(|(s, a)| Spec::new(s, a)))
+        .collect()
 }

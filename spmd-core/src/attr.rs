@@ -143,6 +143,9 @@ impl fmt::Display for Sharding {
 pub struct DimsMapping(SmallVec<[Sharding; 8]>);
 
 impl DimsMapping {
+    /// The mapping of a 0-d tensor (no dims).
+    pub const EMPTY: DimsMapping = DimsMapping(SmallVec::new_const());
+
     /// A mapping of rank `rank` with every dim replicated.
     pub fn replicated(rank: usize) -> DimsMapping {
         DimsMapping(smallvec::smallvec![Sharding::REPLICATED; rank])

@@ -30,8 +30,8 @@ use crate::op::Call;
 /// model is far smaller.
 const CAPACITY: usize = 4096;
 
-/// The direction and all shapes of a call, flattened: `[tag, n, rank, dims..,
-/// rank, dims.., ...]`. Inline for up to 32 numbers, so building it for a
+/// The direction, all shapes and the absent-tensor masks of a call, flattened:
+/// `[n, rank, dims.., rank, dims.., ..., (n, ...), (grad tag), absent masks]`. Inline for up to 32 numbers, so building it for a
 /// lookup does not allocate for ordinary ops.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ShapeKey(SmallVec<[usize; 32]>);
@@ -51,21 +51,25 @@ impl ShapeKey {
             }
             key[at] = n;
         };
-        match *call {
-            Call::Forward { inputs, .. } => {
+        let absent = match *call {
+            Call::Forward { inputs, absent, .. } => {
                 push(&mut inputs.iter().map(|s| s.shape));
+                absent
             }
             Call::Backward {
                 input_shapes,
                 outputs,
+                absent,
                 ..
             } => {
                 push(&mut input_shapes.iter().copied());
                 push(&mut outputs.iter().map(|s| s.shape));
+                absent
             }
             Call::Grad {
                 inputs,
                 output_grads,
+                absent,
                 ..
             } => {
                 push(&mut inputs.iter().map(|s| s.shape));
@@ -73,8 +77,12 @@ impl ShapeKey {
                 // Grad has the same shape lists as a backward call could;
                 // the tag keeps the two apart.
                 key.push(usize::MAX);
+                absent
             }
-        }
+        };
+        // Which optional tensors are absent is part of the call's form.
+        key.push(absent.inputs as usize);
+        key.push(absent.outputs as usize);
         ShapeKey(key)
     }
 }
@@ -82,13 +90,13 @@ impl ShapeKey {
 /// Built notations of one rule type, keyed by (rule value, [`ShapeKey`]).
 ///
 /// ```
-/// use spmd_core::{Call, DistAttr, Einsum, Mesh, NotationCache, Spec};
+/// use spmd_core::{Absent, Call, DistAttr, Einsum, Mesh, NotationCache, Spec};
 ///
 /// let mut cache = NotationCache::<i64>::new();
 /// let mesh = Mesh::new(&[2])?;
 /// let x = DistAttr::from_paddle(&[0, -1]).unwrap();
 /// let inputs = [Spec::new(&[4, 8], &x)];
-/// let call = Call::Forward { mesh: &mesh, inputs: &inputs };
+/// let call = Call::Forward { mesh: &mesh, inputs: &inputs, absent: Absent::NONE };
 /// let mut builds = 0;
 /// for _ in 0..3 {
 ///     let e = cache.get_or_build(&-1, &call, || {

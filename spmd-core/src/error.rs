@@ -233,6 +233,10 @@ pub enum SpmdError {
     #[error("{op}: {message}")]
     Rejected { op: &'static str, message: String },
 
+    /// An absent tensor the rule does not declare optional.
+    #[error("{op}: {tensor} is absent, but the rule does not declare it optional")]
+    AbsentTensor { op: &'static str, tensor: TensorRef },
+
     #[error("{op}: this rule has no grad inference")]
     NoGradRule { op: &'static str },
 

@@ -13,6 +13,7 @@ use crate::attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 use crate::merge::{AxisClash, AxisMap, MeshDimClash, UNSHARDED};
 use crate::mesh::{MAX_MESH_RANK, Mesh, MeshSet};
+use crate::optional::Absent;
 use crate::policy::{BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs};
 use crate::rule::{EinsumRule, RuleResult};
 use crate::trace::Trace;
@@ -25,28 +26,32 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     rule: &EinsumRule<'_>,
     mesh: &Mesh,
     inputs: &[Spec<'_>],
+    absent: Absent,
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
     arity(rule, TensorRef::input(0), plan.n_inputs(), inputs.len())?;
+    check_absent(rule, absent)?;
+    // Absent optional inputs take part in nothing; `present` skips them.
+    let present = |i: usize| !absent.input(i);
     let mut width = 0;
-    for (i, spec) in inputs.iter().enumerate() {
+    for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         let t = TensorRef::input(i);
         validate(rule.name, t, spec, mesh)?;
         width = width.max(ellipsis_len(rule, t, plan.input(i), spec.shape.len())?);
     }
     let mut cx = Cx::new(rule, mesh, width)?;
-    for (i, spec) in inputs.iter().enumerate() {
+    for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         cx.learn_extents(TensorRef::input(i), plan.input(i), spec.shape)?;
     }
-    for (i, spec) in inputs.iter().enumerate() {
+    for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         cx.learn_compound_extents(TensorRef::input(i), plan.input(i), spec.shape)?;
     }
     let derived_table = if rule.policy.conflicts == Conflicts::RolePriority {
-        cx.merge_by_role(inputs, trace);
+        cx.merge_by_role(inputs, absent, trace);
         None
     } else {
-        for (i, spec) in inputs.iter().enumerate() {
+        for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
             cx.merge(TensorRef::input(i), plan.input(i), spec, trace)?;
         }
         cx.resolve(trace)?;
@@ -58,7 +63,11 @@ pub(crate) fn forward<T: Trace + ?Sized>(
 
     let mut result = RuleResult::default();
     for (i, spec) in inputs.iter().enumerate() {
-        let mapping = cx.project(plan.input(i), spec.shape.len(), Some(spec.shape), given);
+        let mapping = if present(i) {
+            cx.project(plan.input(i), spec.shape.len(), Some(spec.shape), given)
+        } else {
+            absent_mapping(plan.input(i))
+        };
         result.inputs.push(DistAttr::new(mapping));
     }
     // PartialInputs::Linear: the first input with a Sum partial keeps it (on
@@ -71,7 +80,7 @@ pub(crate) fn forward<T: Trace + ?Sized>(
         if let Some((i, spec)) = inputs
             .iter()
             .enumerate()
-            .find(|(_, s)| s.attr.partial.iter().any(|(_, r)| r == ReduceType::Sum))
+            .find(|(i, s)| present(*i) && s.attr.partial.iter().any(|(_, r)| r == ReduceType::Sum))
         {
             passed_on = spec
                 .attr
@@ -116,6 +125,7 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     mesh: &Mesh,
     input_shapes: &[&[usize]],
     outputs: &[Spec<'_>],
+    absent: Absent,
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
@@ -126,8 +136,15 @@ pub(crate) fn backward<T: Trace + ?Sized>(
         input_shapes.len(),
     )?;
     arity(rule, TensorRef::output(0), plan.n_outputs(), outputs.len())?;
+    check_absent(rule, absent)?;
+    let (input_present, output_present) =
+        (|i: usize| !absent.input(i), |o: usize| !absent.output(o));
     let mut width = 0;
-    for (i, shape) in input_shapes.iter().enumerate() {
+    for (i, shape) in input_shapes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| input_present(*i))
+    {
         width = width.max(ellipsis_len(
             rule,
             TensorRef::input(i),
@@ -135,7 +152,11 @@ pub(crate) fn backward<T: Trace + ?Sized>(
             shape.len(),
         )?);
     }
-    for (o, spec) in outputs.iter().enumerate() {
+    for (o, spec) in outputs
+        .iter()
+        .enumerate()
+        .filter(|(o, _)| output_present(*o))
+    {
         let t = TensorRef::output(o);
         validate(rule.name, t, spec, mesh)?;
         let term = plan.output(o);
@@ -151,19 +172,31 @@ pub(crate) fn backward<T: Trace + ?Sized>(
         }
     }
     let mut cx = Cx::new(rule, mesh, width)?;
-    for (i, shape) in input_shapes.iter().enumerate() {
+    let present_inputs = || {
+        input_shapes
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| input_present(*i))
+    };
+    let present_outputs = || {
+        outputs
+            .iter()
+            .enumerate()
+            .filter(move |(o, _)| output_present(*o))
+    };
+    for (i, shape) in present_inputs() {
         cx.learn_extents(TensorRef::input(i), plan.input(i), shape)?;
     }
-    for (o, spec) in outputs.iter().enumerate() {
+    for (o, spec) in present_outputs() {
         cx.learn_extents(TensorRef::output(o), plan.output(o), spec.shape)?;
     }
-    for (i, shape) in input_shapes.iter().enumerate() {
+    for (i, shape) in present_inputs() {
         cx.learn_compound_extents(TensorRef::input(i), plan.input(i), shape)?;
     }
-    for (o, spec) in outputs.iter().enumerate() {
+    for (o, spec) in present_outputs() {
         cx.learn_compound_extents(TensorRef::output(o), plan.output(o), spec.shape)?;
     }
-    for (o, spec) in outputs.iter().enumerate() {
+    for (o, spec) in present_outputs() {
         cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
     }
     cx.resolve(trace)?;
@@ -176,15 +209,26 @@ pub(crate) fn backward<T: Trace + ?Sized>(
         cx.check_no_missing_axis(input_shapes)?;
     }
     if trace.enabled() {
+        // Absent inputs have no dims (placeholder shape `[]`): nothing to report.
         cx.trace_missing_axes(input_shapes, trace);
     }
     let input_axes = cx.input_axes();
     let mut result = RuleResult::default();
     for (i, shape) in input_shapes.iter().enumerate() {
-        let mapping = cx.project(plan.input(i), shape.len(), Some(shape), derived);
+        let mapping = if input_present(i) {
+            cx.project(plan.input(i), shape.len(), Some(shape), derived)
+        } else {
+            absent_mapping(plan.input(i))
+        };
         result.inputs.push(DistAttr::new(mapping));
     }
     for (o, spec) in outputs.iter().enumerate() {
+        if !output_present(o) {
+            result
+                .outputs
+                .push(DistAttr::new(absent_mapping(plan.output(o))));
+            continue;
+        }
         let mapping = cx.project(plan.output(o), spec.shape.len(), Some(spec.shape), given);
         let mut partial = match rule.policy.backward_partial {
             BackwardPartial::Keep => spec.attr.partial,
@@ -215,6 +259,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     mesh: &Mesh,
     inputs: &[Spec<'_>],
     output_grads: &[Spec<'_>],
+    absent: Absent,
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
@@ -225,14 +270,25 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         plan.n_outputs(),
         output_grads.len(),
     )?;
+    check_absent(rule, absent)?;
+    let present = |t: TensorRef| match t.role {
+        Role::Input => !absent.input(t.index),
+        Role::Output => !absent.output(t.index),
+    };
     let mut width = 0;
     for (i, spec) in inputs.iter().enumerate() {
+        if !present(TensorRef::input(i)) {
+            continue;
+        }
         let t = TensorRef::input(i);
         validate(rule.name, t, spec, mesh)?;
         width = width.max(ellipsis_len(rule, t, plan.input(i), spec.shape.len())?);
     }
     for (o, spec) in output_grads.iter().enumerate() {
         let t = TensorRef::output(o);
+        if !present(t) {
+            continue;
+        }
         validate(rule.name, t, spec, mesh)?;
         let term = plan.output(o);
         let need = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
@@ -257,7 +313,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
             .iter()
             .enumerate()
             .map(|(o, s)| (TensorRef::output(o), plan.output(o), s));
-        ins.chain(outs)
+        ins.chain(outs).filter(|(t, _, _)| present(*t))
     };
     for (t, term, spec) in tensors() {
         cx.learn_extents(t, term, spec.shape)?;
@@ -277,8 +333,16 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     let derived: &[Sharding] = derived_table.as_ref().map_or(given, |d| d);
 
     let mut result = RuleResult::default();
-    for (t, term, spec) in tensors() {
-        let mapping = if t.role == Role::Input && !read(t.index) {
+    let every = (0..inputs.len())
+        .map(|i| (TensorRef::input(i), plan.input(i), &inputs[i]))
+        .chain(
+            (0..output_grads.len())
+                .map(|o| (TensorRef::output(o), plan.output(o), &output_grads[o])),
+        );
+    for (t, term, spec) in every {
+        let mapping = if !present(t) {
+            absent_mapping(term)
+        } else if t.role == Role::Input && !read(t.index) {
             spec.attr.dims_mapping.clone()
         } else {
             cx.project(term, spec.shape.len(), Some(spec.shape), given)
@@ -287,6 +351,13 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     }
     for (j, spec) in inputs.iter().enumerate() {
         if rule.no_grad & (1u64 << j) != 0 {
+            continue;
+        }
+        if absent.input(j) {
+            // An absent input has no grad: Paddle's empty dist attr.
+            result
+                .outputs
+                .push(DistAttr::new(absent_mapping(plan.input(j))));
             continue;
         }
         // What computing x_j's grad reads: the other read inputs and every
@@ -317,6 +388,32 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         });
     }
     Ok(result)
+}
+
+/// Fails on an absent tensor the rule does not declare optional.
+fn check_absent(rule: &EinsumRule<'_>, absent: Absent) -> Result<(), SpmdError> {
+    let stray = Absent::new(
+        absent.inputs & !rule.optional.inputs,
+        absent.outputs & !rule.optional.outputs,
+    );
+    if stray.is_none() {
+        return Ok(());
+    }
+    let tensor = if stray.inputs != 0 {
+        TensorRef::input(stray.inputs.trailing_zeros() as usize)
+    } else {
+        TensorRef::output(stray.outputs.trailing_zeros() as usize)
+    };
+    Err(SpmdError::AbsentTensor {
+        op: rule.name,
+        tensor,
+    })
+}
+
+/// The answer for an absent tensor: its term's explicit dims, replicated
+/// (the ellipsis stands for none; see `optional.rs`).
+fn absent_mapping(term: Term) -> DimsMapping {
+    DimsMapping::replicated(term.len as usize)
 }
 
 fn arity(
@@ -773,7 +870,12 @@ impl<'r, 'a> Cx<'r, 'a> {
     /// [`Conflicts::RolePriority`]: fills the axis map role by role (batch,
     /// free, contracted); see the policy's documentation. Each mesh dim has
     /// one owner: an axis that wants a mesh dim another axis owns loses it.
-    fn merge_by_role<T: Trace + ?Sized>(&mut self, inputs: &[Spec<'_>], trace: &mut T) {
+    fn merge_by_role<T: Trace + ?Sized>(
+        &mut self,
+        inputs: &[Spec<'_>],
+        absent: Absent,
+        trace: &mut T,
+    ) {
         let plan = self.rule.plan;
         let n_in = inputs.len().min(8);
         let mut carried = [AxisSet::EMPTY; 8];
@@ -783,9 +885,13 @@ impl<'r, 'a> Cx<'r, 'a> {
                 self.trace_unsharded(TensorRef::input(i), plan.input(i), spec, trace);
             }
         }
+        // An absent input carries nothing and does not make an axis less
+        // than everywhere.
         let everywhere = carried[..n_in]
             .iter()
-            .fold(AxisSet(u64::MAX), |acc, &c| acc.intersect(c));
+            .enumerate()
+            .filter(|(i, _)| !absent.input(*i))
+            .fold(AxisSet(u64::MAX), |acc, (_, &c)| acc.intersect(c));
         let mut out_axes = AxisSet::EMPTY;
         for o in 0..plan.n_outputs() {
             out_axes = out_axes.union(self.term_axes(plan.output(o)));

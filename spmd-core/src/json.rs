@@ -766,6 +766,26 @@ impl Case {
         parts("output", &self.outputs)
     }
 
+    /// Every input's shape and dist attr, `None` for an absent optional one
+    /// (a `null` entry, or a `null` shape), for the `*_optional` entry points
+    /// of [`SpmdRule`](crate::SpmdRule).
+    pub fn input_slots(&self) -> Result<Vec<Option<Parts>>, JsonError> {
+        slots(&self.inputs)
+    }
+
+    /// Every output's shape and dist attr, `None` for an absent one.
+    pub fn output_slots(&self) -> Result<Vec<Option<Parts>>, JsonError> {
+        slots(&self.outputs)
+    }
+
+    /// Whether some input or output is absent.
+    pub fn has_absent(&self) -> bool {
+        self.inputs
+            .iter()
+            .chain(&self.outputs)
+            .any(|t| t.as_ref().is_none_or(|t| t.shape.is_none()))
+    }
+
     /// Passes when `got` matches `expected` or the `expected` of any
     /// alternative; otherwise the mismatch against `expected` (with a note on
     /// how many alternatives were tried).
@@ -845,6 +865,19 @@ fn parts(
             t.as_ref()
                 .ok_or(JsonError::AbsentTensor { role, index })?
                 .to_parts()
+        })
+        .collect()
+}
+
+/// A tensor's global shape and dist attr.
+pub type Parts = (Vec<usize>, DistAttr);
+
+fn slots(tensors: &[Option<Tensor>]) -> Result<Vec<Option<Parts>>, JsonError> {
+    tensors
+        .iter()
+        .map(|t| match t {
+            Some(t) if t.shape.is_some() => t.to_parts().map(Some),
+            _ => Ok(None),
         })
         .collect()
 }

@@ -40,6 +40,7 @@ mod merge;
 mod mesh;
 mod mixed;
 mod op;
+mod optional;
 mod policy;
 mod registry;
 mod rule;
@@ -57,6 +58,7 @@ pub use mixed::{
     promote,
 };
 pub use op::{Call, Op};
+pub use optional::{Absent, fill_shapes, fill_specs};
 pub use policy::{BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy};
 pub use registry::{Registry, RuleInfo};
 #[cfg(feature = "std")]

@@ -6,26 +6,32 @@ use crate::attr::Spec;
 use crate::attrs::Attrs;
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
+use crate::optional::Absent;
 use crate::rule::SpmdRule;
 
-/// The direction and the given tensors of one inference call.
+/// The direction and the given tensors of one inference call. `absent`
+/// names the absent optional tensors, whose slots hold placeholders
+/// ([`Spec::absent`]); [`Call::input_shape`] answers `None` for them.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub enum Call<'c> {
     Forward {
         mesh: &'c Mesh,
         inputs: &'c [Spec<'c>],
+        absent: Absent,
     },
     Backward {
         mesh: &'c Mesh,
         input_shapes: &'c [&'c [usize]],
         outputs: &'c [Spec<'c>],
+        absent: Absent,
     },
     /// The gradient op: the forward inputs and one grad per output.
     Grad {
         mesh: &'c Mesh,
         inputs: &'c [Spec<'c>],
         output_grads: &'c [Spec<'c>],
+        absent: Absent,
     },
 }
 
@@ -41,14 +47,33 @@ impl<'c> Call<'c> {
         matches!(self, Call::Forward { .. })
     }
 
+    /// The absent tensors of this call.
+    pub fn absent(&self) -> Absent {
+        match *self {
+            Call::Forward { absent, .. }
+            | Call::Backward { absent, .. }
+            | Call::Grad { absent, .. } => absent,
+        }
+    }
+
+    /// Whether input `i` is an absent optional tensor (`case(when =
+    /// call.input_absent(1), ..)` picks a notation for a call without it).
+    pub fn input_absent(&self, i: usize) -> bool {
+        self.absent().input(i)
+    }
+
     /// The rank of input `i`, whichever the direction (`case(when = ..)` can
     /// pick a notation by rank: `call.input_rank(0) == Some(1)`).
     pub fn input_rank(&self, i: usize) -> Option<usize> {
         self.input_shape(i).map(<[usize]>::len)
     }
 
-    /// The shape of input `i`, whichever the direction.
+    /// The shape of input `i`, whichever the direction; `None` when the call
+    /// has no input `i` or it is absent.
     pub fn input_shape(&self, i: usize) -> Option<&'c [usize]> {
+        if self.input_absent(i) {
+            return None;
+        }
         match *self {
             Call::Forward { inputs, .. } | Call::Grad { inputs, .. } => {
                 inputs.get(i).map(|s| s.shape)

@@ -12,8 +12,9 @@ pub use smallvec::SmallVec;
 pub use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
 
 pub use crate::{
-    Attrs, BackwardPartial, Call, Conflicts, Divisibility, Einsum, EinsumRule, Mesh, MissingAxis,
-    Op, PartialInputs, Policy, ReduceType, RuleResult, Spec, SpmdError, SpmdRule, Trace,
+    Absent, Attrs, BackwardPartial, Call, Conflicts, Divisibility, Einsum, EinsumRule, Mesh,
+    MissingAxis, Op, PartialInputs, Policy, ReduceType, RuleResult, Spec, SpmdError, SpmdRule,
+    Trace, fill_shapes, fill_specs,
 };
 
 /// What `#[spmd_rule(build = ...)]` knows at compile time about a rule whose
@@ -26,6 +27,7 @@ pub struct RuntimeOptions<'o> {
     pub reduce_axes: &'o [(char, ReduceType)],
     pub no_grad: u64,
     pub grad_ignores: u64,
+    pub optional: Absent,
 }
 
 /// Runs `f` on the rule over a notation built at run time, with the options
@@ -56,7 +58,8 @@ pub fn runtime_rule<R>(
         .with_never_sharded(never)
         .with_reduce_overrides(&overrides)
         .with_no_grad(o.no_grad)
-        .with_grad_ignores(o.grad_ignores);
+        .with_grad_ignores(o.grad_ignores)
+        .with_optional(o.optional);
     f(&rule)
 }
 

@@ -7,6 +7,7 @@ use spmd_notation::{AxisId, AxisSet, Plan};
 use crate::attr::{DistAttr, ReduceType, Spec};
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
+use crate::optional::{Absent, fill_shapes, fill_specs};
 use crate::policy::Policy;
 use crate::trace::Trace;
 
@@ -40,6 +41,9 @@ pub struct EinsumRule<'a> {
     /// a sum's input): they take no part in the grad op's merge, and their
     /// requirement is their given attr.
     pub grad_ignores: u64,
+    /// The tensors that may be absent (optional inputs, and outputs that
+    /// exist only with them); see [`Absent`].
+    pub optional: Absent,
 }
 
 impl<'a> EinsumRule<'a> {
@@ -55,7 +59,15 @@ impl<'a> EinsumRule<'a> {
             never_sharded: AxisSet::EMPTY,
             no_grad: 0,
             grad_ignores: 0,
+            optional: Absent::NONE,
         }
+    }
+
+    /// Declares which tensors may be absent (bit `i` of `optional.inputs` =
+    /// input `i`, of `optional.outputs` = output `i`).
+    pub const fn with_optional(mut self, optional: Absent) -> Self {
+        self.optional = optional;
+        self
     }
 
     pub const fn with_no_grad(mut self, inputs: u64) -> Self {
@@ -94,7 +106,42 @@ impl<'a> EinsumRule<'a> {
 
     /// Forward inference: the inputs' specs give the requirements and outputs.
     pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(self, mesh, inputs, &mut crate::trace::NoTrace)
+        crate::infer::forward(self, mesh, inputs, Absent::NONE, &mut crate::trace::NoTrace)
+    }
+
+    /// Forward inference where the tensors `absent` names are absent: their
+    /// slots hold placeholders ([`Spec::absent`]) that inference ignores.
+    /// Each must be declared optional ([`EinsumRule::with_optional`]).
+    pub fn forward_absent(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        absent: Absent,
+    ) -> Result<RuleResult, SpmdError> {
+        crate::infer::forward(self, mesh, inputs, absent, &mut crate::trace::NoTrace)
+    }
+
+    /// Forward inference with absent optional inputs as `None` (see
+    /// [`EinsumRule::forward_absent`]).
+    ///
+    /// ```
+    /// use spmd_core::{Absent, DistAttr, Einsum, Mesh, Spec};
+    ///
+    /// let e = Einsum::new("ab,b->ab")?;
+    /// let rule = e.rule().with_optional(Absent::new(0b10, 0)); // the bias may be absent
+    /// let x = DistAttr::from_paddle(&[0, 1]).unwrap();
+    /// let r = rule.forward_optional(&Mesh::new(&[2, 2])?, &[Some(Spec::new(&[4, 8], &x)), None])?;
+    /// assert_eq!(r.inputs[1].to_string(), "[-1]");
+    /// assert_eq!(r.outputs[0].to_string(), "[0, 1]");
+    /// # Ok::<(), spmd_core::SpmdError>(())
+    /// ```
+    pub fn forward_optional(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Option<Spec<'_>>],
+    ) -> Result<RuleResult, SpmdError> {
+        let (specs, absent) = fill_specs(inputs);
+        self.forward_absent(mesh, &specs, Absent::new(absent, 0))
     }
 
     /// Backward (reverse) inference: the outputs' specs and the inputs' shapes
@@ -110,8 +157,39 @@ impl<'a> EinsumRule<'a> {
             mesh,
             input_shapes,
             outputs,
+            Absent::NONE,
             &mut crate::trace::NoTrace,
         )
+    }
+
+    /// Backward inference with absent tensors (see [`EinsumRule::forward_absent`]).
+    pub fn backward_absent(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+        absent: Absent,
+    ) -> Result<RuleResult, SpmdError> {
+        crate::infer::backward(
+            self,
+            mesh,
+            input_shapes,
+            outputs,
+            absent,
+            &mut crate::trace::NoTrace,
+        )
+    }
+
+    /// Backward inference with absent optional tensors as `None`.
+    pub fn backward_optional(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[Option<&[usize]>],
+        outputs: &[Option<Spec<'_>>],
+    ) -> Result<RuleResult, SpmdError> {
+        let (shapes, a_in) = fill_shapes(input_shapes);
+        let (specs, a_out) = fill_specs(outputs);
+        self.backward_absent(mesh, &shapes, &specs, Absent::new(a_in, a_out))
     }
 }
 
@@ -127,7 +205,46 @@ impl EinsumRule<'_> {
         inputs: &[Spec<'_>],
         output_grads: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::grad(self, mesh, inputs, output_grads, &mut crate::trace::NoTrace)
+        crate::infer::grad(
+            self,
+            mesh,
+            inputs,
+            output_grads,
+            Absent::NONE,
+            &mut crate::trace::NoTrace,
+        )
+    }
+
+    /// Grad inference with absent tensors (see [`EinsumRule::forward_absent`]):
+    /// an absent input gets no partial grad, its grad's answer is its
+    /// placeholder's.
+    pub fn grad_absent(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+        absent: Absent,
+    ) -> Result<RuleResult, SpmdError> {
+        crate::infer::grad(
+            self,
+            mesh,
+            inputs,
+            output_grads,
+            absent,
+            &mut crate::trace::NoTrace,
+        )
+    }
+
+    /// Grad inference with absent optional tensors as `None`.
+    pub fn grad_optional(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Option<Spec<'_>>],
+        output_grads: &[Option<Spec<'_>>],
+    ) -> Result<RuleResult, SpmdError> {
+        let (ins, a_in) = fill_specs(inputs);
+        let (grads, a_out) = fill_specs(output_grads);
+        self.grad_absent(mesh, &ins, &grads, Absent::new(a_in, a_out))
     }
 
     /// [`EinsumRule::forward`], reporting each step to `trace`.
@@ -137,7 +254,7 @@ impl EinsumRule<'_> {
         inputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(self, mesh, inputs, trace)
+        crate::infer::forward(self, mesh, inputs, Absent::NONE, trace)
     }
 
     /// [`EinsumRule::backward`], reporting each step to `trace`.
@@ -148,7 +265,7 @@ impl EinsumRule<'_> {
         outputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::backward(self, mesh, input_shapes, outputs, trace)
+        crate::infer::backward(self, mesh, input_shapes, outputs, Absent::NONE, trace)
     }
 
     /// [`EinsumRule::grad`], reporting each step to `trace`.
@@ -159,7 +276,7 @@ impl EinsumRule<'_> {
         output_grads: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::grad(self, mesh, inputs, output_grads, trace)
+        crate::infer::grad(self, mesh, inputs, output_grads, Absent::NONE, trace)
     }
 }
 
@@ -190,6 +307,48 @@ pub trait SpmdRule: Send + Sync {
     ) -> Result<RuleResult, SpmdError> {
         let _ = (mesh, inputs, output_grads);
         Err(SpmdError::NoGradRule { op: self.name() })
+    }
+
+    /// Forward inference where optional inputs may be absent (`None`). Rules
+    /// that declare optional tensors (`optional(..)` of `#[spmd_rule]`)
+    /// override it; the default runs [`SpmdRule::forward`] when every input
+    /// is present and otherwise answers [`SpmdError::AbsentTensor`].
+    fn forward_optional(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Option<Spec<'_>>],
+    ) -> Result<RuleResult, SpmdError> {
+        let (specs, absent) = fill_specs(inputs);
+        no_absent(self.name(), Absent::new(absent, 0))?;
+        self.forward(mesh, &specs)
+    }
+
+    /// Backward inference where optional tensors may be absent (see
+    /// [`SpmdRule::forward_optional`]).
+    fn backward_optional(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[Option<&[usize]>],
+        outputs: &[Option<Spec<'_>>],
+    ) -> Result<RuleResult, SpmdError> {
+        let (shapes, a_in) = fill_shapes(input_shapes);
+        let (specs, a_out) = fill_specs(outputs);
+        no_absent(self.name(), Absent::new(a_in, a_out))?;
+        self.backward(mesh, &shapes, &specs)
+    }
+
+    /// Grad inference where optional tensors may be absent (see
+    /// [`SpmdRule::forward_optional`]).
+    fn grad_optional(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Option<Spec<'_>>],
+        output_grads: &[Option<Spec<'_>>],
+    ) -> Result<RuleResult, SpmdError> {
+        let (ins, a_in) = fill_specs(inputs);
+        let (grads, a_out) = fill_specs(output_grads);
+        no_absent(self.name(), Absent::new(a_in, a_out))?;
+        self.grad(mesh, &ins, &grads)
     }
 
     /// Forward inference reporting each step to `trace` (`explain`). The
@@ -229,9 +388,44 @@ pub trait SpmdRule: Send + Sync {
     }
 }
 
+/// The default `*_optional` methods' check: no tensor may be absent.
+fn no_absent(op: &'static str, absent: Absent) -> Result<(), SpmdError> {
+    let tensor = if absent.inputs != 0 {
+        crate::error::TensorRef::input(absent.inputs.trailing_zeros() as usize)
+    } else if absent.outputs != 0 {
+        crate::error::TensorRef::output(absent.outputs.trailing_zeros() as usize)
+    } else {
+        return Ok(());
+    };
+    Err(SpmdError::AbsentTensor { op, tensor })
+}
+
 impl SpmdRule for EinsumRule<'static> {
     fn name(&self) -> &'static str {
         self.name
+    }
+    fn forward_optional(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Option<Spec<'_>>],
+    ) -> Result<RuleResult, SpmdError> {
+        EinsumRule::forward_optional(self, mesh, inputs)
+    }
+    fn backward_optional(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[Option<&[usize]>],
+        outputs: &[Option<Spec<'_>>],
+    ) -> Result<RuleResult, SpmdError> {
+        EinsumRule::backward_optional(self, mesh, input_shapes, outputs)
+    }
+    fn grad_optional(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Option<Spec<'_>>],
+        output_grads: &[Option<Spec<'_>>],
+    ) -> Result<RuleResult, SpmdError> {
+        EinsumRule::grad_optional(self, mesh, inputs, output_grads)
     }
     fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
         EinsumRule::forward(self, mesh, inputs)

@@ -36,6 +36,7 @@ struct RawArgs {
     outputs: Option<darling::util::PathList>,
     no_grad: Option<darling::util::PathList>,
     grad_ignores: Option<darling::util::PathList>,
+    optional: Option<darling::util::PathList>,
     #[darling(rename = "crate")]
     krate: Option<Path>,
 }
@@ -112,6 +113,9 @@ pub struct Rule {
     /// Bit masks over inputs: no gradient / not read by the gradient.
     pub no_grad: u64,
     pub grad_ignores: u64,
+    /// Bit masks over inputs and outputs: tensors that may be absent.
+    pub optional_inputs: u64,
+    pub optional_outputs: u64,
 }
 
 /// Parses and validates; on failure returns all errors together.
@@ -330,6 +334,13 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         raw.inputs.as_ref(),
     );
 
+    let (optional_inputs, optional_outputs) = optional_masks(
+        &mut errors,
+        raw.optional.as_ref(),
+        raw.inputs.as_ref(),
+        raw.outputs.as_ref(),
+    );
+
     let fields = errors.handle(fields);
     errors.finish()?;
     let source = source.ok_or_else(|| Error::custom("invalid notation"))?;
@@ -353,7 +364,56 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         output_names: names_of(raw.outputs.as_ref()),
         no_grad,
         grad_ignores,
+        optional_inputs,
+        optional_outputs,
     })
+}
+
+/// `optional(bias, out_v)`: tensor names, each among `inputs(...)` or
+/// `outputs(...)`, to bit masks over input and output positions.
+fn optional_masks(
+    errors: &mut darling::error::Accumulator,
+    names: Option<&darling::util::PathList>,
+    inputs: Option<&darling::util::PathList>,
+    outputs: Option<&darling::util::PathList>,
+) -> (u64, u64) {
+    let Some(names) = names else { return (0, 0) };
+    if inputs.is_none() && outputs.is_none() {
+        errors.push(
+            Error::custom(
+                "`optional(...)` names tensors: declare them with `inputs(...)` and `outputs(...)`",
+            )
+            .with_span(&names.first().map_or_else(Span::call_site, |p| p.span())),
+        );
+        return (0, 0);
+    }
+    let position = |list: Option<&darling::util::PathList>, name: &Path| {
+        list.and_then(|l| l.iter().position(|p| p == name))
+    };
+    let (mut ins, mut outs) = (0u64, 0u64);
+    for name in names.iter() {
+        match (position(inputs, name), position(outputs, name)) {
+            (Some(i), _) => ins |= 1 << i,
+            (None, Some(o)) => outs |= 1 << o,
+            (None, None) => {
+                let declared: Vec<String> = inputs
+                    .into_iter()
+                    .chain(outputs)
+                    .flat_map(|l| l.iter())
+                    .map(|p| p.to_token_stream().to_string())
+                    .collect();
+                errors.push(
+                    Error::custom(format!(
+                        "`optional` names `{}`, which is not among the inputs or outputs ({})",
+                        name.to_token_stream(),
+                        declared.join(", ")
+                    ))
+                    .with_span(name),
+                );
+            }
+        }
+    }
+    (ins, outs)
 }
 
 fn names_of(list: Option<&darling::util::PathList>) -> Vec<String> {

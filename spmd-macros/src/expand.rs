@@ -104,6 +104,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         }
         Source::Build { path, cache } => {
             let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+            let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
             let never = &rule.never_sharded;
             let overrides = rule
                 .reduce_axes
@@ -158,6 +159,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                                 reduce_axes: #overrides,
                                 no_grad: #no_grad,
                                 grad_ignores: #grad_ignores,
+                                optional: __spmd::Absent::new(#oi, #oo),
                             },
                             einsum.notation().plan(),
                             |rule| rule.#call,
@@ -193,42 +195,93 @@ fn rule_impls(rule: &Rule) -> TokenStream {
     };
     // One method per direction, plain and traced; the plain ones use the
     // rule's own methods (static `NoTrace`), so tracing costs them nothing.
-    let method = |name: &str, traced: bool| {
-        let (params, call, args) = match name {
+    // Rules with optional tensors also get the `*_optional` methods, which
+    // put placeholders in the absent slots and pass the mask along.
+    let method = |name: &str, kind: Kind| {
+        let (params, call, args, fill) = match name {
             "forward" => (
                 quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Spec<'_>]),
-                quote!(__spmd::Call::Forward { mesh, inputs }),
+                quote!(__spmd::Call::Forward {
+                    mesh,
+                    inputs,
+                    absent
+                }),
                 quote!(mesh, inputs),
+                quote! {
+                    let (__specs, __absent) = __spmd::fill_specs(inputs);
+                    let absent = __spmd::Absent::new(__absent, 0);
+                    let inputs: &[__spmd::Spec<'_>] = &__specs;
+                },
             ),
             "backward" => (
                 quote!(mesh: &__spmd::Mesh, input_shapes: &[&[usize]], outputs: &[__spmd::Spec<'_>]),
                 quote!(__spmd::Call::Backward {
                     mesh,
                     input_shapes,
-                    outputs
+                    outputs,
+                    absent
                 }),
                 quote!(mesh, input_shapes, outputs),
+                quote! {
+                    let (__shapes, __in) = __spmd::fill_shapes(input_shapes);
+                    let (__specs, __out) = __spmd::fill_specs(outputs);
+                    let absent = __spmd::Absent::new(__in, __out);
+                    let (input_shapes, outputs): (&[&[usize]], &[__spmd::Spec<'_>]) = (&__shapes, &__specs);
+                },
             ),
             _ => (
                 quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Spec<'_>], output_grads: &[__spmd::Spec<'_>]),
                 quote!(__spmd::Call::Grad {
                     mesh,
                     inputs,
-                    output_grads
+                    output_grads,
+                    absent
                 }),
                 quote!(mesh, inputs, output_grads),
+                quote! {
+                    let (__ins, __in) = __spmd::fill_specs(inputs);
+                    let (__grads, __out) = __spmd::fill_specs(output_grads);
+                    let absent = __spmd::Absent::new(__in, __out);
+                    let (inputs, output_grads): (&[__spmd::Spec<'_>], &[__spmd::Spec<'_>]) = (&__ins, &__grads);
+                },
             ),
         };
-        let (fn_name, params, body) = if traced {
-            let f = syn::Ident::new(&format!("{name}_traced"), Span::call_site());
-            (
-                f.clone(),
-                quote!(#params, trace: &mut dyn __spmd::Trace),
-                with_rule(quote!(#f(#args, trace))),
-            )
-        } else {
-            let f = syn::Ident::new(name, Span::call_site());
-            (f.clone(), params, with_rule(quote!(#f(#args))))
+        let (fn_name, params, body, prelude) = match kind {
+            Kind::Traced => {
+                let f = syn::Ident::new(&format!("{name}_traced"), Span::call_site());
+                (
+                    f.clone(),
+                    quote!(#params, trace: &mut dyn __spmd::Trace),
+                    with_rule(quote!(#f(#args, trace))),
+                    quote!(let absent = __spmd::Absent::NONE;),
+                )
+            }
+            Kind::Plain => {
+                let f = syn::Ident::new(name, Span::call_site());
+                (
+                    f.clone(),
+                    params,
+                    with_rule(quote!(#f(#args))),
+                    quote!(let absent = __spmd::Absent::NONE;),
+                )
+            }
+            Kind::Optional => {
+                let f = syn::Ident::new(&format!("{name}_optional"), Span::call_site());
+                let inner = syn::Ident::new(&format!("{name}_absent"), Span::call_site());
+                // The same parameters, each slice entry an `Option`.
+                let params = match name {
+                    "forward" => {
+                        quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Option<__spmd::Spec<'_>>])
+                    }
+                    "backward" => {
+                        quote!(mesh: &__spmd::Mesh, input_shapes: &[__spmd::Option<&[usize]>], outputs: &[__spmd::Option<__spmd::Spec<'_>>])
+                    }
+                    _ => {
+                        quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Option<__spmd::Spec<'_>>], output_grads: &[__spmd::Option<__spmd::Spec<'_>>])
+                    }
+                };
+                (f, params, with_rule(quote!(#inner(#args, absent))), fill)
+            }
         };
         // Without an adjust hook the rule's result is returned as it is:
         // no extra move of the (large) result through a local.
@@ -242,6 +295,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         };
         quote! {
             fn #fn_name(&self, #params) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
+                #prelude
                 let call = #call;
                 #validate
                 let _ = &call;
@@ -249,9 +303,16 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             }
         }
     };
+    let optional = rule.optional_inputs != 0 || rule.optional_outputs != 0;
     let methods: Vec<TokenStream> = ["forward", "backward", "grad"]
         .iter()
-        .flat_map(|m| [method(m, false), method(m, true)])
+        .flat_map(|m| {
+            let mut v = vec![method(m, Kind::Plain), method(m, Kind::Traced)];
+            if optional {
+                v.push(method(m, Kind::Optional));
+            }
+            v
+        })
         .collect();
     let rule_impl = quote! {
         #[automatically_derived]
@@ -274,6 +335,15 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             __spmd::submit_rule!(#ident);
         };
     }
+}
+
+/// Which method of a direction is being expanded.
+#[derive(Clone, Copy)]
+enum Kind {
+    Plain,
+    Traced,
+    /// `*_optional`: absent tensors as `None`.
+    Optional,
 }
 
 /// The body of `Op::from_attrs` and the attribute names.
@@ -329,6 +399,7 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
 /// `EinsumRule::new(..)` with every option, over the literal's plan.
 fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+    let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let plan_expr = plan(&l.notation, l.lit.span());
     let plan = l.notation.plan();
     let reduce = &rule.reduce;
@@ -351,6 +422,7 @@ fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
             .with_never_sharded(__spmd::AxisSet(#never))
             .with_no_grad(#no_grad)
             .with_grad_ignores(#grad_ignores)
+            .with_optional(__spmd::Absent::new(#oi, #oo))
     }
 }
 
@@ -532,6 +604,26 @@ mod tests {
             ),
         );
         insta::assert_snapshot!(pretty(out));
+    }
+
+    #[test]
+    fn optional_tensors() {
+        let out = expand(
+            quote!(
+                einsum = "...,...->...",
+                case(when = call.input_absent(1), einsum = "...1,...->...1"),
+                inputs(x, y),
+                outputs(out),
+                optional(y)
+            ),
+            quote!(
+                struct Swiglu {}
+            ),
+        );
+        let text = pretty(out);
+        // Only rules with optional tensors get the `*_optional` methods.
+        assert!(text.contains("fn forward_optional"), "{text}");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

@@ -15,14 +15,17 @@ use crate::notation::input_rank;
 /// `FlashAttInferSpmd`, except that v's requirement follows the merged axes
 /// (Paddle derives it from k's attr, a bug DESIGN §4 names). With fewer kv
 /// heads than query heads (grouped-query attention) the kv heads are a
-/// separate axis, left unsharded.
+/// separate axis, left unsharded. `fixed_seed_offset` and `attn_mask` are
+/// optional: an absent one takes no part and is answered `[]` (Paddle's
+/// empty dist attr).
 #[spmd_rule(
     name = "flash_attention",
     build = Self::notation,
     never_sharded = "stde",
     adjust = Self::seed_not_partial,
     inputs(q, k, v, fixed_seed_offset, attn_mask),
-    outputs(out, softmax, softmax_lse, seed_offset)
+    outputs(out, softmax, softmax_lse, seed_offset),
+    optional(fixed_seed_offset, attn_mask)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlashAttention {}

@@ -79,7 +79,7 @@ impl Gather {
         call: &Call<'_>,
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
-        let Call::Forward { mesh, inputs } = *call else {
+        let Call::Forward { mesh, inputs, .. } = *call else {
             return Ok(());
         };
         let Some(x) = inputs.first() else {

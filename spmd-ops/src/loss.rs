@@ -127,6 +127,7 @@ impl CrossEntropyWithSoftmax {
             mesh,
             input_shapes,
             outputs,
+            ..
         } = *call
             && outputs.len() == 2
         {

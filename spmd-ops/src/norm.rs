@@ -22,12 +22,15 @@ fn split_term(op: &'static str, lead: usize, norm: usize) -> Result<String, Spmd
 /// keeps the given outputs' partial status; the gradient (`x_grad`,
 /// `scale_grad`, `bias_grad`) is the one derived from this notation, with
 /// `scale_grad` and `bias_grad` partial over the mesh dims of sharded
-/// leading dims, as Paddle's `LayerNormGradInferSpmd` answers.
+/// leading dims, as Paddle's `LayerNormGradInferSpmd` answers. `scale` and
+/// `bias` are optional: an absent one takes no part and is answered `[-1]`
+/// (its term `1`), as Paddle answers it.
 #[spmd_rule(
     name = "layer_norm",
     build = Self::notation,
     inputs(x, scale, bias),
-    outputs(out, mean, variance)
+    outputs(out, mean, variance),
+    optional(scale, bias)
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerNorm {

@@ -293,7 +293,7 @@ fn aligned_forward(
     skip: Option<usize>,
     insert: Option<usize>,
 ) -> Result<(), SpmdError> {
-    let Call::Forward { mesh, inputs } = *call else {
+    let Call::Forward { mesh, inputs, .. } = *call else {
         return Ok(());
     };
     let Some(rank) = inputs.iter().map(|s| s.shape.len()).find(|_| true) else {

@@ -1,0 +1,201 @@
+//! Absent optional tensors: they take no part in inference, get their term's
+//! explicit dims replicated as their answer, and are an error where the rule
+//! does not declare them optional.
+
+use spmd_core::{
+    Absent, Attrs, Conflicts, DistAttr, Einsum, Mesh, Policy, Spec, SpmdError, SpmdRule, TensorRef,
+    spmd_rule,
+};
+
+fn attr(dims: &[i64]) -> DistAttr {
+    DistAttr::from_paddle(dims).unwrap()
+}
+
+fn strs(attrs: &[DistAttr]) -> Vec<String> {
+    attrs.iter().map(ToString::to_string).collect()
+}
+
+/// `y` would clash with `x` on `a` (mesh dim 0 vs 1, strict): absent, it
+/// constrains nothing.
+#[spmd_rule(
+    einsum = "ab,ab->ab",
+    conflicts = "strict",
+    inputs(x, y),
+    outputs(out),
+    optional(y)
+)]
+struct Mul {}
+
+#[test]
+fn an_absent_input_takes_no_part_in_the_merge() {
+    let mesh = Mesh::new(&[2, 2]).unwrap();
+    let (x, y) = (attr(&[0, -1]), attr(&[1, -1]));
+    let present = Mul {}.forward(&mesh, &[Spec::new(&[4, 4], &x), Spec::new(&[4, 4], &y)]);
+    assert!(
+        matches!(present, Err(SpmdError::AxisConflict { .. })),
+        "{present:?}"
+    );
+    let r = Mul {}
+        .forward_optional(&mesh, &[Some(Spec::new(&[4, 4], &x)), None])
+        .unwrap();
+    assert_eq!(strs(&r.inputs), ["[0, -1]", "[-1, -1]"]);
+    assert_eq!(strs(&r.outputs), ["[0, -1]"]);
+}
+
+#[test]
+fn all_present_optional_call_equals_the_plain_call() {
+    let mesh = Mesh::new(&[2, 2]).unwrap();
+    let (x, y) = (attr(&[0, -1]), attr(&[-1, 1]));
+    let (sx, sy) = (Spec::new(&[4, 6], &x), Spec::new(&[4, 6], &y));
+    let plain = Mul {}.forward(&mesh, &[sx, sy]).unwrap();
+    let optional = Mul {}
+        .forward_optional(&mesh, &[Some(sx), Some(sy)])
+        .unwrap();
+    assert_eq!(plain, optional);
+    assert_eq!(strs(&plain.outputs), ["[0, 1]"]);
+}
+
+#[test]
+fn an_absent_required_input_is_an_error_naming_it() {
+    let mesh = Mesh::new(&[2]).unwrap();
+    let y = attr(&[-1, -1]);
+    let err = Mul {}
+        .forward_optional(&mesh, &[None, Some(Spec::new(&[4, 4], &y))])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        SpmdError::AbsentTensor {
+            op: "mul",
+            tensor: TensorRef::input(0)
+        }
+    );
+    // A rule without optional tensors: the trait's default says the same.
+    let e = Einsum::new("ab,ab->ab").unwrap();
+    let err =
+        SpmdRule::forward_optional(&e, &mesh, &[Some(Spec::new(&[4, 4], &y)), None]).unwrap_err();
+    assert!(
+        matches!(err, SpmdError::AbsentTensor { tensor, .. } if tensor == TensorRef::input(1)),
+        "{err}"
+    );
+}
+
+/// The placeholder of an absent input is not checked against the term (its
+/// rank is 0 where the term has two dims), nor its width of `...`.
+#[test]
+fn an_absent_input_has_no_rank_nor_ellipsis_width() {
+    let e = Einsum::new("...k,k->...k").unwrap();
+    let rule = e.rule().with_optional(Absent::new(0b10, 0));
+    let mesh = Mesh::new(&[2, 2]).unwrap();
+    let x = attr(&[1, -1, 0]);
+    let r = rule
+        .forward_optional(&mesh, &[Some(Spec::new(&[2, 3, 8], &x)), None])
+        .unwrap();
+    assert_eq!(strs(&r.inputs), ["[1, -1, 0]", "[-1]"]);
+    assert_eq!(strs(&r.outputs), ["[1, -1, 0]"]);
+}
+
+#[test]
+fn backward_skips_absent_inputs_and_outputs() {
+    // out2 exists only with the optional input y.
+    let e = Einsum::new("ab,b->ab,b").unwrap();
+    let rule = e.rule().with_optional(Absent::new(0b10, 0b10));
+    let mesh = Mesh::new(&[2]).unwrap();
+    let out = attr(&[-1, 0]);
+    let r = rule
+        .backward_optional(
+            &mesh,
+            &[Some(&[4, 6][..]), None],
+            &[Some(Spec::new(&[4, 6], &out)), None],
+        )
+        .unwrap();
+    assert_eq!(strs(&r.inputs), ["[-1, 0]", "[-1]"]);
+    assert_eq!(strs(&r.outputs), ["[-1, 0]", "[-1]"]);
+    // An absent output the rule does not declare optional.
+    let strict = e.rule().with_optional(Absent::new(0b10, 0));
+    let err = strict
+        .backward_optional(
+            &mesh,
+            &[Some(&[4, 6][..]), None],
+            &[Some(Spec::new(&[4, 6], &out)), None],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, SpmdError::AbsentTensor { tensor, .. } if tensor == TensorRef::output(1)),
+        "{err}"
+    );
+}
+
+#[test]
+fn grad_gives_an_absent_input_no_partial_grad() {
+    // out = x @ w + bias: x's k is sharded, so w's grad is partial over it;
+    // the absent bias has no grad at all.
+    let e = Einsum::new("mk,kn,n->mn").unwrap();
+    let rule = e.rule().with_optional(Absent::new(0b100, 0));
+    let mesh = Mesh::new(&[2, 2]).unwrap();
+    let (x, w, dy) = (attr(&[0, -1]), attr(&[-1, 1]), attr(&[0, 1]));
+    let r = rule
+        .grad_optional(
+            &mesh,
+            &[
+                Some(Spec::new(&[4, 8], &x)),
+                Some(Spec::new(&[8, 6], &w)),
+                None,
+            ],
+            &[Some(Spec::new(&[4, 6], &dy))],
+        )
+        .unwrap();
+    assert_eq!(strs(&r.inputs), ["[0, -1]", "[-1, 1]", "[-1]", "[0, 1]"]);
+    assert_eq!(
+        strs(&r.outputs),
+        ["[0, -1] partial{1: SUM}", "[-1, 1] partial{0: SUM}", "[-1]"]
+    );
+}
+
+/// Role priority: an absent input does not make the batch axes (those every
+/// input has) disappear.
+#[test]
+fn role_priority_ignores_absent_inputs_when_finding_batch_axes() {
+    let e = Einsum::new("bmk,bkn,bn->bmn")
+        .unwrap()
+        .with_policy(Policy::CLASSIC.with_conflicts(Conflicts::RolePriority));
+    let rule = e.rule().with_optional(Absent::new(0b100, 0));
+    let mesh = Mesh::new(&[2, 2]).unwrap();
+    // b and m both want mesh dim 0: b is a batch axis and wins.
+    let (x, y) = (attr(&[-1, 0, -1]), attr(&[0, -1, -1]));
+    let r = rule
+        .forward_optional(
+            &mesh,
+            &[
+                Some(Spec::new(&[4, 8, 6], &x)),
+                Some(Spec::new(&[4, 6, 2], &y)),
+                None,
+            ],
+        )
+        .unwrap();
+    assert_eq!(strs(&r.outputs), ["[0, -1, -1]"]);
+    assert_eq!(r.inputs[2].to_string(), "[-1, -1]");
+}
+
+#[test]
+fn builtin_ops_take_absent_optional_inputs() {
+    let registry = spmd_ops::builtins();
+    let mesh = Mesh::new(&[2, 2]).unwrap();
+    // swiglu without y halves x's last dim: never sharded.
+    let swiglu = registry.build("swiglu", &Attrs::new()).unwrap();
+    let x = attr(&[0, 1]);
+    let r = swiglu
+        .forward_optional(&mesh, &[Some(Spec::new(&[4, 16], &x)), None])
+        .unwrap();
+    assert_eq!(strs(&r.inputs), ["[0, -1]", "[]"]);
+    assert_eq!(strs(&r.outputs), ["[0, -1]"]);
+    // layer_norm without scale and bias: both answered `[-1]`, as Paddle does.
+    let ln = registry
+        .build("layer_norm", &Attrs::new().with("begin_norm_axis", 1i64))
+        .unwrap();
+    let x = attr(&[1, 0]);
+    let r = ln
+        .forward_optional(&mesh, &[Some(Spec::new(&[8, 16], &x)), None, None])
+        .unwrap();
+    assert_eq!(strs(&r.inputs), ["[1, -1]", "[-1]", "[-1]"]);
+    assert_eq!(strs(&r.outputs), ["[1, -1]", "[1]", "[1]"]);
+}
