@@ -6,7 +6,8 @@
 //! must then pass. Still unsound, by decision: backward keeping a given
 //! output partial (DESIGN's default, Paddle 3.3.1's behaviour) and the
 //! `DropDerived` policy (Paddle compatibility, used by no built-in); a
-//! direction gap: head splits in forward.
+//! direction gap: head splits in forward of a bare einsum rule (the built-in
+//! `reshape` closes it for itself, from its target shape).
 //! Run with `--nocapture` to read the reports.
 
 use spmd_check::{
@@ -252,22 +253,16 @@ fn head_split_forward_cannot_learn_compound_extents() {
     assert!(matches!(rep.finding(), Finding::Disagree { .. }), "{rep}");
 }
 
-/// The built-in `reshape` inherits the head-split gap above: splitting one
-/// dim into several (`[8] -> [2, 4]`, notation `(ab)->ab`), forward cannot
-/// learn the factors' extents (both appear only on the output), so it drops
-/// the sharding of the input dim (sound, conservative); backward sees the
-/// output's shape, keeps dim 0 sharded and requires the input sharded. Fed
-/// forward, that requirement comes back with a replicated output.
-///
-/// spmd-ops/src/shape.rs:362, `Reshape::notation`, builds the notation from
-/// the target shape it knows but writes no extents into it, and
-/// spmd-core/src/infer.rs:592, `Cx::learn_compound_extents`, learns one
-/// unknown factor at most. Fix: let `reshape` hand the factors' extents it
-/// computed from `shape` to the rule (a sizes option on `Einsum`, or extents
-/// written in the notation), so forward fits them as backward does.
-/// (`builtins_more.rs` skips backward for splitting reshapes.)
+/// The built-in `reshape` once inherited the head-split gap above:
+/// splitting one dim into several (`[8] -> [2, 4]`, notation `(ab)->ab`),
+/// forward could not learn the factors' extents and dropped the input dim's
+/// sharding, while backward kept the output's dim 0 sharded and required the
+/// input sharded; fed forward, that requirement came back replicated. Fixed
+/// in `spmd-ops/src/shape.rs`: reshape knows the target shape, and its
+/// forward hands a split dim's sharding to the major factor, so backward's
+/// requirement now reproduces the output it was given.
 #[test]
-fn reshape_split_forward_cannot_learn_compound_extents() {
+fn reshape_split_forward_learns_compound_extents_from_the_target_shape() {
     let mesh = Mesh::new(&[2]).unwrap();
     let rule = spmd_ops::builtins()
         .build("reshape", &Attrs::new().with("shape", vec![2i64, 4]))
@@ -276,9 +271,16 @@ fn reshape_split_forward_cannot_learn_compound_extents() {
         .unwrap()
         .size('a', 2)
         .size('b', 4);
-    let rep = unsound(
+    fixed(
         "reshape [8] -> [2, 4] backward",
         check.backward(&*rule, &mesh, &[&[8]], &[attr(&[0, -1])]),
     );
-    assert!(matches!(rep.finding(), Finding::Disagree { .. }), "{rep}");
+    let x = attr(&[0]);
+    fixed(
+        "reshape [8] -> [2, 4] forward",
+        check.forward(&*rule, &mesh, &[Spec::new(&[8], &x)]),
+    );
+    // Forward keeps the sharding, on the major factor (not only "sound").
+    let r = rule.forward(&mesh, &[Spec::new(&[8], &x)]).unwrap();
+    assert_eq!(r.outputs[0], attr(&[0, -1]));
 }
