@@ -125,6 +125,9 @@ pub struct Graph {
     ops: Vec<OpInfo>,
     pub(crate) rules: Vec<Box<dyn SpmdRule>>,
     pub(crate) stages: Vec<Stage>,
+    /// Ops with equal signatures (rule, attributes, kind, tensor shapes)
+    /// answer equal attrs equally (see `memo`).
+    pub(crate) signatures: Vec<u32>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -196,6 +199,27 @@ impl Graph {
     ) -> Result<spmd_core::RuleResult, SpmdError> {
         self.call_seeing(o, attrs, None)
             .or_else(|first| self.call_seeing(o, attrs, Some(keep)).map_err(|_| first))
+    }
+
+    /// Runs a forward op's reverse rule on its outputs' attrs (taken from
+    /// `attrs`, one per tensor of the graph).
+    pub(crate) fn call_backward(
+        &self,
+        o: OpId,
+        attrs: &[DistAttr],
+    ) -> Result<spmd_core::RuleResult, SpmdError> {
+        let op = &self.ops[o.index()];
+        let shapes: smallvec::SmallVec<[&[usize]; 8]> = op
+            .inputs
+            .iter()
+            .map(|t| self.tensors[t.index()].shape.as_slice())
+            .collect();
+        let outs: smallvec::SmallVec<[Spec<'_>; 4]> = op
+            .outputs
+            .iter()
+            .map(|t| Spec::new(&self.tensors[t.index()].shape, &attrs[t.index()]))
+            .collect();
+        self.rules[o.index()].backward(&self.mesh, &shapes, &outs)
     }
 
     fn call_seeing(
@@ -416,12 +440,35 @@ impl GraphBuilder {
             });
             rules.push(rule);
         }
+        let mut by_signature: HashMap<String, u32> = HashMap::new();
+        let signatures = self
+            .ops
+            .iter()
+            .map(|op| {
+                let shapes = |ts: &[TensorId]| -> Vec<&[usize]> {
+                    ts.iter()
+                        .map(|t| self.tensors[t.index()].shape.as_slice())
+                        .collect()
+                };
+                let key = format!(
+                    "{}|{:?}|{:?}|{:?}|{:?}",
+                    op.rule,
+                    op.attrs,
+                    op.kind,
+                    shapes(&op.inputs),
+                    shapes(&op.outputs)
+                );
+                let next = by_signature.len() as u32;
+                *by_signature.entry(key).or_insert(next)
+            })
+            .collect();
         let graph = Graph {
             mesh: self.mesh,
             tensors: self.tensors,
             ops: self.ops,
             rules,
             stages,
+            signatures,
         };
         let replicated: Vec<DistAttr> = graph
             .tensors

@@ -2,11 +2,11 @@
 //! docs): each tensor's attr goes from unknown to known once, by the first
 //! op, in the documented order, that can infer it.
 
-use smallvec::SmallVec;
 use spmd_core::{DistAttr, SpmdError};
 
 use crate::error::GraphError;
 use crate::graph::{Graph, OpId, OpKind, Stage, TensorId};
+use crate::memo::Memo;
 
 /// Where a tensor's final attr came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,7 +25,7 @@ pub enum Origin {
 pub struct Stats {
     /// Passes over the ops (one forward and one backward walk each).
     pub sweeps: u32,
-    /// Rule calls made.
+    /// Rule calls asked for (answered by the rule or by the memo).
     pub rule_calls: u32,
 }
 
@@ -65,7 +65,10 @@ impl Propagation {
 /// # Ok::<(), spmd_graph::GraphError>(())
 /// ```
 pub fn propagate(graph: &Graph) -> Result<Propagation, GraphError> {
-    let mut p = Propagator::new(graph);
+    run(Propagator::new(graph))
+}
+
+fn run(mut p: Propagator<'_>) -> Result<Propagation, GraphError> {
     'restart: loop {
         for cap in Stage::ALL {
             let mut changed = false;
@@ -91,6 +94,7 @@ struct Propagator<'g> {
     origins: Vec<Origin>,
     /// Ops whose tensors are all known: nothing left to infer.
     done: Vec<bool>,
+    memo: Memo,
     stats: Stats,
 }
 
@@ -119,6 +123,7 @@ impl<'g> Propagator<'g> {
             known,
             origins,
             done: vec![false; graph.ops().len()],
+            memo: Memo::default(),
             stats: Stats::default(),
         }
     }
@@ -181,8 +186,8 @@ impl<'g> Propagator<'g> {
             .position(|t| self.known[t.index()])
             .unwrap_or(0);
         let r = self
-            .graph
-            .call_resolving(o, &self.attrs, keep)
+            .memo
+            .forward(self.graph, o, &self.attrs, keep)
             .map_err(|e| self.rule_error(o, e))?;
         let learned = self.learn(o, true, &op.inputs, &r.inputs)?
             | self.learn(o, true, &op.outputs, &r.outputs)?;
@@ -199,23 +204,10 @@ impl<'g> Propagator<'g> {
             return Ok(false);
         }
         self.stats.rule_calls += 1;
-        let tensors = self.graph.tensors();
-        let shapes: SmallVec<[&[usize]; 8]> = op
-            .inputs
-            .iter()
-            .map(|t| tensors[t.index()].shape.as_slice())
-            .collect();
-        let outs: SmallVec<[spmd_core::Spec<'_>; 4]> = op
-            .outputs
-            .iter()
-            .map(|t| spmd_core::Spec::new(&tensors[t.index()].shape, &self.attrs[t.index()]))
-            .collect();
         let r = self
-            .graph
-            .rule(o)
-            .backward(self.graph.mesh(), &shapes, &outs)
+            .memo
+            .backward(self.graph, o, &self.attrs)
             .map_err(|e| self.rule_error(o, e))?;
-        drop(outs);
         let learned = self.learn(o, false, &op.inputs, &r.inputs)?
             | self.learn(o, false, &op.outputs, &r.outputs)?;
         self.check_done(o);
@@ -300,6 +292,22 @@ mod tests {
         );
         assert_eq!(p.attr(y), &a(&[0, 1]));
         assert!(plan(&g, &p, DType::F32).unwrap().reshards.is_empty());
+    }
+
+    /// Remembered answers change nothing: two stacked GPT layers (whose
+    /// second layer is all memo hits) propagate as with every rule called.
+    #[test]
+    fn the_memo_changes_no_answer() {
+        let registry = spmd_ops::builtins();
+        for cfg in [
+            crate::GptConfig::small_tp(),
+            crate::GptConfig::small_dp_tp(),
+        ] {
+            let m = crate::gpt(&crate::GptConfig { layers: 2, ..cfg }, &registry).unwrap();
+            let mut plain = Propagator::new(&m.graph);
+            plain.memo.off = true;
+            assert_eq!(run(plain).unwrap(), propagate(&m.graph).unwrap());
+        }
     }
 
     /// Two annotated inputs of a strict elementwise rule disagree: neither

@@ -169,10 +169,11 @@ impl ReshardPlan {
 pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPlan, GraphError> {
     let mut reshards = Vec::new();
     let mut seen: Vec<(TensorId, DistAttr, DistAttr)> = Vec::new();
+    let mut memo = crate::memo::Memo::default();
     for o in graph.op_ids() {
         let op = graph.op(o);
-        let r = graph
-            .call_resolving(o, &prop.attrs, 0)
+        let r = memo
+            .forward(graph, o, &prop.attrs, 0)
             .map_err(|source| GraphError::Rule {
                 op: op.name.clone(),
                 source,
