@@ -1288,7 +1288,11 @@ fn a_closed_pipe_is_not_an_error() {
 
 /// The sample graph: the GPT layer of `spmd-graph` (dp x tp on a 2x4 mesh).
 fn gpt_layer() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../spmd-graph/graphs/gpt_layer.json").to_string()
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../spmd-graph/graphs/gpt_layer.json"
+    )
+    .to_string()
 }
 
 #[test]
@@ -1308,7 +1312,10 @@ fn propagate_json_has_tensors_reshards_and_counts() {
     assert_eq!(v["counts"]["all-reduce"], 2);
     assert_eq!(v["dtype"], "f32");
     let tensors = v["tensors"].as_array().unwrap();
-    let qkv = tensors.iter().find(|t| t["name"] == "l0.qkv.weight").unwrap();
+    let qkv = tensors
+        .iter()
+        .find(|t| t["name"] == "l0.qkv.weight")
+        .unwrap();
     assert_eq!(qkv["dims_mapping"], serde_json::json!([-1, 1]));
     assert_eq!(qkv["origin"], "annotated");
     let reshards = v["reshards"].as_array().unwrap();
@@ -1341,5 +1348,8 @@ fn propagate_rejects_bad_graphs_with_one_error_line() {
             "ops": []}"#,
     );
     bad(&["propagate", bad_mapping.to_str().unwrap()], "tensor `x`");
-    bad(&["propagate", &gpt_layer(), "--dtype", "f8"], "unknown dtype");
+    bad(
+        &["propagate", &gpt_layer(), "--dtype", "f8"],
+        "unknown dtype",
+    );
 }

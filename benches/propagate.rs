@@ -5,7 +5,7 @@
 //! (every rule call, the sweeps, the result's allocation and drop). The
 //! target is <= 1 us per op. `plan` is measured the same way.
 //!
-//! Run with `cargo bench -p spmd-graph --bench propagate`.
+//! Run with `cargo bench --bench propagate`.
 
 use divan::{Bencher, black_box};
 use spmd_graph::{DType, Gpt, GptConfig, gpt, plan, propagate};
