@@ -128,6 +128,13 @@ pub struct Graph {
     /// Ops with equal signatures (rule, attributes, kind, tensor shapes)
     /// answer equal attrs equally (see `memo`).
     pub(crate) signatures: Vec<u32>,
+    /// Every op's inputs then outputs, op after op in one array: the sweeps
+    /// read them in order instead of chasing one allocation per op.
+    flat: Vec<TensorId>,
+    /// Per op: where its tensors start in `flat` and how many inputs.
+    spans: Vec<(u32, u32, u32)>,
+    /// Each tensor's rank, compact for the same reason.
+    ranks: Vec<u32>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -163,6 +170,19 @@ impl Graph {
     pub fn stage(&self, o: OpId) -> Stage {
         self.stages[o.index()]
     }
+    /// An op's input and output tensors, from the compact layout.
+    #[inline]
+    pub(crate) fn io(&self, o: OpId) -> (&[TensorId], &[TensorId]) {
+        let (start, n_in, n_out) = self.spans[o.index()];
+        let (start, n_in, n_out) = (start as usize, n_in as usize, n_out as usize);
+        self.flat[start..start + n_in + n_out].split_at(n_in)
+    }
+
+    #[inline]
+    pub(crate) fn rank(&self, t: TensorId) -> usize {
+        self.ranks[t.index()] as usize
+    }
+
     /// The tensor called `name`.
     pub fn find(&self, name: &str) -> Option<TensorId> {
         self.tensors
@@ -462,6 +482,18 @@ impl GraphBuilder {
                 *by_signature.entry(key).or_insert(next)
             })
             .collect();
+        let mut flat = Vec::new();
+        let mut spans = Vec::with_capacity(self.ops.len());
+        for op in &self.ops {
+            spans.push((
+                flat.len() as u32,
+                op.inputs.len() as u32,
+                op.outputs.len() as u32,
+            ));
+            flat.extend_from_slice(&op.inputs);
+            flat.extend_from_slice(&op.outputs);
+        }
+        let ranks = self.tensors.iter().map(|t| t.shape.len() as u32).collect();
         let graph = Graph {
             mesh: self.mesh,
             tensors: self.tensors,
@@ -469,6 +501,9 @@ impl GraphBuilder {
             rules,
             stages,
             signatures,
+            flat,
+            spans,
+            ranks,
         };
         let replicated: Vec<DistAttr> = graph
             .tensors

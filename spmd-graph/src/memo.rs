@@ -6,26 +6,29 @@
 //! costs microseconds; a remembered answer costs a hash and a copy.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use smallvec::SmallVec;
 use spmd_core::{DistAttr, RuleResult, SpmdError};
 
 use crate::graph::{Graph, OpId};
 
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Key {
+/// One remembered call: the op signature, the direction, the attrs the
+/// rule read (the inputs' in forward, the outputs' in backward) and the
+/// answer.
+struct Entry {
     signature: u32,
-    /// Forward (with the input that wins a conflict) or backward.
     direction: Direction,
-    /// The attrs the rule reads: the inputs' in forward, the outputs' in
-    /// backward.
     attrs: SmallVec<[DistAttr; 4]>,
+    result: RuleResult,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Direction {
-    Forward { keep: usize },
+    /// Forward, with the input that wins a conflict.
+    Forward {
+        keep: usize,
+    },
     Backward,
 }
 
@@ -65,67 +68,95 @@ impl Fx {
     }
 }
 
-/// Remembered answers (errors are not remembered: they end the run).
+/// Remembered answers (errors are not remembered: they end the run). A
+/// lookup hashes the attrs in place and compares them with the entry's, so
+/// a hit copies nothing; callers read the answer by index.
 #[derive(Default)]
 pub(crate) struct Memo {
-    answers: HashMap<Key, RuleResult, BuildHasherDefault<Fx>>,
+    by_hash: HashMap<u64, SmallVec<[u32; 2]>, BuildHasherDefault<Fx>>,
+    entries: Vec<Entry>,
     /// Tests compare against rule calls that remember nothing.
     #[cfg(test)]
     pub(crate) off: bool,
 }
 
 impl Memo {
-    /// [`Graph::call_resolving`], remembered.
+    /// The answer at `index` (from [`Memo::forward`] or [`Memo::backward`]).
+    pub(crate) fn result(&self, index: usize) -> &RuleResult {
+        &self.entries[index].result
+    }
+
+    /// [`Graph::call_resolving`], remembered; the answer's index.
     pub(crate) fn forward(
         &mut self,
         graph: &Graph,
         o: OpId,
         attrs: &[DistAttr],
         keep: usize,
-    ) -> Result<RuleResult, SpmdError> {
-        let op = graph.op(o);
-        let key = Key {
-            signature: graph.signatures[o.index()],
-            direction: Direction::Forward { keep },
-            attrs: op.inputs.iter().map(|t| attrs[t.index()].clone()).collect(),
-        };
-        self.answer(key, || graph.call_resolving(o, attrs, keep))
+    ) -> Result<usize, SpmdError> {
+        let (inputs, _) = graph.io(o);
+        self.answer(
+            graph.signatures[o.index()],
+            Direction::Forward { keep },
+            inputs.iter().map(|t| &attrs[t.index()]),
+            || graph.call_resolving(o, attrs, keep),
+        )
     }
 
-    /// [`Graph::call_backward`], remembered.
+    /// [`Graph::call_backward`], remembered; the answer's index.
     pub(crate) fn backward(
         &mut self,
         graph: &Graph,
         o: OpId,
         attrs: &[DistAttr],
-    ) -> Result<RuleResult, SpmdError> {
-        let op = graph.op(o);
-        let key = Key {
-            signature: graph.signatures[o.index()],
-            direction: Direction::Backward,
-            attrs: op
-                .outputs
-                .iter()
-                .map(|t| attrs[t.index()].clone())
-                .collect(),
-        };
-        self.answer(key, || graph.call_backward(o, attrs))
+    ) -> Result<usize, SpmdError> {
+        let (_, outputs) = graph.io(o);
+        self.answer(
+            graph.signatures[o.index()],
+            Direction::Backward,
+            outputs.iter().map(|t| &attrs[t.index()]),
+            || graph.call_backward(o, attrs),
+        )
     }
 
-    fn answer(
+    fn answer<'a>(
         &mut self,
-        key: Key,
+        signature: u32,
+        direction: Direction,
+        attrs: impl Iterator<Item = &'a DistAttr> + Clone,
         call: impl FnOnce() -> Result<RuleResult, SpmdError>,
-    ) -> Result<RuleResult, SpmdError> {
+    ) -> Result<usize, SpmdError> {
+        let mut h = Fx::default();
+        signature.hash(&mut h);
+        direction.hash(&mut h);
+        for a in attrs.clone() {
+            a.hash(&mut h);
+        }
+        let hash = h.finish();
         #[cfg(test)]
-        if self.off {
-            return call();
+        let remember = !self.off;
+        #[cfg(not(test))]
+        let remember = true;
+        if remember && let Some(ids) = self.by_hash.get(&hash) {
+            for &id in ids {
+                let e = &self.entries[id as usize];
+                if e.signature == signature
+                    && e.direction == direction
+                    && e.attrs.iter().eq(attrs.clone())
+                {
+                    return Ok(id as usize);
+                }
+            }
         }
-        if let Some(r) = self.answers.get(&key) {
-            return Ok(r.clone());
-        }
-        let r = call()?;
-        self.answers.insert(key, r.clone());
-        Ok(r)
+        let result = call()?;
+        let id = self.entries.len();
+        self.entries.push(Entry {
+            signature,
+            direction,
+            attrs: attrs.cloned().collect(),
+            result,
+        });
+        self.by_hash.entry(hash).or_default().push(id as u32);
+        Ok(id)
     }
 }

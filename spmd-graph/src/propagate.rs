@@ -163,8 +163,8 @@ impl<'g> Propagator<'g> {
 
     /// Marks the op done when all its tensors are known.
     fn check_done(&mut self, o: OpId) -> bool {
-        let op = self.graph.op(o);
-        if self.all_known(&op.inputs) && self.all_known(&op.outputs) {
+        let (inputs, outputs) = self.graph.io(o);
+        if self.all_known(inputs) && self.all_known(outputs) {
             self.done[o.index()] = true;
             true
         } else {
@@ -175,22 +175,29 @@ impl<'g> Propagator<'g> {
     /// From the inputs: when one is known, the rule's answer fixes every
     /// unknown input (its requirement) and output.
     fn forward(&mut self, o: OpId) -> Result<bool, GraphError> {
-        let op = self.graph.op(o);
-        if self.check_done(o) || !self.any_known(&op.inputs) {
+        let graph = self.graph;
+        let (inputs, outputs) = graph.io(o);
+        if self.check_done(o) || !self.any_known(inputs) {
             return Ok(false);
         }
         self.stats.rule_calls += 1;
-        let keep = op
-            .inputs
+        let keep = inputs
             .iter()
             .position(|t| self.known[t.index()])
             .unwrap_or(0);
-        let r = self
+        let i = self
             .memo
-            .forward(self.graph, o, &self.attrs, keep)
-            .map_err(|e| self.rule_error(o, e))?;
-        let learned = self.learn(o, true, &op.inputs, &r.inputs)?
-            | self.learn(o, true, &op.outputs, &r.outputs)?;
+            .forward(graph, o, &self.attrs, keep)
+            .map_err(|e| rule_error(graph, o, e))?;
+        let r = self.memo.result(i);
+        let mut st = State {
+            graph,
+            attrs: &mut self.attrs,
+            known: &mut self.known,
+            origins: &mut self.origins,
+        };
+        let learned =
+            st.learn(o, true, inputs, &r.inputs)? | st.learn(o, true, outputs, &r.outputs)?;
         self.check_done(o);
         Ok(learned)
     }
@@ -199,21 +206,39 @@ impl<'g> Propagator<'g> {
     /// when one is known, the reverse rule fixes every unknown input and
     /// output.
     fn backward(&mut self, o: OpId) -> Result<bool, GraphError> {
-        let op = self.graph.op(o);
-        if op.kind != OpKind::Forward || self.check_done(o) || !self.any_known(&op.outputs) {
+        let graph = self.graph;
+        let (inputs, outputs) = graph.io(o);
+        if graph.op(o).kind != OpKind::Forward || self.check_done(o) || !self.any_known(outputs) {
             return Ok(false);
         }
         self.stats.rule_calls += 1;
-        let r = self
+        let i = self
             .memo
-            .backward(self.graph, o, &self.attrs)
-            .map_err(|e| self.rule_error(o, e))?;
-        let learned = self.learn(o, false, &op.inputs, &r.inputs)?
-            | self.learn(o, false, &op.outputs, &r.outputs)?;
+            .backward(graph, o, &self.attrs)
+            .map_err(|e| rule_error(graph, o, e))?;
+        let r = self.memo.result(i);
+        let mut st = State {
+            graph,
+            attrs: &mut self.attrs,
+            known: &mut self.known,
+            origins: &mut self.origins,
+        };
+        let learned =
+            st.learn(o, false, inputs, &r.inputs)? | st.learn(o, false, outputs, &r.outputs)?;
         self.check_done(o);
         Ok(learned)
     }
+}
 
+/// The tensors' state, borrowed apart from the memo whose answer it learns.
+struct State<'s, 'g> {
+    graph: &'g Graph,
+    attrs: &'s mut [DistAttr],
+    known: &'s mut [bool],
+    origins: &'s mut [Origin],
+}
+
+impl State<'_, '_> {
     /// Sets each unknown tensor of `ts` to its attr in `answer`; whether any was.
     fn learn(
         &mut self,
@@ -228,7 +253,7 @@ impl<'g> Propagator<'g> {
             if self.known[i] {
                 continue;
             }
-            let rank = self.graph.tensor(t).shape.len();
+            let rank = self.graph.rank(t);
             if a.dims_mapping.rank() != rank {
                 return Err(GraphError::RankMismatch {
                     op: self.graph.op(o).name.clone(),
@@ -244,12 +269,12 @@ impl<'g> Propagator<'g> {
         }
         Ok(learned)
     }
+}
 
-    fn rule_error(&self, o: OpId, source: SpmdError) -> GraphError {
-        GraphError::Rule {
-            op: self.graph.op(o).name.clone(),
-            source,
-        }
+fn rule_error(graph: &Graph, o: OpId, source: SpmdError) -> GraphError {
+    GraphError::Rule {
+        op: graph.op(o).name.clone(),
+        source,
     }
 }
 
