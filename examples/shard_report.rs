@@ -1,6 +1,8 @@
 //! The project's main job for now: on a 2x4 mesh, print the shardings inferred
 //! for a matmul whose contraction is sharded and for an embedding with a
-//! row-sharded table, forward and backward, with what each result means.
+//! row-sharded table, forward and backward, with what each result means; then
+//! the whole-graph propagation of a GPT layer annotated with Megatron-LM's
+//! tensor parallelism, with its all-reduce counts checked.
 //!
 //! Run with `cargo run --release --example shard_report`.
 
@@ -245,13 +247,26 @@ fn report(mesh: &Mesh, case: &Case) -> Result<String, SpmdError> {
     Ok(out)
 }
 
-fn main() -> Result<(), SpmdError> {
+/// The GPT layer example's checks, shown here in brief.
+#[path = "gpt_layer.rs"]
+mod gpt_layer;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mesh = Mesh::new(&[2, 4])?;
     println!(
         "Sharding report on a {mesh} mesh (mappings in Paddle's form: -1 = replicated, d = mesh dim d)\n"
     );
     for case in CASES {
         println!("{}", report(&mesh, case)?);
+    }
+    // Whole-graph propagation: the per-op rules above, through a model.
+    println!(
+        "Whole-graph propagation (full report: `cargo run --release --example gpt_layer`, \
+         or `spmd propagate spmd-graph/graphs/gpt_layer.json --backward`)"
+    );
+    let failures = gpt_layer::check(true)?;
+    if !failures.is_empty() {
+        return Err(format!("{} claim(s) failed", failures.len()).into());
     }
     Ok(())
 }

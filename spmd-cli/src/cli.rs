@@ -60,6 +60,19 @@ op is not registered are counted as `not covered`, never as failed. The last lin
 always `N passed, M failed`; the exit status is 1 when a covered case fails (a failure
 listed in --deviations counts as a deviation, not a failure).";
 
+const PROPAGATE_EXAMPLES: &str = "\
+Examples:
+  spmd propagate spmd-graph/graphs/gpt_layer.json
+  spmd propagate spmd-graph/graphs/gpt_layer.json --backward
+  spmd propagate graph.json --dtype bf16 --json
+
+The graph file lists the mesh, every tensor (name, shape, optional dims_mapping /
+partial_dims annotation, param flag) and the ops in a topological order (registry
+name, attrs, input and output tensor names); see the README. Annotated tensors keep
+their annotation; every other tensor gets the attr propagation finds (replicated
+when no annotation reaches it). The reshard plan lists each collective with its
+bytes per device (ring algorithms).";
+
 const OPS_EXAMPLES: &str = "\
 Examples:
   spmd ops
@@ -130,6 +143,10 @@ pub enum Command {
     /// List the registered rules with their notations and attributes.
     #[command(after_help = OPS_EXAMPLES)]
     Ops(OpsArgs),
+
+    /// Propagate a graph's annotations to every tensor and print the reshard plan.
+    #[command(after_help = PROPAGATE_EXAMPLES)]
+    Propagate(PropagateArgs),
 }
 
 /// The tensors, mesh and direction of one rule call.
@@ -239,6 +256,27 @@ pub struct ConformanceArgs {
     /// project's docs/conformance.md is this output).
     #[arg(long)]
     pub markdown: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PropagateArgs {
+    /// The graph JSON file (`-` = stdin).
+    #[arg(value_name = "GRAPH.json")]
+    pub graph: String,
+
+    /// Element type for the volumes (f64 f32 f16 bf16 i64 i32 i8); default:
+    /// the file's `dtype`, else f32.
+    #[arg(long, value_name = "DTYPE")]
+    pub dtype: Option<String>,
+
+    /// Also build the backward graph (grad ops, gradient accumulation, each
+    /// parameter's gradient in its parameter's layout) and print its plan.
+    #[arg(long)]
+    pub backward: bool,
+
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -68,6 +68,7 @@ where
         Command::Show(a) => cmd::show::show(a),
         Command::Conformance(a) => cmd::conformance::conformance(a),
         Command::Ops(a) => cmd::ops::ops(a),
+        Command::Propagate(a) => cmd::propagate::propagate(a),
     };
     let (text, fail) = match result {
         Ok(o) => (o.text, o.fail),

@@ -1356,3 +1356,71 @@ fn a_closed_pipe_is_not_an_error() {
     assert!(err.is_empty(), "{err}");
     assert_ne!(out.status.code(), Some(101), "no panic");
 }
+
+/// The sample graph: the GPT layer of `spmd-graph` (dp x tp on a 2x4 mesh).
+fn gpt_layer() -> String {
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../spmd-graph/graphs/gpt_layer.json"
+    )
+    .to_string()
+}
+
+#[test]
+fn propagate_reports_the_gpt_layers_megatron_all_reduces() {
+    let (code, out, err) = run(&["propagate", &gpt_layer()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("l0.qkv.weight"), "{out}");
+    assert!(out.contains("total: 2 all-reduce;"), "{out}");
+    assert!(out.contains("all-reduce SUM over mesh dim 1"), "{out}");
+    // No backward section unless asked.
+    assert!(!out.contains("backward graph"), "{out}");
+}
+
+#[test]
+fn propagate_json_has_tensors_reshards_and_counts() {
+    let v = json(&["propagate", &gpt_layer(), "--json", "--dtype", "f32"]);
+    assert_eq!(v["counts"]["all-reduce"], 2);
+    assert_eq!(v["dtype"], "f32");
+    let tensors = v["tensors"].as_array().unwrap();
+    let qkv = tensors
+        .iter()
+        .find(|t| t["name"] == "l0.qkv.weight")
+        .unwrap();
+    assert_eq!(qkv["dims_mapping"], serde_json::json!([-1, 1]));
+    assert_eq!(qkv["origin"], "annotated");
+    let reshards = v["reshards"].as_array().unwrap();
+    assert_eq!(reshards.len(), 2);
+    // f32 [8, 64, 256] split on batch over 2: 512 KiB local, all-reduced
+    // over 4 devices: 2 * 3/4 of it.
+    assert_eq!(reshards[0]["steps"][0]["kind"], "all_reduce");
+    assert_eq!(reshards[0]["bytes"], 2 * 3 * (4 * 128 * 256 * 4) / 4);
+    assert!(v.get("backward").is_none());
+
+    let v = json(&["propagate", &gpt_layer(), "--json", "--backward"]);
+    assert_eq!(v["backward"]["counts"]["all-reduce"], 15);
+    assert_eq!(v["backward"]["param_grads"].as_object().unwrap().len(), 13);
+}
+
+#[test]
+fn propagate_rejects_bad_graphs_with_one_error_line() {
+    bad(&["propagate", "/nonexistent/graph.json"], "cannot read");
+    let not_json = temp_file("not.json", "{ mesh: ");
+    bad(&["propagate", not_json.to_str().unwrap()], "graph JSON");
+    let unknown_op = temp_file(
+        "unknown_op.json",
+        r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4]}, {"name": "y", "shape": [4]}],
+            "ops": [{"name": "f", "op": "matmull", "inputs": ["x"], "outputs": ["y"]}]}"#,
+    );
+    bad(&["propagate", unknown_op.to_str().unwrap()], "op `f`");
+    let bad_mapping = temp_file(
+        "bad_mapping.json",
+        r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4, 4], "dims_mapping": [0, 0]}],
+            "ops": []}"#,
+    );
+    bad(&["propagate", bad_mapping.to_str().unwrap()], "tensor `x`");
+    bad(
+        &["propagate", &gpt_layer(), "--dtype", "f8"],
+        "unknown dtype",
+    );
+}

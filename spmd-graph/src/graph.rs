@@ -125,6 +125,16 @@ pub struct Graph {
     ops: Vec<OpInfo>,
     pub(crate) rules: Vec<Box<dyn SpmdRule>>,
     pub(crate) stages: Vec<Stage>,
+    /// Ops with equal signatures (rule, attributes, kind, tensor shapes)
+    /// answer equal attrs equally (see `memo`).
+    pub(crate) signatures: Vec<u32>,
+    /// Every op's inputs then outputs, op after op in one array: the sweeps
+    /// read them in order instead of chasing one allocation per op.
+    flat: Vec<TensorId>,
+    /// Per op: where its tensors start in `flat` and how many inputs.
+    spans: Vec<(u32, u32, u32)>,
+    /// Each tensor's rank, compact for the same reason.
+    ranks: Vec<u32>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -160,6 +170,19 @@ impl Graph {
     pub fn stage(&self, o: OpId) -> Stage {
         self.stages[o.index()]
     }
+    /// An op's input and output tensors, from the compact layout.
+    #[inline]
+    pub(crate) fn io(&self, o: OpId) -> (&[TensorId], &[TensorId]) {
+        let (start, n_in, n_out) = self.spans[o.index()];
+        let (start, n_in, n_out) = (start as usize, n_in as usize, n_out as usize);
+        self.flat[start..start + n_in + n_out].split_at(n_in)
+    }
+
+    #[inline]
+    pub(crate) fn rank(&self, t: TensorId) -> usize {
+        self.ranks[t.index()] as usize
+    }
+
     /// The tensor called `name`.
     pub fn find(&self, name: &str) -> Option<TensorId> {
         self.tensors
@@ -196,6 +219,27 @@ impl Graph {
     ) -> Result<spmd_core::RuleResult, SpmdError> {
         self.call_seeing(o, attrs, None)
             .or_else(|first| self.call_seeing(o, attrs, Some(keep)).map_err(|_| first))
+    }
+
+    /// Runs a forward op's reverse rule on its outputs' attrs (taken from
+    /// `attrs`, one per tensor of the graph).
+    pub(crate) fn call_backward(
+        &self,
+        o: OpId,
+        attrs: &[DistAttr],
+    ) -> Result<spmd_core::RuleResult, SpmdError> {
+        let op = &self.ops[o.index()];
+        let shapes: smallvec::SmallVec<[&[usize]; 8]> = op
+            .inputs
+            .iter()
+            .map(|t| self.tensors[t.index()].shape.as_slice())
+            .collect();
+        let outs: smallvec::SmallVec<[Spec<'_>; 4]> = op
+            .outputs
+            .iter()
+            .map(|t| Spec::new(&self.tensors[t.index()].shape, &attrs[t.index()]))
+            .collect();
+        self.rules[o.index()].backward(&self.mesh, &shapes, &outs)
     }
 
     fn call_seeing(
@@ -416,12 +460,50 @@ impl GraphBuilder {
             });
             rules.push(rule);
         }
+        let mut by_signature: HashMap<String, u32> = HashMap::new();
+        let signatures = self
+            .ops
+            .iter()
+            .map(|op| {
+                let shapes = |ts: &[TensorId]| -> Vec<&[usize]> {
+                    ts.iter()
+                        .map(|t| self.tensors[t.index()].shape.as_slice())
+                        .collect()
+                };
+                let key = format!(
+                    "{}|{:?}|{:?}|{:?}|{:?}",
+                    op.rule,
+                    op.attrs,
+                    op.kind,
+                    shapes(&op.inputs),
+                    shapes(&op.outputs)
+                );
+                let next = by_signature.len() as u32;
+                *by_signature.entry(key).or_insert(next)
+            })
+            .collect();
+        let mut flat = Vec::new();
+        let mut spans = Vec::with_capacity(self.ops.len());
+        for op in &self.ops {
+            spans.push((
+                flat.len() as u32,
+                op.inputs.len() as u32,
+                op.outputs.len() as u32,
+            ));
+            flat.extend_from_slice(&op.inputs);
+            flat.extend_from_slice(&op.outputs);
+        }
+        let ranks = self.tensors.iter().map(|t| t.shape.len() as u32).collect();
         let graph = Graph {
             mesh: self.mesh,
             tensors: self.tensors,
             ops: self.ops,
             rules,
             stages,
+            signatures,
+            flat,
+            spans,
+            ranks,
         };
         let replicated: Vec<DistAttr> = graph
             .tensors

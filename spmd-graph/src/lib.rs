@@ -89,6 +89,7 @@ mod error;
 pub mod gpt;
 mod graph;
 pub mod json;
+mod memo;
 mod propagate;
 pub mod report;
 pub mod reshard;

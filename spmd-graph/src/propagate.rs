@@ -2,11 +2,11 @@
 //! docs): each tensor's attr goes from unknown to known once, by the first
 //! op, in the documented order, that can infer it.
 
-use smallvec::SmallVec;
 use spmd_core::{DistAttr, SpmdError};
 
 use crate::error::GraphError;
 use crate::graph::{Graph, OpId, OpKind, Stage, TensorId};
+use crate::memo::Memo;
 
 /// Where a tensor's final attr came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,7 +25,7 @@ pub enum Origin {
 pub struct Stats {
     /// Passes over the ops (one forward and one backward walk each).
     pub sweeps: u32,
-    /// Rule calls made.
+    /// Rule calls asked for (answered by the rule or by the memo).
     pub rule_calls: u32,
 }
 
@@ -65,7 +65,10 @@ impl Propagation {
 /// # Ok::<(), spmd_graph::GraphError>(())
 /// ```
 pub fn propagate(graph: &Graph) -> Result<Propagation, GraphError> {
-    let mut p = Propagator::new(graph);
+    run(Propagator::new(graph))
+}
+
+fn run(mut p: Propagator<'_>) -> Result<Propagation, GraphError> {
     'restart: loop {
         for cap in Stage::ALL {
             let mut changed = false;
@@ -91,6 +94,7 @@ struct Propagator<'g> {
     origins: Vec<Origin>,
     /// Ops whose tensors are all known: nothing left to infer.
     done: Vec<bool>,
+    memo: Memo,
     stats: Stats,
 }
 
@@ -119,6 +123,7 @@ impl<'g> Propagator<'g> {
             known,
             origins,
             done: vec![false; graph.ops().len()],
+            memo: Memo::default(),
             stats: Stats::default(),
         }
     }
@@ -158,8 +163,8 @@ impl<'g> Propagator<'g> {
 
     /// Marks the op done when all its tensors are known.
     fn check_done(&mut self, o: OpId) -> bool {
-        let op = self.graph.op(o);
-        if self.all_known(&op.inputs) && self.all_known(&op.outputs) {
+        let (inputs, outputs) = self.graph.io(o);
+        if self.all_known(inputs) && self.all_known(outputs) {
             self.done[o.index()] = true;
             true
         } else {
@@ -170,22 +175,29 @@ impl<'g> Propagator<'g> {
     /// From the inputs: when one is known, the rule's answer fixes every
     /// unknown input (its requirement) and output.
     fn forward(&mut self, o: OpId) -> Result<bool, GraphError> {
-        let op = self.graph.op(o);
-        if self.check_done(o) || !self.any_known(&op.inputs) {
+        let graph = self.graph;
+        let (inputs, outputs) = graph.io(o);
+        if self.check_done(o) || !self.any_known(inputs) {
             return Ok(false);
         }
         self.stats.rule_calls += 1;
-        let keep = op
-            .inputs
+        let keep = inputs
             .iter()
             .position(|t| self.known[t.index()])
             .unwrap_or(0);
-        let r = self
-            .graph
-            .call_resolving(o, &self.attrs, keep)
-            .map_err(|e| self.rule_error(o, e))?;
-        let learned = self.learn(o, true, &op.inputs, &r.inputs)?
-            | self.learn(o, true, &op.outputs, &r.outputs)?;
+        let i = self
+            .memo
+            .forward(graph, o, &self.attrs, keep)
+            .map_err(|e| rule_error(graph, o, e))?;
+        let r = self.memo.result(i);
+        let mut st = State {
+            graph,
+            attrs: &mut self.attrs,
+            known: &mut self.known,
+            origins: &mut self.origins,
+        };
+        let learned =
+            st.learn(o, true, inputs, &r.inputs)? | st.learn(o, true, outputs, &r.outputs)?;
         self.check_done(o);
         Ok(learned)
     }
@@ -194,34 +206,39 @@ impl<'g> Propagator<'g> {
     /// when one is known, the reverse rule fixes every unknown input and
     /// output.
     fn backward(&mut self, o: OpId) -> Result<bool, GraphError> {
-        let op = self.graph.op(o);
-        if op.kind != OpKind::Forward || self.check_done(o) || !self.any_known(&op.outputs) {
+        let graph = self.graph;
+        let (inputs, outputs) = graph.io(o);
+        if graph.op(o).kind != OpKind::Forward || self.check_done(o) || !self.any_known(outputs) {
             return Ok(false);
         }
         self.stats.rule_calls += 1;
-        let tensors = self.graph.tensors();
-        let shapes: SmallVec<[&[usize]; 8]> = op
-            .inputs
-            .iter()
-            .map(|t| tensors[t.index()].shape.as_slice())
-            .collect();
-        let outs: SmallVec<[spmd_core::Spec<'_>; 4]> = op
-            .outputs
-            .iter()
-            .map(|t| spmd_core::Spec::new(&tensors[t.index()].shape, &self.attrs[t.index()]))
-            .collect();
-        let r = self
-            .graph
-            .rule(o)
-            .backward(self.graph.mesh(), &shapes, &outs)
-            .map_err(|e| self.rule_error(o, e))?;
-        drop(outs);
-        let learned = self.learn(o, false, &op.inputs, &r.inputs)?
-            | self.learn(o, false, &op.outputs, &r.outputs)?;
+        let i = self
+            .memo
+            .backward(graph, o, &self.attrs)
+            .map_err(|e| rule_error(graph, o, e))?;
+        let r = self.memo.result(i);
+        let mut st = State {
+            graph,
+            attrs: &mut self.attrs,
+            known: &mut self.known,
+            origins: &mut self.origins,
+        };
+        let learned =
+            st.learn(o, false, inputs, &r.inputs)? | st.learn(o, false, outputs, &r.outputs)?;
         self.check_done(o);
         Ok(learned)
     }
+}
 
+/// The tensors' state, borrowed apart from the memo whose answer it learns.
+struct State<'s, 'g> {
+    graph: &'g Graph,
+    attrs: &'s mut [DistAttr],
+    known: &'s mut [bool],
+    origins: &'s mut [Origin],
+}
+
+impl State<'_, '_> {
     /// Sets each unknown tensor of `ts` to its attr in `answer`; whether any was.
     fn learn(
         &mut self,
@@ -236,7 +253,7 @@ impl<'g> Propagator<'g> {
             if self.known[i] {
                 continue;
             }
-            let rank = self.graph.tensor(t).shape.len();
+            let rank = self.graph.rank(t);
             if a.dims_mapping.rank() != rank {
                 return Err(GraphError::RankMismatch {
                     op: self.graph.op(o).name.clone(),
@@ -252,12 +269,12 @@ impl<'g> Propagator<'g> {
         }
         Ok(learned)
     }
+}
 
-    fn rule_error(&self, o: OpId, source: SpmdError) -> GraphError {
-        GraphError::Rule {
-            op: self.graph.op(o).name.clone(),
-            source,
-        }
+fn rule_error(graph: &Graph, o: OpId, source: SpmdError) -> GraphError {
+    GraphError::Rule {
+        op: graph.op(o).name.clone(),
+        source,
     }
 }
 
@@ -300,6 +317,22 @@ mod tests {
         );
         assert_eq!(p.attr(y), &a(&[0, 1]));
         assert!(plan(&g, &p, DType::F32).unwrap().reshards.is_empty());
+    }
+
+    /// Remembered answers change nothing: two stacked GPT layers (whose
+    /// second layer is all memo hits) propagate as with every rule called.
+    #[test]
+    fn the_memo_changes_no_answer() {
+        let registry = spmd_ops::builtins();
+        for cfg in [
+            crate::GptConfig::small_tp(),
+            crate::GptConfig::small_dp_tp(),
+        ] {
+            let m = crate::gpt(&crate::GptConfig { layers: 2, ..cfg }, &registry).unwrap();
+            let mut plain = Propagator::new(&m.graph);
+            plain.memo.off = true;
+            assert_eq!(run(plain).unwrap(), propagate(&m.graph).unwrap());
+        }
     }
 
     /// Two annotated inputs of a strict elementwise rule disagree: neither

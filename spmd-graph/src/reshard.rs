@@ -33,6 +33,7 @@
 //! one). Steps of one reshard apply in order, each on the block the previous
 //! one left.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -168,23 +169,24 @@ impl ReshardPlan {
 /// The reshard plan of `graph` under the attrs of `prop`, volumes in `dtype`.
 pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPlan, GraphError> {
     let mut reshards = Vec::new();
-    let mut seen: Vec<(TensorId, DistAttr, DistAttr)> = Vec::new();
+    let mut seen: HashSet<(TensorId, DistAttr, DistAttr)> = HashSet::new();
+    let mut memo = crate::memo::Memo::default();
     for o in graph.op_ids() {
         let op = graph.op(o);
-        let r = graph
-            .call_resolving(o, &prop.attrs, 0)
+        let i = memo
+            .forward(graph, o, &prop.attrs, 0)
             .map_err(|source| GraphError::Rule {
                 op: op.name.clone(),
                 source,
             })?;
+        let r = memo.result(i);
         let mut add = |edge: Edge, t: TensorId, from: &DistAttr, to: &DistAttr| {
             if from == to {
                 return;
             }
-            if edge_is_shared(&seen, t, from, to) {
+            if !seen.insert((t, from.clone(), to.clone())) {
                 return;
             }
-            seen.push((t, from.clone(), to.clone()));
             let shape = &graph.tensor(t).shape;
             let steps = classify(from, to);
             let bytes = volumes(&steps, from, shape, graph.mesh(), dtype);
@@ -205,16 +207,6 @@ pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPl
         }
     }
     Ok(ReshardPlan { dtype, reshards })
-}
-
-fn edge_is_shared(
-    seen: &[(TensorId, DistAttr, DistAttr)],
-    t: TensorId,
-    from: &DistAttr,
-    to: &DistAttr,
-) -> bool {
-    seen.iter()
-        .any(|(st, sf, sto)| *st == t && sf == from && sto == to)
 }
 
 /// Bytes per device of each step turning `from` into its target, for a

@@ -5,4 +5,5 @@ pub mod conformance;
 pub mod explain;
 pub mod infer;
 pub mod ops;
+pub mod propagate;
 pub mod show;
