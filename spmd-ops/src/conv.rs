@@ -1,4 +1,5 @@
-//! Convolutions: `conv2d`, `conv3d`, `depthwise_conv2d`, `conv2d_transpose`.
+//! Convolutions: `conv2d`, `conv3d`, `depthwise_conv2d`, `conv2d_transpose`;
+//! and `roi_align`, pooling over windows of an image.
 //!
 //! A convolution contracts the input channels `c` against the filter and
 //! produces the filter's output channels `m`, per batch item `n`: on those
@@ -211,6 +212,21 @@ conv!(
     /// 1 is the output channels when `groups == 1`.
     Conv2dTranspose, "conv2d_transpose", 2, "NCHW", |grouped| Filter::Transposed { grouped }
 );
+
+/// Paddle's `roi_align` (`x` `[N, C, H, W]`, `boxes` `[R, 4]`, `boxes_num`
+/// `[N]` → `out` `[R, C, ph, pw]`): each box pools a window of its image.
+/// Only the channels can stay sharded (a box may read any image and any
+/// pixel); the boxes are replicated. Paddle 3.3.1's `RoiAlignInferSpmd`.
+/// The boxes have no gradient.
+#[spmd_rule(
+    name = "roi_align",
+    einsum = "1c11,11,1->1c11",
+    inputs(x, boxes, boxes_num),
+    outputs(out),
+    no_grad(boxes, boxes_num)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoiAlign {}
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,6 @@
-//! `gather`: slices of `x` along `axis` picked by a 1-D (or 0-D) index.
+//! Gathers: `gather` / `index_select` (slices of `x` along `axis` picked
+//! by a 1-D or 0-D index), `gather_nd` (elements or slices picked by index
+//! tuples) and `take_along_axis` (an index per element along `axis`).
 
 use spmd_core::{
     Call, DimsMapping, DistAttr, Einsum, RuleResult, Sharding, Spec, SpmdError, SpmdRule, spmd_rule,
@@ -101,4 +103,95 @@ impl Gather {
         *result = self.forward(mesh, &specs)?;
         Ok(())
     }
+}
+
+/// Paddle's `gather_nd`: `index` is `[..., k]`, a batch of `k`-tuples of
+/// coordinates into the first `k` dims of `x`; `out` is `index[..., :-1]`
+/// followed by `x`'s dims after the first `k`. Those first `k` dims of `x`
+/// and the tuples' dim are never sharded; the index's batch dims and `x`'s
+/// trailing dims keep their shardings. Paddle 3.3.1's `GatherNdInferSpmd`;
+/// its grad scatters the output grad and never reads `x`: `x_grad` is
+/// partial (`Sum`) over the mesh dims of sharded index batch dims (each
+/// device scatters its own tuples).
+#[spmd_rule(
+    name = "gather_nd",
+    build = Self::notation,
+    inputs(x, index),
+    outputs(out),
+    no_grad(index),
+    grad_ignores(x)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatherNd {}
+
+impl GatherNd {
+    /// For x of rank 3 and index `[i, j, 2]`: `11c,AB1->ABc`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        const OP: &str = "gather_nd";
+        let rank = input_rank(call, 0).unwrap_or(0);
+        let index = call.input_shape(1).unwrap_or(&[]);
+        let k = index.last().copied().unwrap_or(0);
+        if k > rank {
+            return Err(SpmdError::Rejected {
+                op: OP,
+                message: format!(
+                    "input 1 (index) holds {k}-tuples of coordinates, and input 0 (x) has only {rank} dims"
+                ),
+            });
+        }
+        let batch = index.len().saturating_sub(1);
+        let names = labels(OP, rank + batch)?;
+        let rest: String = names[k..rank].iter().collect();
+        let tuples: String = names[rank..].iter().collect();
+        let x = format!("{}{rest}", "1".repeat(k));
+        let index = if index.is_empty() {
+            String::new()
+        } else {
+            format!("{tuples}1")
+        };
+        Einsum::new(&format!("{x},{index}->{tuples}{rest}"))
+    }
+}
+
+/// Paddle's `take_along_axis`: `out[.., i, ..] = x[.., index[.., i, ..],
+/// ..]` along `axis`; `index` has `x`'s rank and `out` its shape. The axis
+/// is never sharded (an index may point anywhere along it); the other dims
+/// are shared by `x`, `index` and `out`. Paddle 3.3.1's
+/// `TakeAlongAxisInferSpmd`. The index has no gradient, and the grad
+/// (scattering the output grad back) never reads `x`.
+#[spmd_rule(
+    name = "take_along_axis",
+    build = Self::notation,
+    inputs(x, index),
+    outputs(out),
+    no_grad(index),
+    grad_ignores(x)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TakeAlongAxis {
+    #[spmd(default)]
+    pub axis: i64,
+}
+
+impl TakeAlongAxis {
+    /// `a1c,a1c->a1c` for axis 1.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let term = along_axis_term("take_along_axis", self.axis, call)?;
+        Einsum::new(&format!("{term},{term}->{term}"))
+    }
+}
+
+/// The labels of input 0 with dim `axis` written `1`: `a1c`.
+pub(crate) fn along_axis_term(
+    op: &'static str,
+    axis: i64,
+    call: &Call<'_>,
+) -> Result<String, SpmdError> {
+    let rank = input_rank(call, 0).unwrap_or(0);
+    let axis = normalize_axis(op, "axis", axis, rank)?;
+    Ok(labels(op, rank)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| if i == axis { '1' } else { c })
+        .collect())
 }

@@ -26,24 +26,34 @@ mod nn;
 mod norm;
 mod notation;
 mod reduce;
+mod scatter;
 mod shape;
 mod softmax;
 mod split;
 mod swiglu;
 
 pub use attention::FlashAttention;
-pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d};
-pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, Multiply, UNARY};
-pub use embedding::Embedding;
-pub use gather::Gather;
-pub use index::{ArgMax, ArgMin, ArgSort, Cumsum, OneHot, TopK, TrilTriu, Triu};
-pub use loss::CrossEntropyWithSoftmax;
-pub use matmul::Matmul;
-pub use misc::{DefaultDataParallel, MeanAll, Replicated, Where};
-pub use norm::{FusedRmsNorm, LayerNorm};
-pub use reduce::{
-    All, Amax, Amin, Any, FrobeniusNorm, Max, Min, Prod, ReduceBase, SquaredL2Norm, Sum,
+pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
+pub use elementwise::{
+    AddN, BINARY, ElementwiseBinary, ElementwiseUnary, FusedDropoutAdd, LabelSmooth, Multiply,
+    UNARY,
 };
+pub use embedding::{CEmbedding, Embedding};
+pub use gather::{Gather, GatherNd, TakeAlongAxis};
+pub use index::{
+    ArgMax, ArgMin, ArgSort, Cummax, Cummin, Cumsum, OneHot, Pad, Roll, TopK, TrilTriu, Triu,
+};
+pub use loss::{
+    CSoftmaxWithCrossEntropy, CSoftmaxWithMultiLabelCrossEntropy, CrossEntropyWithSoftmax,
+};
+pub use matmul::{Bmm, EinsumOp, FusedGemmEpilogue, LinearV2, Matmul};
+pub use misc::{DefaultDataParallel, MeanAll, NonZero, Numel, Replicated, Unique, Where};
+pub use norm::{BatchNorm, FusedRmsNorm, GroupNorm, InstanceNorm, LayerNorm};
+pub use reduce::{
+    All, Amax, Amin, Any, FrobeniusNorm, LogSumExp, Max, Min, PNorm, Prod, ReduceBase,
+    SquaredL2Norm, Sum,
+};
+pub use scatter::{IndexPut, PutAlongAxis, Scatter, ScatterNdAdd};
 pub use shape::{ExpandAs, Flatten, Reshape, Squeeze, Tile, Transpose, Unsqueeze};
 pub use softmax::Softmax;
 pub use split::{Concat, Slice, Split, SplitWithNum, Stack, StridedSlice, Unbind};
@@ -56,6 +66,10 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
     registry
         .register::<Matmul>()?
         .insert(RuleInfo::of::<Matmul>().renamed("matmul_v2"))?
+        .register::<Bmm>()?
+        .register::<EinsumOp>()?
+        .register::<LinearV2>()?
+        .register::<FusedGemmEpilogue>()?
         .register::<Embedding>()?
         .insert(RuleInfo::of::<Embedding>().renamed("lookup_table_v2"))?
         .register::<Softmax>()?
@@ -68,6 +82,10 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .insert(RuleInfo::of::<Max>().renamed("reduce_max"))?
         .register::<SquaredL2Norm>()?
         .register::<FrobeniusNorm>()?
+        .register::<LogSumExp>()?
+        .register::<PNorm>()?
+        .register::<CEmbedding>()?
+        .register::<RoiAlign>()?
         .register::<Conv2d>()?
         .register::<Conv3d>()?
         .register::<DepthwiseConv2d>()?

@@ -39,3 +39,46 @@ pub(crate) fn labels(op: &'static str, rank: usize) -> Result<Vec<char>, SpmdErr
     }
     Ok(letters.take(rank).collect())
 }
+
+/// For a grad op whose arguments are more than the forward inputs (Paddle's
+/// grad signatures that also take forward outputs such as statistics or
+/// indices, listed after the inputs): only the first `n` of them have
+/// gradients, so the derived grads of the others are dropped.
+pub(crate) fn keep_first_grads(call: &Call<'_>, result: &mut spmd_core::RuleResult, n: usize) {
+    if matches!(call, Call::Grad { .. }) {
+        result.outputs.truncate(n);
+    }
+}
+
+/// `attr` with `dims` replicated, or `None` when none of them was sharded.
+/// Paddle replicates the dims a rule never shards *before* its merge, so
+/// the mesh dims they held stay free for other axes; in DESIGN §4's merge a
+/// never-sharded dim's sharding still claims its mesh dim. Rules that follow
+/// Paddle here re-run inference on inputs freed with this.
+pub(crate) fn replicate_dims(
+    attr: &spmd_core::DistAttr,
+    dims: &[usize],
+) -> Option<spmd_core::DistAttr> {
+    let mapping = attr.dims_mapping.as_slice();
+    if dims
+        .iter()
+        .all(|&d| mapping.get(d).is_none_or(|s| s.is_replicated()))
+    {
+        return None;
+    }
+    let freed: Vec<spmd_core::Sharding> = mapping
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if dims.contains(&i) {
+                spmd_core::Sharding::REPLICATED
+            } else {
+                *s
+            }
+        })
+        .collect();
+    Some(spmd_core::DistAttr {
+        dims_mapping: spmd_core::DimsMapping::from_shardings(&freed),
+        partial: attr.partial,
+    })
+}
