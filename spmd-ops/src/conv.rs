@@ -10,11 +10,14 @@
 //! spatial dims of the input, the filter and the output alike and keeps
 //! their shardings, which computes wrong values at block edges; we do not
 //! copy that (DESIGN §4). Paddle 3.3.1 also reads every layout as
-//! channels-first; we honour `data_format` (`NHWC`, `NDHWC`).
+//! channels-first; we honour `data_format` (`NHWC`, `NDHWC`). As Paddle
+//! does for the input channels of a grouped convolution, the given
+//! shardings of never-sharded dims are dropped before the merge, so their
+//! mesh dims stay free for the batch and the output channels.
 
 use spmd_core::{Call, Einsum, MeshSet, Partial, ReduceType, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::input_rank;
+use crate::notation::{forward_with_fixed_dims_freed, input_rank};
 
 /// How the filter's dims line up with the channels.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -163,7 +166,9 @@ macro_rules! conv {
                 result: &mut RuleResult,
             ) -> Result<(), SpmdError> {
                 keep_partial_output_grad(call, result);
-                Ok(())
+                // Paddle replicates x's channels (grouped) before merging,
+                // leaving their mesh dims to the filter's output channels.
+                forward_with_fixed_dims_freed(self, call, &self.notation(call)?, result)
             }
         }
     };

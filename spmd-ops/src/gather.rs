@@ -6,7 +6,7 @@ use spmd_core::{
     Call, DimsMapping, DistAttr, Einsum, RuleResult, Sharding, Spec, SpmdError, SpmdRule, spmd_rule,
 };
 
-use crate::notation::{input_rank, labels, normalize_axis};
+use crate::notation::{forward_with_fixed_dims_freed, input_rank, labels, normalize_axis};
 
 /// Paddle's `gather`: `out = x` with dim `axis` replaced by `index`'s dim
 /// (or removed, for a 0-D index). The gathered axis of `x` is never sharded;
@@ -116,6 +116,7 @@ impl Gather {
 #[spmd_rule(
     name = "gather_nd",
     build = Self::notation,
+    adjust = Self::free_indexed_dims,
     inputs(x, index),
     outputs(out),
     no_grad(index),
@@ -150,6 +151,12 @@ impl GatherNd {
             format!("{tuples}1")
         };
         Einsum::new(&format!("{x},{index}->{tuples}{rest}"))
+    }
+
+    /// Paddle replicates x's indexed dims before the merge: their mesh dims
+    /// are free for the index's batch dims.
+    fn free_indexed_dims(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        forward_with_fixed_dims_freed(self, call, &self.notation(call)?, result)
     }
 }
 

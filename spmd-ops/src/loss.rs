@@ -4,7 +4,7 @@
 
 use spmd_core::{Call, Einsum, MeshSet, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
 
-use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis};
+use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis, not_partial};
 
 /// Which dims the softmax axis takes in each term.
 fn axis_info(ce: &CrossEntropyWithSoftmax, call: &Call<'_>) -> Result<(usize, usize), SpmdError> {
@@ -196,7 +196,7 @@ impl LossFirst {
 #[spmd_rule(
     name = "c_softmax_with_cross_entropy",
     build = Self::notation,
-    adjust = Self::grads,
+    adjust = Self::finish,
     inputs(logits, label),
     outputs(softmax, loss)
 )]
@@ -211,7 +211,10 @@ impl CSoftmaxWithCrossEntropy {
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         c_softmax_notation(call, 1)
     }
-    fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+    /// The kernel reduces the loss across the class dim's shards itself:
+    /// not partial. The grad's arguments after `softmax` have no gradient.
+    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        not_partial(call, result, 1);
         keep_first_grads(call, result, 1);
         Ok(())
     }
@@ -237,7 +240,7 @@ fn c_softmax_notation(call: &Call<'_>, labels: usize) -> Result<Einsum, SpmdErro
 #[spmd_rule(
     name = "c_softmax_with_multi_label_cross_entropy",
     build = Self::notation,
-    adjust = Self::grads,
+    adjust = Self::finish,
     inputs(logits, label, smooth_weight),
     outputs(softmax, loss)
 )]
@@ -254,7 +257,10 @@ impl CSoftmaxWithMultiLabelCrossEntropy {
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         c_softmax_notation(call, 2)
     }
-    fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+    /// The kernel reduces the loss across the class dim's shards itself:
+    /// not partial. The grad's arguments after `softmax` have no gradient.
+    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        not_partial(call, result, 1);
         keep_first_grads(call, result, 1);
         Ok(())
     }

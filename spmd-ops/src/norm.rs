@@ -2,9 +2,11 @@
 //! normalized axes cannot stay sharded (mean and variance need the whole of
 //! them); the statistics keep the leading axes.
 
-use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
+use spmd_core::{
+    Call, DimsMapping, DistAttr, Einsum, MeshDim, RuleResult, Sharding, SpmdError, spmd_rule,
+};
 
-use crate::notation::{input_rank, keep_first_grads, labels};
+use crate::notation::{input_rank, keep_first_grads, labels, not_partial};
 
 /// `lead` leading labels, then `norm` dims written `1` (never sharded).
 fn split_term(op: &'static str, lead: usize, norm: usize) -> Result<String, SpmdError> {
@@ -219,6 +221,8 @@ impl BatchNorm {
     }
     /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
     fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        // reserve_space is a buffer, not a sum.
+        not_partial(call, result, 5);
         keep_first_grads(call, result, 3);
         Ok(())
     }
@@ -227,11 +231,14 @@ impl BatchNorm {
 /// Paddle's `instance_norm` (`x`, `scale`, `bias` → `y`, `saved_mean`,
 /// `saved_variance`): statistics per sample and channel over the spatial
 /// dims, which are never sharded; batch and channels keep their shardings.
-/// `scale` and `bias` are replicated; the saved statistics are `[N * C]`,
-/// written `(nc)` (only the batch's sharding carries over a merged dim;
-/// Paddle 3.3.1 answers a two-entry mapping for these 1-D tensors). The
-/// grad takes Paddle's `InstanceNormGradInferSpmd` arguments, `(x, scale,
-/// bias, saved_mean, saved_variance; y_grad)`.
+/// `scale` and `bias` are replicated. The saved statistics are `[N * C]`,
+/// batch-major: in forward each device holds those of its samples and
+/// channels, which is that dim co-sharded by the batch's mesh dims then the
+/// channels' (Paddle 3.3.1 answers the two-entry mapping `[n, c]` for these
+/// 1-D tensors); backward leaves them replicated, and the grad reads them
+/// as `(nz)` (the batch, then a factor of their own). The grad takes
+/// Paddle's `InstanceNormGradInferSpmd` arguments, `(x, scale, bias,
+/// saved_mean, saved_variance; y_grad)`.
 #[spmd_rule(
     name = "instance_norm",
     build = Self::notation,
@@ -243,18 +250,39 @@ impl BatchNorm {
 pub struct InstanceNorm {}
 
 impl InstanceNorm {
-    /// `nc11,1,1->nc11,(nc),(nc)`; in the grad `nc11,1,1,(nc),(nc)->nc11`.
+    /// `nc11,1,1->nc11,n,n` (backward: `nc11,1,1->nc11,1,1`); in the grad
+    /// `nc11,1,1,(nz),(nz)->nc11`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         let rank = |i: usize, default: usize| input_rank(call, i).unwrap_or(default);
         let x = format!("nc{}", "1".repeat(rank(0, 4).max(2) - 2));
         let (scale, bias) = ("1".repeat(rank(1, 1)), "1".repeat(rank(2, 1)));
-        if matches!(call, Call::Grad { .. }) {
-            return Einsum::new(&format!("{x},{scale},{bias},(nc),(nc)->{x}"));
-        }
-        Einsum::new(&format!("{x},{scale},{bias}->{x},(nc),(nc)"))
+        let stats = match call {
+            Call::Grad { .. } => {
+                return Einsum::new(&format!("{x},{scale},{bias},(nz),(nz)->{x}"));
+            }
+            Call::Backward { .. } => "1",
+            _ => "n",
+        };
+        Einsum::new(&format!("{x},{scale},{bias}->{x},{stats},{stats}"))
     }
     /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
     fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if call.is_forward() {
+            // The stats follow y's batch then channel mesh dims, co-sharded.
+            let y = result.outputs.first().map(|y| y.dims_mapping.clone());
+            if let Some(y) = y {
+                let dims: Vec<MeshDim> = y
+                    .as_slice()
+                    .iter()
+                    .take(2)
+                    .flat_map(|s| s.as_slice().iter().copied())
+                    .collect();
+                let stats = Sharding::co(&dims).unwrap_or_default();
+                for out in result.outputs.iter_mut().skip(1) {
+                    *out = DistAttr::new(DimsMapping::from_shardings(&[stats]));
+                }
+            }
+        }
         keep_first_grads(call, result, 3);
         Ok(())
     }

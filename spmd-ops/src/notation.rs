@@ -82,3 +82,56 @@ pub(crate) fn replicate_dims(
         partial: attr.partial,
     })
 }
+
+/// Forward inference again with every `1` dim of the inputs replicated,
+/// when one of them was sharded (see [`replicate_dims`]): the answer Paddle
+/// gives for rules that replicate such dims before merging. `notation` is
+/// the rule's notation for this call; terms with `...` or compound dims are
+/// left as given.
+pub(crate) fn forward_with_fixed_dims_freed<R: spmd_core::SpmdRule + ?Sized>(
+    rule: &R,
+    call: &Call<'_>,
+    notation: &spmd_core::Einsum,
+    result: &mut spmd_core::RuleResult,
+) -> Result<(), SpmdError> {
+    let Call::Forward { mesh, inputs } = *call else {
+        return Ok(());
+    };
+    let source = notation.notation().plan().source;
+    let operands = source.split("->").next().unwrap_or("");
+    let freed: Vec<Option<spmd_core::DistAttr>> = operands
+        .split(',')
+        .zip(inputs)
+        .map(|(term, spec)| {
+            let term = term.trim();
+            if term.contains(['.', '(']) {
+                return None;
+            }
+            let fixed: Vec<usize> = term
+                .chars()
+                .enumerate()
+                .filter_map(|(i, c)| (c == '1').then_some(i))
+                .collect();
+            replicate_dims(spec.attr, &fixed)
+        })
+        .collect();
+    if freed.iter().any(Option::is_some) {
+        let specs: Vec<spmd_core::Spec<'_>> = inputs
+            .iter()
+            .zip(freed.iter().chain(std::iter::repeat(&None)))
+            .map(|(s, f)| f.as_ref().map_or(*s, |a| spmd_core::Spec::new(s.shape, a)))
+            .collect();
+        *result = rule.forward(mesh, &specs)?;
+    }
+    Ok(())
+}
+
+/// Forward: output `o` is not partial. For an output that lacks an axis
+/// other outputs carry without summing over it (a loss the kernel reduces
+/// itself, a seed, a reserve buffer), which the notation would mark partial
+/// over that axis's mesh dims.
+pub(crate) fn not_partial(call: &Call<'_>, result: &mut spmd_core::RuleResult, o: usize) {
+    if let (true, Some(out)) = (call.is_forward(), result.outputs.get_mut(o)) {
+        out.partial = spmd_core::Partial::NONE;
+    }
+}
