@@ -500,3 +500,72 @@ fn depthwise_conv_frees_the_input_channels_for_the_filter() {
     assert_eq!(show(&r).0, ["[0, -1, -1, -1]", "[1, -1, -1, -1]"]);
     assert_eq!(show(&r).1, ["[0, 1, -1, -1]"]);
 }
+
+#[test]
+fn parameter_grad_accumulators_take_the_layout_of_the_sum() {
+    let rule = spmd_ops::builtins()
+        .build("fused_linear_param_grad_add", &Attrs::new())
+        .unwrap();
+    let m = Mesh::new(&[2, 3]).unwrap();
+    let run = |x: &DistAttr, dout: &DistAttr, dw: &DistAttr, db: &DistAttr| {
+        let specs = [
+            Spec::new(&[8, 6, 4], x),
+            Spec::new(&[8, 6, 6], dout),
+            Spec::new(&[4, 6], dw),
+            Spec::new(&[6], db),
+        ];
+        show(&rule.forward(&m, &specs).unwrap())
+    };
+    // Paddle's answer: the batch on mesh dim 0 is summed over, so both
+    // outputs and their accumulators are partial {0}.
+    let (ins, outs) = run(
+        &attr(&[0, -1, -1]),
+        &attr(&[0, -1, 1]),
+        &partial(&[-1, 1], &[0]),
+        &partial(&[1], &[0]),
+    );
+    assert_eq!(ins[2..], ["[-1, 1] partial{0: SUM}", "[1] partial{0: SUM}"]);
+    assert_eq!(outs, ["[-1, 1] partial{0: SUM}", "[1] partial{0: SUM}"]);
+    // x's k on mesh dim 1 shards dweight's rows; dbias (a sum of dout
+    // alone) is not partial over it (Paddle's answer).
+    let (ins, outs) = run(
+        &attr(&[-1, -1, 1]),
+        &attr(&[-1, -1, -1]),
+        &attr(&[1, -1]),
+        &attr(&[-1]),
+    );
+    assert_eq!(ins[2..], ["[1, -1]", "[-1]"]);
+    assert_eq!(outs, ["[1, -1]", "[-1]"]);
+}
+
+#[test]
+fn moe_combine_never_shards_dispatch_ordered_rows() {
+    // Paddle 3.3.1 shares x's rows with the tokens (x `[0, 1]` kept); they
+    // are in dispatch order, so we gather them. A sharded top-k slot
+    // leaves y partial.
+    let r = forward(
+        "moe_combine",
+        Attrs::new(),
+        &[2, 3],
+        &[
+            (&[8, 8], &[0, 1]),
+            (&[4, 2], &[0, -1]),
+            (&[4, 2], &[-1, -1]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(show(&r).0, ["[-1, 1]", "[0, -1]", "[0, -1]"]);
+    assert_eq!(show(&r).1, ["[0, 1]"]);
+    let r = forward(
+        "moe_combine",
+        Attrs::new(),
+        &[2, 3],
+        &[
+            (&[8, 8], &[-1, -1]),
+            (&[4, 2], &[-1, 1]),
+            (&[4, 2], &[-1, -1]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(show(&r).1, ["[-1, -1] partial{1: SUM}"]);
+}

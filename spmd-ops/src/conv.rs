@@ -168,7 +168,8 @@ macro_rules! conv {
                 keep_partial_output_grad(call, result);
                 // Paddle replicates x's channels (grouped) before merging,
                 // leaving their mesh dims to the filter's output channels.
-                forward_with_fixed_dims_freed(self, call, &self.notation(call)?, result)
+                let notation = self.notation(call)?;
+                forward_with_fixed_dims_freed(self, call, notation.notation().plan().source, result)
             }
         }
     };

@@ -156,7 +156,8 @@ impl GatherNd {
     /// Paddle replicates x's indexed dims before the merge: their mesh dims
     /// are free for the index's batch dims.
     fn free_indexed_dims(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        forward_with_fixed_dims_freed(self, call, &self.notation(call)?, result)
+        let notation = self.notation(call)?;
+        forward_with_fixed_dims_freed(self, call, notation.notation().plan().source, result)
     }
 }
 
@@ -201,4 +202,33 @@ pub(crate) fn along_axis_term(
         .enumerate()
         .map(|(i, c)| if i == axis { '1' } else { c })
         .collect())
+}
+
+/// Paddle's `moe_combine` (`x` `[S·K, H]`, `combine_weights` `[S, K]`,
+/// `scatter_index` `[S, K]` → `y` `[S, H]`): `y[s] = Σ_k
+/// combine_weights[s, k] · x[scatter_index[s, k]]`, each token's expert
+/// outputs weighted and summed. `x`'s rows are in dispatch order, which
+/// `scatter_index` maps to tokens, so they are never sharded (Paddle 3.3.1
+/// labels them as the tokens `s`, which reads the wrong rows on every
+/// device but one); the hidden dim keeps its sharding, tokens and the top-k
+/// slot are shared by the weights, the index and `y`, and a sharded `k`
+/// leaves `y` partial (`Sum`). The index has no gradient.
+#[spmd_rule(
+    name = "moe_combine",
+    einsum = "1h,sk,sk->sh",
+    adjust = Self::free_rows,
+    inputs(x, combine_weights, scatter_index),
+    outputs(y),
+    no_grad(scatter_index)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeCombine {}
+
+impl MoeCombine {
+    /// x's given row sharding is dropped before the merge, leaving its mesh
+    /// dims to the tokens.
+    fn free_rows(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        let notation = <Self as spmd_core::Op>::NOTATIONS[0];
+        forward_with_fixed_dims_freed(self, call, notation, result)
+    }
 }

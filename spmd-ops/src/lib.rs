@@ -39,14 +39,14 @@ pub use elementwise::{
     UNARY,
 };
 pub use embedding::{CEmbedding, Embedding};
-pub use gather::{Gather, GatherNd, TakeAlongAxis};
+pub use gather::{Gather, GatherNd, MoeCombine, TakeAlongAxis};
 pub use index::{
     ArgMax, ArgMin, ArgSort, Cummax, Cummin, Cumsum, OneHot, Pad, Roll, TopK, TrilTriu, Triu,
 };
 pub use loss::{
     CSoftmaxWithCrossEntropy, CSoftmaxWithMultiLabelCrossEntropy, CrossEntropyWithSoftmax,
 };
-pub use matmul::{Bmm, EinsumOp, FusedGemmEpilogue, LinearV2, Matmul};
+pub use matmul::{Bmm, EinsumOp, FusedGemmEpilogue, FusedLinearParamGradAdd, LinearV2, Matmul};
 pub use misc::{DefaultDataParallel, MeanAll, NonZero, Numel, Replicated, Unique, Where};
 pub use norm::{BatchNorm, FusedRmsNorm, GroupNorm, InstanceNorm, LayerNorm};
 pub use reduce::{
@@ -70,6 +70,7 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<EinsumOp>()?
         .register::<LinearV2>()?
         .register::<FusedGemmEpilogue>()?
+        .register::<FusedLinearParamGradAdd>()?
         .register::<Embedding>()?
         .insert(RuleInfo::of::<Embedding>().renamed("lookup_table_v2"))?
         .register::<Softmax>()?

@@ -197,3 +197,52 @@ impl FusedGemmEpilogue {
         Ok(())
     }
 }
+
+/// Paddle's `fused_linear_param_grad_add` (`x`, `dout`, `dweight`, `dbias`
+/// → `dweight_out`, `dbias_out`): a linear layer's parameter gradients
+/// accumulated into `dweight` and `dbias`: `dweight_out = dweight + xᵀ ·
+/// dout` (contracting every batch dim) and `dbias_out = dbias + sum(dout)`
+/// over the batch dims. Sharded batch dims leave both outputs partial
+/// (`Sum`); the accumulators are required with the outputs' layout,
+/// partial status included (an accumulator partial like the sum added to
+/// it stays a correct partial). `dbias_out` sums `dout` only, so it is
+/// never partial over `x`'s `k`. Paddle 3.3.1's
+/// `FusedLinearParamGradAddInferSpmd` answers so, and rejects accumulators
+/// laid out otherwise where this rule asks for a reshard. (Without a bias
+/// Paddle passes `dbias` as an absent optional tensor, which the rule does
+/// not take yet.)
+#[spmd_rule(
+    name = "fused_linear_param_grad_add",
+    einsum = "...k,...n,kn,n->kn,n",
+    adjust = Self::accumulate,
+    inputs(x, dout, dweight, dbias),
+    outputs(dweight_out, dbias_out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FusedLinearParamGradAdd {
+    #[spmd(default)]
+    pub multi_precision: bool,
+    #[spmd(default = true)]
+    pub has_bias: bool,
+}
+
+impl FusedLinearParamGradAdd {
+    fn accumulate(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if !call.is_forward() {
+            return Ok(());
+        }
+        // dweight_out's partial dims are exactly the batch's mesh dims.
+        let batch = result.outputs.first().map(|w| w.partial);
+        if let (Some(batch), Some(bias)) = (batch, result.outputs.get_mut(1)) {
+            let mut p = batch;
+            p.remove(bias.dims_mapping.mesh_set());
+            bias.partial = p;
+        }
+        for (o, out) in result.outputs.clone().iter().enumerate() {
+            if let Some(acc) = result.inputs.get_mut(2 + o) {
+                acc.partial = out.partial;
+            }
+        }
+        Ok(())
+    }
+}

@@ -7,7 +7,8 @@ use spmd_core::{Registry, RuleInfo, SpmdError};
 use crate::{
     BatchNorm, CSoftmaxWithCrossEntropy, CSoftmaxWithMultiLabelCrossEntropy,
     CrossEntropyWithSoftmax, FlashAttention, FusedRmsNorm, Gather, GatherNd, GroupNorm, IndexPut,
-    InstanceNorm, LayerNorm, PutAlongAxis, Scatter, ScatterNdAdd, Softmax, Swiglu, TakeAlongAxis,
+    InstanceNorm, LayerNorm, MoeCombine, PutAlongAxis, Scatter, ScatterNdAdd, Softmax, Swiglu,
+    TakeAlongAxis,
 };
 
 pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
@@ -30,6 +31,7 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .insert(RuleInfo::of::<Gather>().renamed("index_select"))?
         .register::<GatherNd>()?
         .register::<TakeAlongAxis>()?
+        .register::<MoeCombine>()?
         .register::<Scatter>()?
         .register::<ScatterNdAdd>()?
         .register::<PutAlongAxis>()?

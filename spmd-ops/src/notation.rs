@@ -91,14 +91,13 @@ pub(crate) fn replicate_dims(
 pub(crate) fn forward_with_fixed_dims_freed<R: spmd_core::SpmdRule + ?Sized>(
     rule: &R,
     call: &Call<'_>,
-    notation: &spmd_core::Einsum,
+    notation: &str,
     result: &mut spmd_core::RuleResult,
 ) -> Result<(), SpmdError> {
     let Call::Forward { mesh, inputs } = *call else {
         return Ok(());
     };
-    let source = notation.notation().plan().source;
-    let operands = source.split("->").next().unwrap_or("");
+    let operands = notation.split("->").next().unwrap_or("");
     let freed: Vec<Option<spmd_core::DistAttr>> = operands
         .split(',')
         .zip(inputs)
