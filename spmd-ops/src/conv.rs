@@ -92,7 +92,7 @@ fn conv_notation(
 /// (`Sum`) output grad may stay partial, and the input grads it produces
 /// are partial over the same mesh dims (Paddle's `Conv2dGradInferSpmd`
 /// keeps it so). The derived grad rule reduces it first; this puts it back
-/// on the mesh dims that shard none of the tensors' dims.
+/// on the mesh dims that shard none of the grad op's tensors.
 fn keep_partial_output_grad(call: &Call<'_>, result: &mut RuleResult) {
     let Call::Grad {
         inputs,
@@ -114,10 +114,17 @@ fn keep_partial_output_grad(call: &Call<'_>, result: &mut RuleResult) {
     if sums.is_empty() {
         return;
     }
+    // Only where no tensor of the grad op is split: there every device
+    // holds the same blocks of x and the filter and a summand of dy, so its
+    // grads are summands too.
+    let split = result
+        .inputs
+        .iter()
+        .fold(MeshSet::EMPTY, |m, a| m.union(a.dims_mapping.mesh_set()));
+    let keep = sums.minus(split);
     let Some(required) = result.inputs.get_mut(inputs.len()) else {
         return;
     };
-    let keep = sums.minus(required.dims_mapping.mesh_set());
     required.partial = Partial::over(keep, ReduceType::Sum);
     for grad in &mut result.outputs {
         let dims = keep.minus(grad.dims_mapping.mesh_set());
@@ -181,7 +188,9 @@ conv!(
     /// keep their shardings; sharded input channels (`groups == 1` only)
     /// leave the output partial (`Sum`). Spatial dims are never sharded (see
     /// the module docs). Paddle 3.3.1's `Conv2dInferSpmd` and
-    /// `Conv2dGradInferSpmd`, whose output grad may stay partial.
+    /// `Conv2dGradInferSpmd`: a partial output grad stays partial, on the
+    /// mesh dims that split no tensor of the grad op (Paddle keeps it on
+    /// the others too, which is unsound).
     ///
     /// ```
     /// use spmd_core::{Attrs, DistAttr, Mesh, Spec};
