@@ -569,3 +569,23 @@ fn moe_combine_never_shards_dispatch_ordered_rows() {
     .unwrap();
     assert_eq!(show(&r).1, ["[-1, -1] partial{1: SUM}"]);
 }
+
+#[test]
+fn moe_gate_dispatch_keeps_only_the_hidden_dim_sharded() {
+    let r = forward(
+        "moe_gate_dispatch",
+        Attrs::new()
+            .with("k", 2i64)
+            .with("capacity", 8i64)
+            .with("use_pad", true),
+        &[2, 3],
+        &[(&[16, 8], &[0, 1]), (&[16, 4], &[1, -1]), (&[4], &[-1])],
+    )
+    .unwrap();
+    assert_eq!(show(&r).0, ["[-1, 1]", "[-1, -1]", "[-1]"]);
+    // y is [E, capacity, H]; the routing outputs are replicated, not partial.
+    assert_eq!(
+        show(&r).1,
+        ["[-1, -1, 1]", "[-1, -1]", "[-1, -1]", "[-1]", "[-1, -1]"]
+    );
+}

@@ -6,7 +6,9 @@ use spmd_core::{
     Call, DimsMapping, DistAttr, Einsum, RuleResult, Sharding, Spec, SpmdError, SpmdRule, spmd_rule,
 };
 
-use crate::notation::{forward_with_fixed_dims_freed, input_rank, labels, normalize_axis};
+use crate::notation::{
+    forward_with_fixed_dims_freed, input_rank, labels, normalize_axis, not_partial,
+};
 
 /// Paddle's `gather`: `out = x` with dim `axis` replaced by `index`'s dim
 /// (or removed, for a 0-D index). The gathered axis of `x` is never sharded;
@@ -230,5 +232,45 @@ impl MoeCombine {
     fn free_rows(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
         let notation = <Self as spmd_core::Op>::NOTATIONS[0];
         forward_with_fixed_dims_freed(self, call, notation, result)
+    }
+}
+
+/// Paddle's `moe_gate_dispatch` (`x` `[S, H]`, `gate_logits` `[S, E]`,
+/// `corr_bias` `[E]` → `y`, `combine_weights` `[S, K]`, `scatter_index`,
+/// `expert_offset` `[E]`, `expert_id` `[S, K]`): routes each token to its
+/// top-`k` experts and packs them by expert (`y` is `[E, capacity, H]` with
+/// `use_pad`, else `[S·K, H]`). Where a token lands depends on every
+/// token's routing, so tokens and experts are never sharded; the hidden dim
+/// keeps its sharding from `x` to `y`. (Paddle 3.3.1's rule takes `int64`
+/// attributes its Python binding cannot pass, so this rule was not compared
+/// with it.)
+#[spmd_rule(
+    name = "moe_gate_dispatch",
+    einsum = "1h,11,1->1h,11,11,1,11",
+    case(when = self.use_pad, einsum = "1h,11,1->11h,11,11,1,11"),
+    adjust = Self::free_rows,
+    inputs(x, gate_logits, corr_bias),
+    outputs(y, combine_weights, scatter_index, expert_offset, expert_id)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeGateDispatch {
+    #[spmd(default)]
+    pub k: i64,
+    #[spmd(default)]
+    pub capacity: i64,
+    #[spmd(default)]
+    pub use_pad: bool,
+}
+
+impl MoeGateDispatch {
+    /// The routing outputs are not sums over the hidden dim they lack; x's
+    /// given token sharding is dropped before the merge.
+    fn free_rows(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        let notation = <Self as spmd_core::Op>::NOTATIONS[usize::from(self.use_pad)];
+        forward_with_fixed_dims_freed(self, call, notation, result)?;
+        for o in 1..5 {
+            not_partial(call, result, o);
+        }
+        Ok(())
     }
 }

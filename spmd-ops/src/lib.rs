@@ -39,7 +39,7 @@ pub use elementwise::{
     UNARY,
 };
 pub use embedding::{CEmbedding, Embedding};
-pub use gather::{Gather, GatherNd, MoeCombine, TakeAlongAxis};
+pub use gather::{Gather, GatherNd, MoeCombine, MoeGateDispatch, TakeAlongAxis};
 pub use index::{
     ArgMax, ArgMin, ArgSort, Cummax, Cummin, Cumsum, OneHot, Pad, Roll, TopK, TrilTriu, Triu,
 };

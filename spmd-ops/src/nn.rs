@@ -7,8 +7,8 @@ use spmd_core::{Registry, RuleInfo, SpmdError};
 use crate::{
     BatchNorm, CSoftmaxWithCrossEntropy, CSoftmaxWithMultiLabelCrossEntropy,
     CrossEntropyWithSoftmax, FlashAttention, FusedRmsNorm, Gather, GatherNd, GroupNorm, IndexPut,
-    InstanceNorm, LayerNorm, MoeCombine, PutAlongAxis, Scatter, ScatterNdAdd, Softmax, Swiglu,
-    TakeAlongAxis,
+    InstanceNorm, LayerNorm, MoeCombine, MoeGateDispatch, PutAlongAxis, Scatter, ScatterNdAdd,
+    Softmax, Swiglu, TakeAlongAxis,
 };
 
 pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
@@ -32,6 +32,7 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<GatherNd>()?
         .register::<TakeAlongAxis>()?
         .register::<MoeCombine>()?
+        .register::<MoeGateDispatch>()?
         .register::<Scatter>()?
         .register::<ScatterNdAdd>()?
         .register::<PutAlongAxis>()?
