@@ -1,4 +1,5 @@
-//! Convolutions: `conv2d`, `conv3d`, `depthwise_conv2d`, `conv2d_transpose`.
+//! Convolutions: `conv2d`, `conv3d`, `depthwise_conv2d`, `conv2d_transpose`;
+//! and `roi_align`, pooling over windows of an image.
 //!
 //! A convolution contracts the input channels `c` against the filter and
 //! produces the filter's output channels `m`, per batch item `n`: on those
@@ -9,11 +10,14 @@
 //! spatial dims of the input, the filter and the output alike and keeps
 //! their shardings, which computes wrong values at block edges; we do not
 //! copy that (DESIGN §4). Paddle 3.3.1 also reads every layout as
-//! channels-first; we honour `data_format` (`NHWC`, `NDHWC`).
+//! channels-first; we honour `data_format` (`NHWC`, `NDHWC`). As Paddle
+//! does for the input channels of a grouped convolution, the given
+//! shardings of never-sharded dims are dropped before the merge, so their
+//! mesh dims stay free for the batch and the output channels.
 
 use spmd_core::{Call, Einsum, MeshSet, Partial, ReduceType, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::input_rank;
+use crate::notation::{forward_with_fixed_dims_freed, input_rank};
 
 /// How the filter's dims line up with the channels.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -88,7 +92,7 @@ fn conv_notation(
 /// (`Sum`) output grad may stay partial, and the input grads it produces
 /// are partial over the same mesh dims (Paddle's `Conv2dGradInferSpmd`
 /// keeps it so). The derived grad rule reduces it first; this puts it back
-/// on the mesh dims that shard none of the tensors' dims.
+/// on the mesh dims that shard none of the grad op's tensors.
 fn keep_partial_output_grad(call: &Call<'_>, result: &mut RuleResult) {
     let Call::Grad {
         inputs,
@@ -110,10 +114,17 @@ fn keep_partial_output_grad(call: &Call<'_>, result: &mut RuleResult) {
     if sums.is_empty() {
         return;
     }
+    // Only where no tensor of the grad op is split: there every device
+    // holds the same blocks of x and the filter and a summand of dy, so its
+    // grads are summands too.
+    let split = result
+        .inputs
+        .iter()
+        .fold(MeshSet::EMPTY, |m, a| m.union(a.dims_mapping.mesh_set()));
+    let keep = sums.minus(split);
     let Some(required) = result.inputs.get_mut(inputs.len()) else {
         return;
     };
-    let keep = sums.minus(required.dims_mapping.mesh_set());
     required.partial = Partial::over(keep, ReduceType::Sum);
     for grad in &mut result.outputs {
         let dims = keep.minus(grad.dims_mapping.mesh_set());
@@ -162,7 +173,10 @@ macro_rules! conv {
                 result: &mut RuleResult,
             ) -> Result<(), SpmdError> {
                 keep_partial_output_grad(call, result);
-                Ok(())
+                // Paddle replicates x's channels (grouped) before merging,
+                // leaving their mesh dims to the filter's output channels.
+                let notation = self.notation(call)?;
+                forward_with_fixed_dims_freed(self, call, notation.notation().plan().source, result)
             }
         }
     };
@@ -174,7 +188,9 @@ conv!(
     /// keep their shardings; sharded input channels (`groups == 1` only)
     /// leave the output partial (`Sum`). Spatial dims are never sharded (see
     /// the module docs). Paddle 3.3.1's `Conv2dInferSpmd` and
-    /// `Conv2dGradInferSpmd`, whose output grad may stay partial.
+    /// `Conv2dGradInferSpmd`: a partial output grad stays partial, on the
+    /// mesh dims that split no tensor of the grad op (Paddle keeps it on
+    /// the others too, which is unsound).
     ///
     /// ```
     /// use spmd_core::{Attrs, DistAttr, Mesh, Spec};
@@ -211,6 +227,21 @@ conv!(
     /// 1 is the output channels when `groups == 1`.
     Conv2dTranspose, "conv2d_transpose", 2, "NCHW", |grouped| Filter::Transposed { grouped }
 );
+
+/// Paddle's `roi_align` (`x` `[N, C, H, W]`, `boxes` `[R, 4]`, `boxes_num`
+/// `[N]` → `out` `[R, C, ph, pw]`): each box pools a window of its image.
+/// Only the channels can stay sharded (a box may read any image and any
+/// pixel); the boxes are replicated. Paddle 3.3.1's `RoiAlignInferSpmd`.
+/// The boxes have no gradient.
+#[spmd_rule(
+    name = "roi_align",
+    einsum = "1c11,11,1->1c11",
+    inputs(x, boxes, boxes_num),
+    outputs(out),
+    no_grad(boxes, boxes_num)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoiAlign {}
 
 #[cfg(test)]
 mod tests {

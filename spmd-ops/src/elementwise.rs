@@ -2,7 +2,9 @@
 //! broadcasting (`add`, `multiply`, comparisons, logical ops). Every dim keeps
 //! its sharding; a size-1 dim broadcast against a larger one is never sharded.
 
-use spmd_core::{RuleInfo, SpmdError, spmd_rule};
+use spmd_core::{Call, Einsum, RuleInfo, SpmdError, spmd_rule};
+
+use crate::notation::{input_rank, labels};
 
 /// Paddle's elementwise unary rule. Paddle 3.3.1 drops a sharding that does
 /// not divide its dim, on both sides and in both directions
@@ -42,6 +44,78 @@ pub struct ElementwiseBinary {}
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Multiply {}
+
+/// Paddle's `add_n`: the elementwise sum of any number of same-rank
+/// inputs (no broadcasting: Paddle's `AddNInferSpmd` rejects other ranks).
+/// Each dim merges across the inputs; one dim sharded two ways is an error,
+/// as in Paddle 3.3.1. Partial inputs are reduced first, as Paddle does.
+#[spmd_rule(name = "add_n", build = Self::notation, backward_partial = "reset", outputs(out))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddN {}
+
+impl AddN {
+    /// `ab,ab,ab->ab` for three 2-D inputs.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let n = (0..).take_while(|&i| call.input_shape(i).is_some()).count();
+        if n == 0 {
+            return Err(SpmdError::Rejected {
+                op: "add_n",
+                message: "no inputs given; add_n takes at least one".into(),
+            });
+        }
+        let term: String = labels("add_n", input_rank(call, 0).unwrap_or(0))?
+            .into_iter()
+            .collect();
+        Einsum::new(&format!("{}->{term}", vec![term.as_str(); n].join(",")))
+    }
+}
+
+/// Paddle's `label_smooth` (`label`, `prior_dist` → `out`): `out = (1 -
+/// epsilon) * label + epsilon * prior_dist`, elementwise with numpy
+/// broadcasting (the prior is one distribution over the last, class dim).
+/// Paddle 3.3.1's `LabelSmoothInferSpmd` answers so. The prior has no
+/// gradient.
+#[spmd_rule(
+    name = "label_smooth",
+    einsum = "...,...->...",
+    backward_partial = "reset",
+    inputs(label, prior_dist),
+    outputs(out),
+    no_grad(prior_dist)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LabelSmooth {
+    #[spmd(default)]
+    pub epsilon: f32,
+}
+
+/// Paddle's `fused_dropout_add` (`x`, `y` → `out`, `seed_offset`): `out =
+/// dropout(x) + y`, elementwise with numpy broadcasting; the seed and
+/// offset the kernel returns are a replicated pair. Paddle 3.3.1's
+/// `FusedDropoutAddSpmd` merges `x` and `y` so. Its optional `seed_tensor`
+/// input is not part of this rule.
+#[spmd_rule(
+    name = "fused_dropout_add",
+    einsum = "...,...->...,1",
+    adjust = Self::seed_not_partial,
+    backward_partial = "reset",
+    inputs(x, y),
+    outputs(out, seed_offset)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FusedDropoutAdd {}
+
+impl FusedDropoutAdd {
+    /// The seed pair is not a sum over the dims it lacks.
+    fn seed_not_partial(
+        &self,
+        call: &Call<'_>,
+        result: &mut spmd_core::RuleResult,
+    ) -> Result<(), SpmdError> {
+        crate::notation::not_partial(call, result, 1);
+        Ok(())
+    }
+}
 
 /// Paddle's names for ops that use the unary rule. Paddle 3.3.1 registers
 /// `dropout`, `fill`, `bernoulli` and `poisson` with it too: under those
@@ -154,7 +228,10 @@ pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdErr
         .register::<ElementwiseUnary>()?
         .register::<ElementwiseBinary>()?
         .register::<Multiply>()?
-        .insert(RuleInfo::of::<Multiply>().renamed("elementwise_mul"))?;
+        .insert(RuleInfo::of::<Multiply>().renamed("elementwise_mul"))?
+        .register::<AddN>()?
+        .register::<LabelSmooth>()?
+        .register::<FusedDropoutAdd>()?;
     for name in UNARY {
         registry.insert(RuleInfo::of::<ElementwiseUnary>().renamed(name))?;
     }

@@ -1,4 +1,5 @@
-//! `embedding` / `lookup_table_v2`: rows of a table picked by integer ids.
+//! `embedding` / `lookup_table_v2`: rows of a table picked by integer ids;
+//! `c_embedding`, its vocab-parallel form.
 
 use spmd_core::{Call, SpmdError, spmd_rule};
 
@@ -60,4 +61,25 @@ impl Embedding {
             ),
         })
     }
+}
+
+/// Paddle's `c_embedding` (`weight`, `x` → `out`): the vocab-parallel
+/// embedding, the table first. Each device holds rows `start_index..` of
+/// the table and looks up the ids that fall there, zeros elsewhere: a
+/// row-sharded table leaves the output partial (`Sum`). One mesh dim on two
+/// axes is an error, as in Paddle 3.3.1's `CEmbeddingInferSpmd`. The ids
+/// have no gradient; the table's gradient never reads the table.
+#[spmd_rule(
+    name = "c_embedding",
+    einsum = "jk,...->...k",
+    conflicts = "strict",
+    inputs(weight, x),
+    outputs(out),
+    no_grad(x),
+    grad_ignores(weight)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CEmbedding {
+    #[spmd(default)]
+    pub start_index: i64,
 }

@@ -1,10 +1,14 @@
-//! `gather`: slices of `x` along `axis` picked by a 1-D (or 0-D) index.
+//! Gathers: `gather` / `index_select` (slices of `x` along `axis` picked
+//! by a 1-D or 0-D index), `gather_nd` (elements or slices picked by index
+//! tuples) and `take_along_axis` (an index per element along `axis`).
 
 use spmd_core::{
     Call, DimsMapping, DistAttr, Einsum, RuleResult, Sharding, Spec, SpmdError, SpmdRule, spmd_rule,
 };
 
-use crate::notation::{input_rank, labels, normalize_axis};
+use crate::notation::{
+    forward_with_fixed_dims_freed, input_rank, labels, normalize_axis, not_partial,
+};
 
 /// Paddle's `gather`: `out = x` with dim `axis` replaced by `index`'s dim
 /// (or removed, for a 0-D index). The gathered axis of `x` is never sharded;
@@ -99,6 +103,174 @@ impl Gather {
         let mut specs: Vec<Spec<'_>> = inputs.to_vec();
         specs[0] = Spec::new(x.shape, &attr);
         *result = self.forward(mesh, &specs)?;
+        Ok(())
+    }
+}
+
+/// Paddle's `gather_nd`: `index` is `[..., k]`, a batch of `k`-tuples of
+/// coordinates into the first `k` dims of `x`; `out` is `index[..., :-1]`
+/// followed by `x`'s dims after the first `k`. Those first `k` dims of `x`
+/// and the tuples' dim are never sharded; the index's batch dims and `x`'s
+/// trailing dims keep their shardings. Paddle 3.3.1's `GatherNdInferSpmd`;
+/// its grad scatters the output grad and never reads `x`: `x_grad` is
+/// partial (`Sum`) over the mesh dims of sharded index batch dims (each
+/// device scatters its own tuples).
+#[spmd_rule(
+    name = "gather_nd",
+    build = Self::notation,
+    adjust = Self::free_indexed_dims,
+    inputs(x, index),
+    outputs(out),
+    no_grad(index),
+    grad_ignores(x)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatherNd {}
+
+impl GatherNd {
+    /// For x of rank 3 and index `[i, j, 2]`: `11c,AB1->ABc`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        const OP: &str = "gather_nd";
+        let rank = input_rank(call, 0).unwrap_or(0);
+        let index = call.input_shape(1).unwrap_or(&[]);
+        let k = index.last().copied().unwrap_or(0);
+        if k > rank {
+            return Err(SpmdError::Rejected {
+                op: OP,
+                message: format!(
+                    "input 1 (index) holds {k}-tuples of coordinates, and input 0 (x) has only {rank} dims"
+                ),
+            });
+        }
+        let batch = index.len().saturating_sub(1);
+        let names = labels(OP, rank + batch)?;
+        let rest: String = names[k..rank].iter().collect();
+        let tuples: String = names[rank..].iter().collect();
+        let x = format!("{}{rest}", "1".repeat(k));
+        let index = if index.is_empty() {
+            String::new()
+        } else {
+            format!("{tuples}1")
+        };
+        Einsum::new(&format!("{x},{index}->{tuples}{rest}"))
+    }
+
+    /// Paddle replicates x's indexed dims before the merge: their mesh dims
+    /// are free for the index's batch dims.
+    fn free_indexed_dims(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        let notation = self.notation(call)?;
+        forward_with_fixed_dims_freed(self, call, notation.notation().plan().source, result)
+    }
+}
+
+/// Paddle's `take_along_axis`: `out[.., i, ..] = x[.., index[.., i, ..],
+/// ..]` along `axis`; `index` has `x`'s rank and `out` its shape. The axis
+/// is never sharded (an index may point anywhere along it); the other dims
+/// are shared by `x`, `index` and `out`. Paddle 3.3.1's
+/// `TakeAlongAxisInferSpmd`. The index has no gradient, and the grad
+/// (scattering the output grad back) never reads `x`.
+#[spmd_rule(
+    name = "take_along_axis",
+    build = Self::notation,
+    inputs(x, index),
+    outputs(out),
+    no_grad(index),
+    grad_ignores(x)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TakeAlongAxis {
+    #[spmd(default)]
+    pub axis: i64,
+}
+
+impl TakeAlongAxis {
+    /// `a1c,a1c->a1c` for axis 1.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let term = along_axis_term("take_along_axis", self.axis, call)?;
+        Einsum::new(&format!("{term},{term}->{term}"))
+    }
+}
+
+/// The labels of input 0 with dim `axis` written `1`: `a1c`.
+pub(crate) fn along_axis_term(
+    op: &'static str,
+    axis: i64,
+    call: &Call<'_>,
+) -> Result<String, SpmdError> {
+    let rank = input_rank(call, 0).unwrap_or(0);
+    let axis = normalize_axis(op, "axis", axis, rank)?;
+    Ok(labels(op, rank)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| if i == axis { '1' } else { c })
+        .collect())
+}
+
+/// Paddle's `moe_combine` (`x` `[S·K, H]`, `combine_weights` `[S, K]`,
+/// `scatter_index` `[S, K]` → `y` `[S, H]`): `y[s] = Σ_k
+/// combine_weights[s, k] · x[scatter_index[s, k]]`, each token's expert
+/// outputs weighted and summed. `x`'s rows are in dispatch order, which
+/// `scatter_index` maps to tokens, so they are never sharded (Paddle 3.3.1
+/// labels them as the tokens `s`, which reads the wrong rows on every
+/// device but one); the hidden dim keeps its sharding, tokens and the top-k
+/// slot are shared by the weights, the index and `y`, and a sharded `k`
+/// leaves `y` partial (`Sum`). The index has no gradient.
+#[spmd_rule(
+    name = "moe_combine",
+    einsum = "1h,sk,sk->sh",
+    adjust = Self::free_rows,
+    inputs(x, combine_weights, scatter_index),
+    outputs(y),
+    no_grad(scatter_index)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeCombine {}
+
+impl MoeCombine {
+    /// x's given row sharding is dropped before the merge, leaving its mesh
+    /// dims to the tokens.
+    fn free_rows(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        let notation = <Self as spmd_core::Op>::NOTATIONS[0];
+        forward_with_fixed_dims_freed(self, call, notation, result)
+    }
+}
+
+/// Paddle's `moe_gate_dispatch` (`x` `[S, H]`, `gate_logits` `[S, E]`,
+/// `corr_bias` `[E]` → `y`, `combine_weights` `[S, K]`, `scatter_index`,
+/// `expert_offset` `[E]`, `expert_id` `[S, K]`): routes each token to its
+/// top-`k` experts and packs them by expert (`y` is `[E, capacity, H]` with
+/// `use_pad`, else `[S·K, H]`). Where a token lands depends on every
+/// token's routing, so tokens and experts are never sharded; the hidden dim
+/// keeps its sharding from `x` to `y`. (Paddle 3.3.1's rule takes `int64`
+/// attributes its Python binding cannot pass, so this rule was not compared
+/// with it.)
+#[spmd_rule(
+    name = "moe_gate_dispatch",
+    einsum = "1h,11,1->1h,11,11,1,11",
+    case(when = self.use_pad, einsum = "1h,11,1->11h,11,11,1,11"),
+    adjust = Self::free_rows,
+    inputs(x, gate_logits, corr_bias),
+    outputs(y, combine_weights, scatter_index, expert_offset, expert_id)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeGateDispatch {
+    #[spmd(default)]
+    pub k: i64,
+    #[spmd(default)]
+    pub capacity: i64,
+    #[spmd(default)]
+    pub use_pad: bool,
+}
+
+impl MoeGateDispatch {
+    /// The routing outputs are not sums over the hidden dim they lack; x's
+    /// given token sharding is dropped before the merge.
+    fn free_rows(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        let notation = <Self as spmd_core::Op>::NOTATIONS[usize::from(self.use_pad)];
+        forward_with_fixed_dims_freed(self, call, notation, result)?;
+        for o in 1..5 {
+            not_partial(call, result, o);
+        }
         Ok(())
     }
 }

@@ -3,9 +3,9 @@
 //! `argsort`), and the ops that pin the last dims (`one_hot`, `triu`,
 //! `tril_triu`).
 
-use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
+use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, labels, normalize_axis};
+use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis};
 
 /// The labels of a rank-`rank` tensor whose dim `axis` is `a` (the others
 /// are `b`, `c`, ...): for rank 3 and axis 1, `bac`.
@@ -272,4 +272,153 @@ pub struct TrilTriu {
     pub diagonal: i64,
     #[spmd(default)]
     pub lower: bool,
+}
+
+/// The notation of a running max or min along `axis`: `bac->bac,bac`
+/// (values, indices); in the grad, Paddle's signature `(x, indices;
+/// out_grad)`: `bac,bac->bac`.
+fn cumulative_extremum(op: &'static str, axis: i64, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+    let rank = input_rank(call, 0).unwrap_or(0);
+    let (term, _) = axis_labels(op, rank, axis)?;
+    let term: String = term.into_iter().collect();
+    if matches!(call, Call::Grad { .. }) {
+        Einsum::new(&format!("{term},{term}->{term}"))
+    } else {
+        Einsum::new(&format!("{term}->{term},{term}"))
+    }
+}
+
+macro_rules! cumulative_extremum {
+    ($(#[$doc:meta])* $ty:ident, $name:literal) => {
+        $(#[$doc])*
+        #[spmd_rule(
+            name = $name,
+            build = Self::notation,
+            never_sharded = "a",
+            backward_partial = "reset",
+            adjust = Self::grads,
+            inputs(x),
+            outputs(out, indices)
+        )]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $ty {
+            #[spmd(default = -1)]
+            pub axis: i64,
+        }
+
+        impl Default for $ty {
+            fn default() -> Self {
+                $ty { axis: -1 }
+            }
+        }
+
+        impl $ty {
+            fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+                cumulative_extremum($name, self.axis, call)
+            }
+
+            /// The grad op's second argument, the indices, has no gradient.
+            fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+                keep_first_grads(call, result, 1);
+                Ok(())
+            }
+        }
+    };
+}
+
+cumulative_extremum!(
+    /// Paddle's `cummax` (`x` → `out`, `indices`): the running maximum along
+    /// `axis` and where it was, so the axis is never sharded (each element
+    /// depends on all before it); other dims keep their sharding. Forward
+    /// takes `x` only; the grad takes Paddle's `CummaxGradInferSpmd`
+    /// arguments, `(x, indices; out_grad)`, and returns `x_grad` (the
+    /// indices have none).
+    Cummax, "cummax"
+);
+cumulative_extremum!(
+    /// Paddle's `cummin`: as [`Cummax`], for the running minimum.
+    Cummin, "cummin"
+);
+
+/// Paddle's `roll`: shifts the elements along each dim of `axis` by
+/// `shifts`, wrapping around; with no `axis` the tensor is rolled as one
+/// flat vector. A rolled dim is never sharded (an element moves to
+/// another device's block); the others keep their sharding. Paddle 3.3.1's
+/// `RollInferSpmd`; the gradient rolls the output grad back and never reads
+/// `x`.
+#[spmd_rule(
+    name = "roll",
+    build = Self::notation,
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out),
+    grad_ignores(x)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Roll {
+    #[spmd(default)]
+    pub shifts: Vec<i64>,
+    #[spmd(default)]
+    pub axis: Vec<i64>,
+}
+
+impl Roll {
+    /// `a1c->a1c` for `axis = [1]`; `111->111` with no axis.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        const OP: &str = "roll";
+        let rank = input_rank(call, 0).unwrap_or(0);
+        let mut rolled = vec![self.axis.is_empty(); rank];
+        for &a in &self.axis {
+            rolled[normalize_axis(OP, "axis", a, rank)?] = true;
+        }
+        let term: String = labels(OP, rank)?
+            .into_iter()
+            .zip(rolled)
+            .map(|(c, r)| if r { '1' } else { c })
+            .collect();
+        Einsum::new(&format!("{term}->{term}"))
+    }
+}
+
+/// Paddle's `pad`: `paddings` holds a `(before, after)` pair per dim, in dim
+/// order. A padded dim is never sharded (the padding lands at the global
+/// edges, which only the first and last blocks hold); an unpadded dim keeps
+/// its sharding. Paddle 3.3.1's `PadInferSpmd`; the gradient slices the
+/// output grad and never reads `x`.
+#[spmd_rule(
+    name = "pad",
+    build = Self::notation,
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out),
+    grad_ignores(x)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pad {
+    #[spmd(default)]
+    pub paddings: Vec<i64>,
+}
+
+impl Pad {
+    /// `a1c->a1c` when only dim 1 is padded.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        const OP: &str = "pad";
+        let rank = input_rank(call, 0).unwrap_or(0);
+        if self.paddings.len() != 2 * rank {
+            return Err(SpmdError::InvalidAttr {
+                op: OP,
+                attr: "paddings".into(),
+                message: format!(
+                    "{} values for input 0 (x) of rank {rank}; pad takes a (before, after) pair per dim",
+                    self.paddings.len()
+                ),
+            });
+        }
+        let term: String = labels(OP, rank)?
+            .into_iter()
+            .zip(self.paddings.chunks(2))
+            .map(|(c, pair)| if pair.iter().any(|&p| p != 0) { '1' } else { c })
+            .collect();
+        Einsum::new(&format!("{term}->{term}"))
+    }
 }

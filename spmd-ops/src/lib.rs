@@ -26,24 +26,34 @@ mod nn;
 mod norm;
 mod notation;
 mod reduce;
+mod scatter;
 mod shape;
 mod softmax;
 mod split;
 mod swiglu;
 
 pub use attention::FlashAttention;
-pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d};
-pub use elementwise::{BINARY, ElementwiseBinary, ElementwiseUnary, Multiply, UNARY};
-pub use embedding::Embedding;
-pub use gather::Gather;
-pub use index::{ArgMax, ArgMin, ArgSort, Cumsum, OneHot, TopK, TrilTriu, Triu};
-pub use loss::CrossEntropyWithSoftmax;
-pub use matmul::Matmul;
-pub use misc::{DefaultDataParallel, MeanAll, Replicated, Where};
-pub use norm::{FusedRmsNorm, LayerNorm};
-pub use reduce::{
-    All, Amax, Amin, Any, FrobeniusNorm, Max, Min, Prod, ReduceBase, SquaredL2Norm, Sum,
+pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
+pub use elementwise::{
+    AddN, BINARY, ElementwiseBinary, ElementwiseUnary, FusedDropoutAdd, LabelSmooth, Multiply,
+    UNARY,
 };
+pub use embedding::{CEmbedding, Embedding};
+pub use gather::{Gather, GatherNd, MoeCombine, MoeGateDispatch, TakeAlongAxis};
+pub use index::{
+    ArgMax, ArgMin, ArgSort, Cummax, Cummin, Cumsum, OneHot, Pad, Roll, TopK, TrilTriu, Triu,
+};
+pub use loss::{
+    CSoftmaxWithCrossEntropy, CSoftmaxWithMultiLabelCrossEntropy, CrossEntropyWithSoftmax,
+};
+pub use matmul::{Bmm, EinsumOp, FusedGemmEpilogue, FusedLinearParamGradAdd, LinearV2, Matmul};
+pub use misc::{DefaultDataParallel, MeanAll, NonZero, Numel, Replicated, Unique, Where};
+pub use norm::{BatchNorm, FusedRmsNorm, GroupNorm, InstanceNorm, LayerNorm};
+pub use reduce::{
+    All, Amax, Amin, Any, FrobeniusNorm, LogSumExp, Max, Min, PNorm, Prod, ReduceBase,
+    SquaredL2Norm, Sum,
+};
+pub use scatter::{IndexPut, PutAlongAxis, Scatter, ScatterNdAdd};
 pub use shape::{ExpandAs, Flatten, Reshape, Squeeze, Tile, Transpose, Unsqueeze};
 pub use softmax::Softmax;
 pub use split::{Concat, Slice, Split, SplitWithNum, Stack, StridedSlice, Unbind};
@@ -56,6 +66,11 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
     registry
         .register::<Matmul>()?
         .insert(RuleInfo::of::<Matmul>().renamed("matmul_v2"))?
+        .register::<Bmm>()?
+        .register::<EinsumOp>()?
+        .register::<LinearV2>()?
+        .register::<FusedGemmEpilogue>()?
+        .register::<FusedLinearParamGradAdd>()?
         .register::<Embedding>()?
         .insert(RuleInfo::of::<Embedding>().renamed("lookup_table_v2"))?
         .register::<Softmax>()?
@@ -68,6 +83,10 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .insert(RuleInfo::of::<Max>().renamed("reduce_max"))?
         .register::<SquaredL2Norm>()?
         .register::<FrobeniusNorm>()?
+        .register::<LogSumExp>()?
+        .register::<PNorm>()?
+        .register::<CEmbedding>()?
+        .register::<RoiAlign>()?
         .register::<Conv2d>()?
         .register::<Conv3d>()?
         .register::<DepthwiseConv2d>()?
@@ -100,8 +119,120 @@ mod tests {
             Ok(())
         );
         assert_eq!(r.len(), super::builtins().len());
-        for name in crate::UNARY.iter().chain(crate::BINARY) {
+        for name in crate::UNARY.iter().chain(crate::BINARY).chain(LIBRARY) {
             assert!(r.contains(name), "{name} is not registered");
+        }
+    }
+
+    /// Paddle 3.3.1's registered names with a rule of their own here (the
+    /// unary and binary aliases are checked from their lists).
+    const LIBRARY: &[&str] = &[
+        "add_n",
+        "all",
+        "amax",
+        "amin",
+        "any",
+        "argmax",
+        "argmin",
+        "argsort",
+        "batch_norm",
+        "bmm",
+        "c_embedding",
+        "c_softmax_with_cross_entropy",
+        "c_softmax_with_multi_label_cross_entropy",
+        "concat",
+        "conv2d",
+        "conv2d_transpose",
+        "conv3d",
+        "cross_entropy_with_softmax",
+        "cummax",
+        "cummin",
+        "cumsum",
+        "depthwise_conv2d",
+        "einsum",
+        "elementwise_binary",
+        "elementwise_unary",
+        "embedding",
+        "expand_as",
+        "expand_as_v2",
+        "flash_attention",
+        "flatten",
+        "frobenius_norm",
+        "fused_dropout_add",
+        "fused_gemm_epilogue",
+        "fused_rms_norm",
+        "gather",
+        "gather_nd",
+        "group_norm",
+        "index_put",
+        "index_select",
+        "instance_norm",
+        "label_smooth",
+        "layer_norm",
+        "linear_v2",
+        "log_softmax",
+        "logsumexp",
+        "lookup_table_v2",
+        "matmul",
+        "matmul_v2",
+        "max",
+        "mean_all",
+        "min",
+        "multiply",
+        "nonzero",
+        "one_hot",
+        "p_norm",
+        "pad",
+        "prod",
+        "put_along_axis",
+        "reduce_base",
+        "reduce_max",
+        "reduce_sum",
+        "reshape",
+        "reshape2",
+        "roi_align",
+        "roll",
+        "scatter",
+        "scatter_nd_add",
+        "slice",
+        "softmax",
+        "softmax_with_cross_entropy",
+        "split",
+        "split_with_num",
+        "squared_l2_norm",
+        "squeeze",
+        "stack",
+        "strided_slice",
+        "sum",
+        "swiglu",
+        "take_along_axis",
+        "tile",
+        "topk",
+        "transpose",
+        "transpose2",
+        "tril_triu",
+        "triu",
+        "unbind",
+        "unique",
+        "unsqueeze",
+        "unsqueeze2",
+        "where",
+    ];
+
+    /// Every registered rule builds from default attributes, or fails with a
+    /// typed error naming a missing attribute (never a panic).
+    #[test]
+    fn every_builtin_builds_or_names_its_missing_attribute() {
+        let r = super::builtins();
+        for info in r.iter() {
+            match r.build(info.name, &spmd_core::Attrs::new()) {
+                Ok(rule) => assert!(!rule.name().is_empty()),
+                Err(e) => assert!(
+                    matches!(e, spmd_core::SpmdError::InvalidAttr { .. }),
+                    "{}: {e}",
+                    info.name
+                ),
+            }
         }
     }
 }

@@ -1,9 +1,10 @@
 //! `cross_entropy_with_softmax` / `softmax_with_cross_entropy`: a softmax over
-//! `axis` fused with the cross entropy against a label.
+//! `axis` fused with the cross entropy against a label; the vocab-parallel
+//! `c_softmax_with_cross_entropy` and its multi-label form.
 
 use spmd_core::{Call, Einsum, MeshSet, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
 
-use crate::notation::{input_rank, labels, normalize_axis};
+use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis, not_partial};
 
 /// Which dims the softmax axis takes in each term.
 fn axis_info(ce: &CrossEntropyWithSoftmax, call: &Call<'_>) -> Result<(usize, usize), SpmdError> {
@@ -184,5 +185,86 @@ impl LossFirst {
             axis: self.axis,
         };
         ce.notation_ordered(call, true)
+    }
+}
+
+/// Paddle's `c_softmax_with_cross_entropy` (`logits`, `label` → `softmax`,
+/// `loss`): the vocab-parallel softmax cross entropy, whose kernel reduces
+/// across the class dim's shards itself. The class dim (last) keeps its
+/// sharding on `logits` and `softmax`; the hard label and the loss have size
+/// 1 there (never sharded) and share the leading dims; the loss is not
+/// partial. Paddle 3.3.1's `CSoftmaxWithCrossEntropyInferSpmd`. The grad
+/// takes Paddle's `CSoftmaxWithCrossEntropyGradSpmd` arguments, `(softmax,
+/// label; loss_grad)`, and returns `logits_grad`, laid out as `softmax`.
+#[spmd_rule(
+    name = "c_softmax_with_cross_entropy",
+    build = Self::notation,
+    adjust = Self::finish,
+    inputs(logits, label),
+    outputs(softmax, loss)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CSoftmaxWithCrossEntropy {
+    #[spmd(default = -100)]
+    pub ignore_index: i64,
+}
+
+impl CSoftmaxWithCrossEntropy {
+    /// `...v,...1->...v,...1`; in the grad `...v,...1->...1`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        c_softmax_notation(call, 1)
+    }
+    /// The kernel reduces the loss across the class dim's shards itself:
+    /// not partial. The grad's arguments after `softmax` have no gradient.
+    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        not_partial(call, result, 1);
+        keep_first_grads(call, result, 1);
+        Ok(())
+    }
+}
+
+/// The notation of the vocab-parallel softmax losses, with `labels` label
+/// tensors (hard labels, smoothing weights) after the logits.
+fn c_softmax_notation(call: &Call<'_>, labels: usize) -> Result<Einsum, SpmdError> {
+    let tail = ",...1".repeat(labels);
+    if matches!(call, Call::Grad { .. }) {
+        Einsum::new(&format!("...v{tail}->...1"))
+    } else {
+        Einsum::new(&format!("...v{tail}->...v,...1"))
+    }
+}
+
+/// Paddle's `c_softmax_with_multi_label_cross_entropy` (`logits`, `label`,
+/// `smooth_weight` → `softmax`, `loss`): as
+/// [`CSoftmaxWithCrossEntropy`] with several labels per row (the label and
+/// its smoothing weights are `[..., num_labels]`, never sharded there).
+/// Paddle 3.3.1's `CSoftmaxWithMultiLabelCrossEntropyInferSpmd`. The grad
+/// takes `(softmax, label, smooth_weight; loss_grad)`.
+#[spmd_rule(
+    name = "c_softmax_with_multi_label_cross_entropy",
+    build = Self::notation,
+    adjust = Self::finish,
+    inputs(logits, label, smooth_weight),
+    outputs(softmax, loss)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CSoftmaxWithMultiLabelCrossEntropy {
+    #[spmd(default = -100)]
+    pub ignore_index: i64,
+    #[spmd(default)]
+    pub sum_multi_label_loss: bool,
+}
+
+impl CSoftmaxWithMultiLabelCrossEntropy {
+    /// `...v,...1,...1->...v,...1`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        c_softmax_notation(call, 2)
+    }
+    /// The kernel reduces the loss across the class dim's shards itself:
+    /// not partial. The grad's arguments after `softmax` have no gradient.
+    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        not_partial(call, result, 1);
+        keep_first_grads(call, result, 1);
+        Ok(())
     }
 }

@@ -1,6 +1,10 @@
-//! `matmul` / `matmul_v2`: batched matrix product with optional transposes.
+//! Contractions: `matmul` / `matmul_v2` (batched matrix product with
+//! optional transposes), `bmm`, `einsum`, `linear_v2` and
+//! `fused_gemm_epilogue`.
 
-use spmd_core::{Call, SpmdError, spmd_rule};
+use spmd_core::{Call, Einsum, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
+
+use crate::notation::replicate_dims;
 
 /// Paddle's `matmul`: `x @ y` over the last two dims, batch dims broadcast.
 /// `trans_x` / `trans_y` swap the last two dims of an operand; a 1-D operand
@@ -54,6 +58,189 @@ impl Matmul {
                         call.input_rank(i).unwrap_or(0)
                     ),
                 });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Paddle's `bmm`: batched matrix product of two 3-D tensors, `[b, m, k] @
+/// [b, k, n]`. Paddle 3.3.1 answers it as its matmul (axes settle by role,
+/// a batch sharded two ways is co-sharded, non-divisible batch and `k`
+/// shardings dropped), which this rule declares with the same policy.
+#[spmd_rule(
+    name = "bmm",
+    einsum = "bmk,bkn->bmn",
+    conflicts = "role_priority",
+    inputs(x, y),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bmm {}
+
+/// Paddle's `einsum` op: the rule is the `equation` attribute, parsed when
+/// the op is called (Paddle writes `...` as explicit letters; ours is the
+/// DESIGN §3 notation, `...` included). The classic policy, as Paddle's
+/// `EinsumInferSpmd`.
+#[spmd_rule(name = "einsum", build = Self::notation)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EinsumOp {
+    pub equation: String,
+}
+
+impl EinsumOp {
+    fn notation(&self, _call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        Einsum::new(&self.equation)
+    }
+}
+
+/// Paddle's `linear_v2` (`input`, `weight`, `bias` → `out`): `out = input
+/// @ weight + bias`, `weight` `[k, n]`. The contracted `k` is never sharded
+/// (a partial product would need the bias added once, not per device), and
+/// the bias takes the weight's `n`: its own given sharding is dropped
+/// before the merge, as Paddle 3.3.1's `LinearV2InferSpmd` answers.
+/// `transpose_weight` is rejected, as Paddle does under SPMD.
+#[spmd_rule(
+    name = "linear_v2",
+    einsum = "...m1,1n,n->...mn",
+    validate = Self::check,
+    adjust = Self::bias_follows_weight,
+    inputs(input, weight, bias),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinearV2 {
+    #[spmd(default)]
+    pub transpose_weight: bool,
+}
+
+impl LinearV2 {
+    fn check(&self, _call: &Call<'_>) -> Result<(), SpmdError> {
+        if self.transpose_weight {
+            return Err(SpmdError::InvalidAttr {
+                op: "linear_v2",
+                attr: "transpose_weight".into(),
+                message: "a transposed weight is not supported by the SPMD rule (Paddle 3.3.1 rejects it too)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Forward again with the bias replicated, so it does not drive `n`.
+    fn bias_follows_weight(
+        &self,
+        call: &Call<'_>,
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
+        let Call::Forward { mesh, inputs } = *call else {
+            return Ok(());
+        };
+        let Some(bias) = inputs.get(2) else {
+            return Ok(());
+        };
+        if let Some(freed) = replicate_dims(bias.attr, &[0]) {
+            let specs = [inputs[0], inputs[1], Spec::new(bias.shape, &freed)];
+            *result = self.forward(mesh, &specs)?;
+        }
+        Ok(())
+    }
+}
+
+/// Paddle's `fused_gemm_epilogue` (`x`, `y`, `bias` → `out`): `out =
+/// activation(x @ y + bias)`, with `trans_x` / `trans_y` as in matmul and
+/// the bias over `n`. A sharded `k` leaves the product partial (`Sum`); the
+/// bias is then required partial over the same mesh dims (held by one
+/// device, zeros on the others, so it is added once), as Paddle 3.3.1's
+/// `FusedGemmEpilogueInferSpmd` answers. An activation other than `none`
+/// is not linear, so with one `k` is never sharded (Paddle applies it to
+/// the partial sums, which is wrong).
+#[spmd_rule(
+    name = "fused_gemm_epilogue",
+    einsum = "...mk,kn,n->...mn",
+    case(when = self.nonlinear() && self.trans_x && self.trans_y, einsum = "...1m,n1,n->...mn"),
+    case(when = self.nonlinear() && self.trans_x, einsum = "...1m,1n,n->...mn"),
+    case(when = self.nonlinear() && self.trans_y, einsum = "...m1,n1,n->...mn"),
+    case(when = self.nonlinear(), einsum = "...m1,1n,n->...mn"),
+    case(when = self.trans_x && self.trans_y, einsum = "...km,nk,n->...mn"),
+    case(when = self.trans_x, einsum = "...km,kn,n->...mn"),
+    case(when = self.trans_y, einsum = "...mk,nk,n->...mn"),
+    adjust = Self::bias_partial,
+    inputs(x, y, bias),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FusedGemmEpilogue {
+    #[spmd(default)]
+    pub trans_x: bool,
+    #[spmd(default)]
+    pub trans_y: bool,
+    #[spmd(default = "none".to_string())]
+    pub activation: String,
+}
+
+impl FusedGemmEpilogue {
+    fn nonlinear(&self) -> bool {
+        !matches!(self.activation.as_str(), "none" | "")
+    }
+
+    /// Forward: the bias is required partial where the output is.
+    fn bias_partial(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if !call.is_forward() {
+            return Ok(());
+        }
+        let partial = result.outputs.first().map(|o| o.partial);
+        if let (Some(partial), Some(bias)) = (partial, result.inputs.get_mut(2)) {
+            let mut p = partial;
+            p.remove(bias.dims_mapping.mesh_set());
+            bias.partial = p;
+        }
+        Ok(())
+    }
+}
+
+/// Paddle's `fused_linear_param_grad_add` (`x`, `dout`, `dweight`, `dbias`
+/// → `dweight_out`, `dbias_out`): a linear layer's parameter gradients
+/// accumulated into `dweight` and `dbias`: `dweight_out = dweight + xᵀ ·
+/// dout` (contracting every batch dim) and `dbias_out = dbias + sum(dout)`
+/// over the batch dims. Sharded batch dims leave both outputs partial
+/// (`Sum`); the accumulators are required with the outputs' layout,
+/// partial status included (an accumulator partial like the sum added to
+/// it stays a correct partial). `dbias_out` sums `dout` only, so it is
+/// never partial over `x`'s `k`. Paddle 3.3.1's
+/// `FusedLinearParamGradAddInferSpmd` answers so, and rejects accumulators
+/// laid out otherwise where this rule asks for a reshard. (Without a bias
+/// Paddle passes `dbias` as an absent optional tensor, which the rule does
+/// not take yet.)
+#[spmd_rule(
+    name = "fused_linear_param_grad_add",
+    einsum = "...k,...n,kn,n->kn,n",
+    adjust = Self::accumulate,
+    inputs(x, dout, dweight, dbias),
+    outputs(dweight_out, dbias_out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FusedLinearParamGradAdd {
+    #[spmd(default)]
+    pub multi_precision: bool,
+    #[spmd(default = true)]
+    pub has_bias: bool,
+}
+
+impl FusedLinearParamGradAdd {
+    fn accumulate(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if !call.is_forward() {
+            return Ok(());
+        }
+        // dweight_out's partial dims are exactly the batch's mesh dims.
+        let batch = result.outputs.first().map(|w| w.partial);
+        if let (Some(batch), Some(bias)) = (batch, result.outputs.get_mut(1)) {
+            let mut p = batch;
+            p.remove(bias.dims_mapping.mesh_set());
+            bias.partial = p;
+        }
+        for (o, out) in result.outputs.clone().iter().enumerate() {
+            if let Some(acc) = result.inputs.get_mut(2 + o) {
+                acc.partial = out.partial;
             }
         }
         Ok(())

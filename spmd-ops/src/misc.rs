@@ -4,7 +4,9 @@
 
 use spmd_core::{Call, DimsMapping, Einsum, Registry, RuleResult, Sharding, SpmdError, spmd_rule};
 
-use crate::index::{ArgMax, ArgMin, ArgSort, Cumsum, OneHot, TopK, TrilTriu, Triu};
+use crate::index::{
+    ArgMax, ArgMin, ArgSort, Cummax, Cummin, Cumsum, OneHot, Pad, Roll, TopK, TrilTriu, Triu,
+};
 use crate::notation::input_rank;
 use crate::reduce::{All, Amax, Amin, Any, ReduceBase};
 
@@ -45,6 +47,69 @@ impl MeanAll {
             .into_iter()
             .collect();
         Einsum::new(&format!("{term}->"))
+    }
+}
+
+/// Paddle's `numel`: the number of elements, a 0-d output. Each device
+/// counts its own block, so the output is partial (`Sum`) over the mesh
+/// dims sharding the input (Paddle's `NumelInferSpmd`). An integer count
+/// has no gradient.
+#[spmd_rule(name = "numel", build = Self::notation, inputs(x), outputs(out), no_grad(x))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Numel {}
+
+impl Numel {
+    /// `abc->`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let rank = input_rank(call, 0).unwrap_or(0);
+        let term: String = crate::notation::labels("numel", rank)?
+            .into_iter()
+            .collect();
+        Einsum::new(&format!("{term}->"))
+    }
+}
+
+/// Paddle's `nonzero`: the coordinates of the non-zero elements, `[count,
+/// rank]`. How many a block holds depends on the data, so nothing is
+/// sharded: `x` is gathered and the output replicated (Paddle 3.3.1's
+/// `NonZeroInferSpmd`). No gradient.
+#[spmd_rule(name = "nonzero", build = Self::notation, inputs(x), outputs(out), no_grad(x))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NonZero {}
+
+impl NonZero {
+    /// `111->11`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let rank = input_rank(call, 0).unwrap_or(0);
+        Einsum::new(&format!("{}->11", "1".repeat(rank)))
+    }
+}
+
+/// Paddle's `unique` (`x` → `out`, `indices`, `inverse`, `counts`): the
+/// distinct values (or slices along `axis`) and where they were. Their
+/// number depends on the data, so nothing is sharded: `x` is gathered and
+/// every output replicated. `out` has `x`'s rank with an `axis`, else one
+/// dim; `indices`, `inverse` and `counts` have one dim (`inverse` is
+/// flattened). No gradient.
+#[spmd_rule(
+    name = "unique",
+    build = Self::notation,
+    inputs(x),
+    outputs(out, indices, inverse, counts),
+    no_grad(x)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unique {
+    #[spmd(default)]
+    pub axis: Vec<i64>,
+}
+
+impl Unique {
+    /// `111->1,1,1,1`, or `111->111,1,1,1` with an axis.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let rank = input_rank(call, 0).unwrap_or(0);
+        let out = if self.axis.is_empty() { 1 } else { rank };
+        Einsum::new(&format!("{}->{},1,1,1", "1".repeat(rank), "1".repeat(out)))
     }
 }
 
@@ -175,6 +240,10 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<ReduceBase>()?
         .register::<MeanAll>()?
         .register::<Cumsum>()?
+        .register::<Cummax>()?
+        .register::<Cummin>()?
+        .register::<Roll>()?
+        .register::<Pad>()?
         .register::<ArgMax>()?
         .register::<ArgMin>()?
         .register::<TopK>()?
@@ -182,7 +251,10 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<OneHot>()?
         .register::<Triu>()?
         .register::<TrilTriu>()?
-        .register::<Where>()?;
+        .register::<Where>()?
+        .register::<Numel>()?
+        .register::<NonZero>()?
+        .register::<Unique>()?;
     Ok(())
 }
 

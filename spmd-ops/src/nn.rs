@@ -1,10 +1,14 @@
 //! Registration of the neural-network layer ops: normalizations, the fused
-//! softmax cross entropy, `log_softmax`, `swiglu`, `gather`, `flash_attention`.
+//! softmax cross entropy, `log_softmax`, `swiglu`, gathers and scatters,
+//! `flash_attention`.
 
 use spmd_core::{Registry, RuleInfo, SpmdError};
 
 use crate::{
-    CrossEntropyWithSoftmax, FlashAttention, FusedRmsNorm, Gather, LayerNorm, Softmax, Swiglu,
+    BatchNorm, CSoftmaxWithCrossEntropy, CSoftmaxWithMultiLabelCrossEntropy,
+    CrossEntropyWithSoftmax, FlashAttention, FusedRmsNorm, Gather, GatherNd, GroupNorm, IndexPut,
+    InstanceNorm, LayerNorm, MoeCombine, MoeGateDispatch, PutAlongAxis, Scatter, ScatterNdAdd,
+    Softmax, Swiglu, TakeAlongAxis,
 };
 
 pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
@@ -16,7 +20,23 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         // Paddle 3.3.1 registers `log_softmax` with the softmax rule.
         .insert(RuleInfo::of::<Softmax>().renamed("log_softmax"))?
         .register::<Swiglu>()?
+        .register::<CSoftmaxWithCrossEntropy>()?
+        .register::<CSoftmaxWithMultiLabelCrossEntropy>()?
+        .register::<GroupNorm>()?
+        .register::<BatchNorm>()?
+        .register::<InstanceNorm>()?
         .register::<Gather>()?
+        // Paddle 3.3.1's `index_select` answers as its gather rule: the
+        // selected axis replicated, the index's dim in its place.
+        .insert(RuleInfo::of::<Gather>().renamed("index_select"))?
+        .register::<GatherNd>()?
+        .register::<TakeAlongAxis>()?
+        .register::<MoeCombine>()?
+        .register::<MoeGateDispatch>()?
+        .register::<Scatter>()?
+        .register::<ScatterNdAdd>()?
+        .register::<PutAlongAxis>()?
+        .register::<IndexPut>()?
         .register::<FlashAttention>()?;
     Ok(())
 }

@@ -2,9 +2,11 @@
 //! normalized axes cannot stay sharded (mean and variance need the whole of
 //! them); the statistics keep the leading axes.
 
-use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
+use spmd_core::{
+    Call, DimsMapping, DistAttr, Einsum, MeshDim, RuleResult, Sharding, SpmdError, spmd_rule,
+};
 
-use crate::notation::{input_rank, labels};
+use crate::notation::{input_rank, keep_first_grads, labels, not_partial};
 
 /// `lead` leading labels, then `norm` dims written `1` (never sharded).
 fn split_term(op: &'static str, lead: usize, norm: usize) -> Result<String, SpmdError> {
@@ -92,6 +94,200 @@ impl FusedRmsNorm {
         let lead = split_term(OP, rank - 1, 0)?;
         let scale = "1".repeat(input_rank(call, 1).unwrap_or(1));
         Einsum::new(&format!("{x},{scale}->{x},{lead}"))
+    }
+}
+
+/// `n` then `rank - 1` never-sharded dims: `n111`.
+fn batch_only(rank: usize) -> String {
+    if rank == 0 {
+        String::new()
+    } else {
+        format!("n{}", "1".repeat(rank - 1))
+    }
+}
+
+/// Paddle's `group_norm` (`x`, `scale`, `bias` → `y`, `mean`, `variance`):
+/// each sample's channels are normalized in `groups` groups, over the
+/// channels and spatial dims of the group. Only the batch dim (dim 0, in
+/// NCHW and NHWC alike) can stay sharded; `scale` and `bias` (per channel)
+/// are replicated; `mean` and `variance` are `[N, groups]`. Paddle 3.3.1's
+/// `GroupNormInferSpmd`. The grad takes Paddle's `GroupNormGradInferSpmd`
+/// arguments, `(x, scale, bias, y, mean, variance; y_grad)`, and returns
+/// `x_grad`, `scale_grad` and `bias_grad`, the last two partial (`Sum`) over
+/// the batch's mesh dims.
+#[spmd_rule(
+    name = "group_norm",
+    build = Self::notation,
+    adjust = Self::grads,
+    inputs(x, scale, bias),
+    outputs(y, mean, variance)
+)]
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupNorm {
+    #[spmd(default = -1)]
+    pub groups: i64,
+    #[spmd(default = "NCHW".to_string())]
+    pub data_format: String,
+}
+
+impl GroupNorm {
+    /// `n111,1,1->n111,n1,n1`; in the grad
+    /// `n111,1,1,n111,n1,n1->n111` (ranks as given).
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let rank = |i: usize, default: usize| input_rank(call, i).unwrap_or(default);
+        let x = batch_only(rank(0, 4));
+        let scale = "1".repeat(rank(1, 1));
+        let bias = "1".repeat(rank(2, 1));
+        if matches!(call, Call::Grad { .. }) {
+            let (y, mean, var) = (
+                batch_only(rank(3, 4)),
+                batch_only(rank(4, 2)),
+                batch_only(rank(5, 2)),
+            );
+            return Einsum::new(&format!("{x},{scale},{bias},{y},{mean},{var}->{y}"));
+        }
+        Einsum::new(&format!("{x},{scale},{bias}->{x},n1,n1"))
+    }
+    /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
+    fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        keep_first_grads(call, result, 3);
+        Ok(())
+    }
+}
+
+/// Whether a `data_format` puts the channels last (`NHWC`, `NDHWC`, `NLC`).
+fn channels_last(op: &'static str, data_format: &str) -> Result<bool, SpmdError> {
+    match data_format {
+        "NCHW" | "NCDHW" | "NCL" | "NC" | "AnyLayout" | "" => Ok(false),
+        "NHWC" | "NDHWC" | "NLC" => Ok(true),
+        other => Err(SpmdError::InvalidAttr {
+            op,
+            attr: "data_format".into(),
+            message: format!(
+                "data_format {other:?} is not a channels-first or channels-last layout"
+            ),
+        }),
+    }
+}
+
+/// Paddle's `batch_norm` (`x`, `mean`, `variance`, `scale`, `bias` → `out`,
+/// `mean_out`, `variance_out`, `saved_mean`, `saved_variance`,
+/// `reserve_space`): statistics per channel over the batch and spatial
+/// dims, which are therefore never sharded; the channel dim keeps its
+/// sharding, as do the running and saved statistics (`[C]`). `scale` and
+/// `bias` are replicated, as Paddle 3.3.1's `BatchNormInferSpmd` answers
+/// (which, unlike this rule, reads dim 1 as the channels in every layout).
+/// The grad takes Paddle's `BatchNormGradInferSpmd` arguments, `(x, scale,
+/// bias, mean_out, variance_out, saved_mean, saved_variance, reserve_space;
+/// out_grad)`, and returns `x_grad`, `scale_grad`, `bias_grad`; the last
+/// two are partial (`Sum`) over the channel's mesh dims (each device holds
+/// its channels' sums, zeros elsewhere).
+#[spmd_rule(
+    name = "batch_norm",
+    build = Self::notation,
+    adjust = Self::grads,
+    inputs(x, mean, variance, scale, bias),
+    outputs(out, mean_out, variance_out, saved_mean, saved_variance, reserve_space)
+)]
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchNorm {
+    #[spmd(default = "NCHW".to_string())]
+    pub data_format: String,
+}
+
+impl BatchNorm {
+    /// NCHW: `1c11,c,c,1,1->1c11,c,c,c,c,1`; in the grad
+    /// `1c11,1,1,c,c,c,c,1->1c11`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        const OP: &str = "batch_norm";
+        let rank = |i: usize, default: usize| input_rank(call, i).unwrap_or(default);
+        let r = rank(0, 4).max(2);
+        let x = if channels_last(OP, &self.data_format)? {
+            format!("{}c", "1".repeat(r - 1))
+        } else {
+            format!("1c{}", "1".repeat(r - 2))
+        };
+        let ones = |n: usize| "1".repeat(n);
+        if matches!(call, Call::Grad { .. }) {
+            return Einsum::new(&format!(
+                "{x},{},{},c,c,c,c,{}->{x}",
+                ones(rank(1, 1)),
+                ones(rank(2, 1)),
+                ones(rank(7, 1))
+            ));
+        }
+        Einsum::new(&format!(
+            "{x},c,c,{},{}->{x},c,c,c,c,1",
+            ones(rank(3, 1)),
+            ones(rank(4, 1))
+        ))
+    }
+    /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
+    fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        // reserve_space is a buffer, not a sum.
+        not_partial(call, result, 5);
+        keep_first_grads(call, result, 3);
+        Ok(())
+    }
+}
+
+/// Paddle's `instance_norm` (`x`, `scale`, `bias` → `y`, `saved_mean`,
+/// `saved_variance`): statistics per sample and channel over the spatial
+/// dims, which are never sharded; batch and channels keep their shardings.
+/// `scale` and `bias` are replicated. The saved statistics are `[N * C]`,
+/// batch-major: in forward each device holds those of its samples and
+/// channels, which is that dim co-sharded by the batch's mesh dims then the
+/// channels' (Paddle 3.3.1 answers the two-entry mapping `[n, c]` for these
+/// 1-D tensors); backward leaves them replicated, and the grad reads them
+/// as `(nz)` (the batch, then a factor of their own). The grad takes
+/// Paddle's `InstanceNormGradInferSpmd` arguments, `(x, scale, bias,
+/// saved_mean, saved_variance; y_grad)`.
+#[spmd_rule(
+    name = "instance_norm",
+    build = Self::notation,
+    adjust = Self::grads,
+    inputs(x, scale, bias),
+    outputs(y, saved_mean, saved_variance)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct InstanceNorm {}
+
+impl InstanceNorm {
+    /// `nc11,1,1->nc11,n,n` (backward: `nc11,1,1->nc11,1,1`); in the grad
+    /// `nc11,1,1,(nz),(nz)->nc11`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let rank = |i: usize, default: usize| input_rank(call, i).unwrap_or(default);
+        let x = format!("nc{}", "1".repeat(rank(0, 4).max(2) - 2));
+        let (scale, bias) = ("1".repeat(rank(1, 1)), "1".repeat(rank(2, 1)));
+        let stats = match call {
+            Call::Grad { .. } => {
+                return Einsum::new(&format!("{x},{scale},{bias},(nz),(nz)->{x}"));
+            }
+            Call::Backward { .. } => "1",
+            _ => "n",
+        };
+        Einsum::new(&format!("{x},{scale},{bias}->{x},{stats},{stats}"))
+    }
+    /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
+    fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if call.is_forward() {
+            // The stats follow y's batch then channel mesh dims, co-sharded.
+            let y = result.outputs.first().map(|y| y.dims_mapping.clone());
+            if let Some(y) = y {
+                let dims: Vec<MeshDim> = y
+                    .as_slice()
+                    .iter()
+                    .take(2)
+                    .flat_map(|s| s.as_slice().iter().copied())
+                    .collect();
+                let stats = Sharding::co(&dims).unwrap_or_default();
+                for out in result.outputs.iter_mut().skip(1) {
+                    *out = DistAttr::new(DimsMapping::from_shardings(&[stats]));
+                }
+            }
+        }
+        keep_first_grads(call, result, 3);
+        Ok(())
     }
 }
 

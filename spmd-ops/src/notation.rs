@@ -39,3 +39,98 @@ pub(crate) fn labels(op: &'static str, rank: usize) -> Result<Vec<char>, SpmdErr
     }
     Ok(letters.take(rank).collect())
 }
+
+/// For a grad op whose arguments are more than the forward inputs (Paddle's
+/// grad signatures that also take forward outputs such as statistics or
+/// indices, listed after the inputs): only the first `n` of them have
+/// gradients, so the derived grads of the others are dropped.
+pub(crate) fn keep_first_grads(call: &Call<'_>, result: &mut spmd_core::RuleResult, n: usize) {
+    if matches!(call, Call::Grad { .. }) {
+        result.outputs.truncate(n);
+    }
+}
+
+/// `attr` with `dims` replicated, or `None` when none of them was sharded.
+/// Paddle replicates the dims a rule never shards *before* its merge, so
+/// the mesh dims they held stay free for other axes; in DESIGN §4's merge a
+/// never-sharded dim's sharding still claims its mesh dim. Rules that follow
+/// Paddle here re-run inference on inputs freed with this.
+pub(crate) fn replicate_dims(
+    attr: &spmd_core::DistAttr,
+    dims: &[usize],
+) -> Option<spmd_core::DistAttr> {
+    let mapping = attr.dims_mapping.as_slice();
+    if dims
+        .iter()
+        .all(|&d| mapping.get(d).is_none_or(|s| s.is_replicated()))
+    {
+        return None;
+    }
+    let freed: Vec<spmd_core::Sharding> = mapping
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if dims.contains(&i) {
+                spmd_core::Sharding::REPLICATED
+            } else {
+                *s
+            }
+        })
+        .collect();
+    Some(spmd_core::DistAttr {
+        dims_mapping: spmd_core::DimsMapping::from_shardings(&freed),
+        partial: attr.partial,
+    })
+}
+
+/// Forward inference again with every `1` dim of the inputs replicated,
+/// when one of them was sharded (see [`replicate_dims`]): the answer Paddle
+/// gives for rules that replicate such dims before merging. `notation` is
+/// the rule's notation for this call; terms with `...` or compound dims are
+/// left as given.
+pub(crate) fn forward_with_fixed_dims_freed<R: spmd_core::SpmdRule + ?Sized>(
+    rule: &R,
+    call: &Call<'_>,
+    notation: &str,
+    result: &mut spmd_core::RuleResult,
+) -> Result<(), SpmdError> {
+    let Call::Forward { mesh, inputs } = *call else {
+        return Ok(());
+    };
+    let operands = notation.split("->").next().unwrap_or("");
+    let freed: Vec<Option<spmd_core::DistAttr>> = operands
+        .split(',')
+        .zip(inputs)
+        .map(|(term, spec)| {
+            let term = term.trim();
+            if term.contains(['.', '(']) {
+                return None;
+            }
+            let fixed: Vec<usize> = term
+                .chars()
+                .enumerate()
+                .filter_map(|(i, c)| (c == '1').then_some(i))
+                .collect();
+            replicate_dims(spec.attr, &fixed)
+        })
+        .collect();
+    if freed.iter().any(Option::is_some) {
+        let specs: Vec<spmd_core::Spec<'_>> = inputs
+            .iter()
+            .zip(freed.iter().chain(std::iter::repeat(&None)))
+            .map(|(s, f)| f.as_ref().map_or(*s, |a| spmd_core::Spec::new(s.shape, a)))
+            .collect();
+        *result = rule.forward(mesh, &specs)?;
+    }
+    Ok(())
+}
+
+/// Forward: output `o` is not partial. For an output that lacks an axis
+/// other outputs carry without summing over it (a loss the kernel reduces
+/// itself, a seed, a reserve buffer), which the notation would mark partial
+/// over that axis's mesh dims.
+pub(crate) fn not_partial(call: &Call<'_>, result: &mut spmd_core::RuleResult, o: usize) {
+    if let (true, Some(out)) = (call.is_forward(), result.outputs.get_mut(o)) {
+        out.partial = spmd_core::Partial::NONE;
+    }
+}

@@ -150,6 +150,101 @@ impl FrobeniusNorm {
     }
 }
 
+/// Paddle's `logsumexp`: `log(sum(exp(x)))` over `axis` (every axis with
+/// `reduce_all` or an empty list). Paddle 3.3.1 leaves the output partial
+/// (`Sum`) over sharded reduced axes, but per-device results combine as a
+/// log-sum-exp, not a sum; no reduce type finishes them, so the reduced
+/// axes are never sharded here and the output is never partial.
+#[spmd_rule(
+    name = "logsumexp",
+    build = Self::notation,
+    backward_partial = "reset",
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogSumExp {
+    #[spmd(default)]
+    pub axis: Vec<i64>,
+    #[spmd(default)]
+    pub keepdim: bool,
+    #[spmd(default)]
+    pub reduce_all: bool,
+}
+
+impl LogSumExp {
+    /// `a1c->ac` for axis 1 of a rank-3 input.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let axis: &[i64] = if self.reduce_all { &[] } else { &self.axis };
+        reduce_notation_with("logsumexp", axis, self.keepdim, true, call)
+    }
+}
+
+/// Paddle's `p_norm`: `(sum |x|^p)^(1/p)` over `axis` (every axis with
+/// `asvector`). The devices' partial norms combine with a reduce type only
+/// for some `p`: `inf` (`Max`), `-inf` (`Min`), `0` (a count of non-zeros)
+/// and `1` (`Sum`); for those a sharded reduced axis leaves the output
+/// partial with that type. For any other `p` the reduced axis is never
+/// sharded. Paddle 3.3.1 reports `Sum` for every `p`, which is wrong but for
+/// `0` and `1`.
+#[spmd_rule(
+    name = "p_norm",
+    build = Self::notation,
+    adjust = Self::set_reduce_type,
+    inputs(x),
+    outputs(out)
+)]
+#[derive(Clone, Debug, PartialEq)]
+pub struct PNorm {
+    #[spmd(default = 2.0)]
+    pub porder: f32,
+    #[spmd(default = -1)]
+    pub axis: i64,
+    #[spmd(default)]
+    pub keepdim: bool,
+    #[spmd(default)]
+    pub asvector: bool,
+}
+
+impl Default for PNorm {
+    fn default() -> Self {
+        PNorm {
+            porder: 2.0,
+            axis: -1,
+            keepdim: false,
+            asvector: false,
+        }
+    }
+}
+
+impl PNorm {
+    /// The reduce type that finishes partial norms, if any.
+    fn reduce(&self) -> Option<ReduceType> {
+        match self.porder {
+            p if p == f32::INFINITY => Some(ReduceType::Max),
+            p if p == f32::NEG_INFINITY => Some(ReduceType::Min),
+            p if p == 0.0 || p == 1.0 => Some(ReduceType::Sum),
+            _ => None,
+        }
+    }
+
+    /// `abc->ab` for `p = 1` over the last axis, `ab1->ab` for `p = 2`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let axis: &[i64] = if self.asvector { &[] } else { &[self.axis] };
+        reduce_notation_with("p_norm", axis, self.keepdim, self.reduce().is_none(), call)
+    }
+
+    /// Forward: partial outputs get the reduce type of `porder`.
+    fn set_reduce_type(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if let (true, Some(r)) = (call.is_forward(), self.reduce()) {
+            for out in &mut result.outputs {
+                out.partial = Partial::over(out.partial.dims(), r);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Paddle's `reduce_base`: the generic reduction whose `reduce_type`
 /// attribute (Paddle's `ReduceType` enum: 0 `Sum`, 1 `Max`, 2 `Min`, 3
 /// `Prod`, 4 `Avg`, 5 `Any`, 6 `All`) names the reduce type of the partial

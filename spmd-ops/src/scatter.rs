@@ -1,0 +1,261 @@
+//! Scatters: `scatter` (rows of `x` replaced or accumulated from `updates`
+//! by a 1-D index), `scatter_nd_add` (elements or slices added at index
+//! tuples), `put_along_axis` (values put at an index per element along an
+//! axis) and `index_put` (values put at index tuples given as one tensor per
+//! dim).
+//!
+//! Every index is replicated here. Paddle 3.3.1 lets `scatter`'s and
+//! `scatter_nd_add`'s index (and the matching dims of `updates`) stay
+//! sharded and marks the output partial (`Sum`), but each device then
+//! returns its own copy of `x` with only its updates applied, and the sum of
+//! those copies counts `x` once per device: the answer is wrong. A
+//! replicated index, and the trailing dims sharded alike on `x`, `updates`
+//! and `out`, need no communication after the op.
+
+use spmd_core::{Call, DistAttr, Einsum, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
+
+use crate::gather::along_axis_term;
+use crate::notation::{input_rank, keep_first_grads, labels, replicate_dims};
+
+/// `1` then labels for the other `rank - 1` dims: `1bc`.
+fn first_dim_fixed(op: &'static str, rank: usize) -> Result<String, SpmdError> {
+    Ok(labels(op, rank)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| if i == 0 { '1' } else { c })
+        .collect())
+}
+
+/// Paddle's `scatter` (`x`, `index`, `updates` → `out`): row `index[i]` of
+/// `x` becomes (or, without `overwrite`, accumulates) row `i` of `updates`.
+/// The scattered dim 0 and the index are never sharded; the other dims are
+/// shared by `x`, `updates` and `out`. As Paddle 3.3.1's `ScatterInferSpmd`,
+/// dim 0's given shardings are dropped before the merge, so the mesh dims
+/// they held are free for the other dims. The grad takes Paddle's
+/// `ScatterGradInferSpmd` arguments, `(index, updates; out_grad)`, and
+/// returns `x_grad` (laid out as `out_grad`) and `updates_grad`.
+#[spmd_rule(
+    name = "scatter",
+    build = Self::notation,
+    adjust = Self::finish,
+    inputs(x, index, updates),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scatter {
+    #[spmd(default = true)]
+    pub overwrite: bool,
+}
+
+impl Default for Scatter {
+    fn default() -> Self {
+        Scatter { overwrite: true }
+    }
+}
+
+impl Scatter {
+    /// `1bc,1,1bc->1bc`; in the grad `1,1bc->1bc` (index, updates; out_grad).
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        const OP: &str = "scatter";
+        let grad = matches!(call, Call::Grad { .. });
+        let (index_at, updates_at) = if grad { (0, 1) } else { (1, 2) };
+        let index = "1".repeat(input_rank(call, index_at).unwrap_or(1));
+        let updates = first_dim_fixed(OP, input_rank(call, updates_at).unwrap_or(1))?;
+        if grad {
+            return Einsum::new(&format!("{index},{updates}->{updates}"));
+        }
+        let x = first_dim_fixed(OP, input_rank(call, 0).unwrap_or(1))?;
+        Einsum::new(&format!("{x},{index},{updates}->{x}"))
+    }
+
+    /// Frees dim 0 of every tensor (the scattered rows and the 1-D index:
+    /// Paddle drops those shardings before merging) and, in the grad, answers
+    /// `x_grad` and `updates_grad`.
+    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        match *call {
+            Call::Forward { mesh, inputs } => {
+                let freed: Vec<Option<DistAttr>> = inputs
+                    .iter()
+                    .map(|s| replicate_dims(s.attr, &[0]))
+                    .collect();
+                if freed.iter().any(Option::is_some) {
+                    let specs: Vec<Spec<'_>> = inputs
+                        .iter()
+                        .zip(&freed)
+                        .map(|(s, f)| f.as_ref().map_or(*s, |a| Spec::new(s.shape, a)))
+                        .collect();
+                    *result = self.forward(mesh, &specs)?;
+                }
+            }
+            Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+            } => {
+                let freed: Vec<Option<DistAttr>> = inputs
+                    .iter()
+                    .chain(output_grads)
+                    .map(|s| replicate_dims(s.attr, &[0]))
+                    .collect();
+                if freed.iter().any(Option::is_some) {
+                    let mut specs = inputs
+                        .iter()
+                        .chain(output_grads)
+                        .zip(&freed)
+                        .map(|(s, f)| f.as_ref().map_or(*s, |a| Spec::new(s.shape, a)));
+                    let ins: Vec<Spec<'_>> = specs.by_ref().take(inputs.len()).collect();
+                    let grads: Vec<Spec<'_>> = specs.collect();
+                    *result = self.grad(mesh, &ins, &grads)?;
+                    return Ok(());
+                }
+                // The grad gathers the output grad and never reads
+                // `updates`: it is left as given (Paddle does so).
+                if let (Some(req), Some(given)) = (result.inputs.get_mut(1), inputs.get(1)) {
+                    *req = given.attr.clone();
+                }
+                // Derived grads are (index, updates): the index has none,
+                // and x's grad is the output grad with the scattered rows
+                // zeroed, laid out as the output grad is required.
+                let x_grad = result.inputs.last().cloned();
+                let updates_grad = result.outputs.get(1).cloned();
+                result.outputs.clear();
+                result.outputs.extend(x_grad);
+                result.outputs.extend(updates_grad);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Paddle's `scatter_nd_add` (`x`, `index`, `updates` → `out`): `index` is
+/// `[..., k]`, tuples of coordinates into the first `k` dims of `x`;
+/// `updates` is `index[..., :-1]` followed by `x`'s dims after the first
+/// `k`, added at those coordinates. The first `k` dims, the index and the
+/// matching dims of `updates` are never sharded (see the module docs); the
+/// trailing dims are shared by `x`, `updates` and `out`. The index has no
+/// gradient; `x_grad` is the output grad and `updates_grad` gathers it.
+#[spmd_rule(
+    name = "scatter_nd_add",
+    build = Self::notation,
+    inputs(x, index, updates),
+    outputs(out),
+    no_grad(index),
+    grad_ignores(x)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScatterNdAdd {}
+
+impl ScatterNdAdd {
+    /// For x of rank 3 and index `[i, j, 2]`: `11c,111,11c->11c`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        const OP: &str = "scatter_nd_add";
+        let rank = input_rank(call, 0).unwrap_or(0);
+        let index = call.input_shape(1).unwrap_or(&[]);
+        let k = index.last().copied().unwrap_or(0);
+        if k > rank {
+            return Err(SpmdError::Rejected {
+                op: OP,
+                message: format!(
+                    "input 1 (index) holds {k}-tuples of coordinates, and input 0 (x) has only {rank} dims"
+                ),
+            });
+        }
+        let rest: String = labels(OP, rank)?[k..].iter().collect();
+        let x = format!("{}{rest}", "1".repeat(k));
+        let batch = index.len().saturating_sub(1);
+        let updates = format!("{}{rest}", "1".repeat(batch));
+        Einsum::new(&format!("{x},{},{updates}->{x}", "1".repeat(index.len())))
+    }
+}
+
+/// Paddle's `put_along_axis` (`x`, `index`, `value` → `out`): `value`'s
+/// elements are put (assigned, added, multiplied, per `reduce`) into `x` at
+/// `index` along `axis`. The axis is never sharded; the other dims are
+/// shared by the four tensors. Paddle 3.3.1's `PutAlongAxisInferSpmd`. The
+/// index has no gradient.
+#[spmd_rule(
+    name = "put_along_axis",
+    build = Self::notation,
+    inputs(x, index, value),
+    outputs(out),
+    no_grad(index)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PutAlongAxis {
+    #[spmd(default)]
+    pub axis: i64,
+    #[spmd(default = "assign".to_string())]
+    pub reduce: String,
+}
+
+impl PutAlongAxis {
+    /// `a1c,a1c,a1c->a1c` for axis 1.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        let t = along_axis_term("put_along_axis", self.axis, call)?;
+        Einsum::new(&format!("{t},{t},{t}->{t}"))
+    }
+}
+
+/// Paddle's `index_put` (`x`, `indices...`, `value` → `out`): one 1-D index
+/// tensor per leading dim of `x`; `value` (broadcast to the picked slices)
+/// is put, or with `accumulate` added, at those coordinates. The indexed
+/// dims and the indices are never sharded; `x`'s other dims are shared with
+/// the output and with `value`'s trailing dims. The grad takes `(x,
+/// indices..., value; out_grad)` and returns `x_grad` and `value_grad`.
+#[spmd_rule(
+    name = "index_put",
+    build = Self::notation,
+    adjust = Self::grads,
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexPut {
+    #[spmd(default)]
+    pub accumulate: bool,
+}
+
+impl IndexPut {
+    /// Two indices into a rank-3 x, value `[K, c]`: `11c,1,1,1c->11c`.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        const OP: &str = "index_put";
+        let n_inputs = (0..).take_while(|&i| call.input_shape(i).is_some()).count();
+        if n_inputs < 3 {
+            return Err(SpmdError::Rejected {
+                op: OP,
+                message: format!(
+                    "{n_inputs} inputs given; index_put takes x, at least one index and value"
+                ),
+            });
+        }
+        let n = n_inputs - 2;
+        let rank = input_rank(call, 0).unwrap_or(0);
+        if n > rank {
+            return Err(SpmdError::Rejected {
+                op: OP,
+                message: format!("{n} index tensors for input 0 (x) of rank {rank}"),
+            });
+        }
+        let rest: String = labels(OP, rank)?[n..].iter().collect();
+        let x = format!("{}{rest}", "1".repeat(n));
+        let mut terms = vec![x.clone()];
+        for i in 1..=n {
+            terms.push("1".repeat(input_rank(call, i).unwrap_or(1)));
+        }
+        // `value` broadcasts against `[K, rest...]` from the right.
+        let v = input_rank(call, n + 1).unwrap_or(0);
+        let shared: String = rest.chars().skip(rest.len().saturating_sub(v)).collect();
+        terms.push(format!("{}{shared}", "1".repeat(v - shared.len())));
+        Einsum::new(&format!("{}->{x}", terms.join(",")))
+    }
+
+    /// Only `x` and `value` have gradients, not the indices between them.
+    fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if let Call::Grad { .. } = call {
+            let value_grad = result.outputs.pop();
+            keep_first_grads(call, result, 1);
+            result.outputs.extend(value_grad);
+        }
+        Ok(())
+    }
+}
