@@ -56,7 +56,11 @@ fn run(case: &Case, rule: &dyn SpmdRule) -> Result<Result<RuleResult, SpmdError>
         Direction::Forward => {
             let parts = case.input_parts().map_err(|e| e.to_string())?;
             let specs: Vec<Spec<'_>> = parts.iter().map(|(s, a)| Spec::new(s, a)).collect();
-            Ok(rule.forward(&mesh, &specs))
+            // The outputs a forward case lists lend their shapes (variadic
+            // rules such as `replicated` need them; the others ignore them).
+            let outs = case.output_parts().map_err(|e| e.to_string())?;
+            let shapes: Vec<&[usize]> = outs.iter().map(|(s, _)| s.as_slice()).collect();
+            Ok(rule.forward_with_output_shapes(&mesh, &specs, &shapes))
         }
         Direction::Backward => {
             let ins = case.input_parts().map_err(|e| e.to_string())?;

@@ -11,13 +11,17 @@ use crate::rule::SpmdRule;
 
 /// The direction and the given tensors of one inference call. `absent`
 /// names the absent optional tensors, whose slots hold placeholders
-/// ([`Spec::absent`]); [`Call::input_shape`] answers `None` for them.
+/// ([`Spec::absent`]); [`Call::input_shape`] answers `None` for them. A
+/// forward call carries the outputs' shapes when the caller knows them
+/// ([`SpmdRule::forward_with_output_shapes`](crate::SpmdRule::forward_with_output_shapes));
+/// otherwise `output_shapes` is empty.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub enum Call<'c> {
     Forward {
         mesh: &'c Mesh,
         inputs: &'c [Spec<'c>],
+        output_shapes: &'c [&'c [usize]],
         absent: Absent,
     },
     Backward {
@@ -66,6 +70,29 @@ impl<'c> Call<'c> {
     /// pick a notation by rank: `call.input_rank(0) == Some(1)`).
     pub fn input_rank(&self, i: usize) -> Option<usize> {
         self.input_shape(i).map(<[usize]>::len)
+    }
+
+    /// The shape of output `o`, whichever the direction: in forward, when
+    /// the call carries the outputs' shapes.
+    pub fn output_shape(&self, o: usize) -> Option<&'c [usize]> {
+        if self.absent().output(o) {
+            return None;
+        }
+        match *self {
+            Call::Forward { output_shapes, .. } => output_shapes.get(o).copied(),
+            Call::Backward { outputs, .. } => outputs.get(o).map(|s| s.shape),
+            Call::Grad { output_grads, .. } => output_grads.get(o).map(|s| s.shape),
+        }
+    }
+
+    /// How many outputs the call gives (shapes or specs); 0 for a forward
+    /// call without the outputs' shapes.
+    pub fn n_outputs(&self) -> usize {
+        match *self {
+            Call::Forward { output_shapes, .. } => output_shapes.len(),
+            Call::Backward { outputs, .. } => outputs.len(),
+            Call::Grad { output_grads, .. } => output_grads.len(),
+        }
     }
 
     /// The shape of input `i`, whichever the direction; `None` when the call

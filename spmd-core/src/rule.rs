@@ -309,6 +309,21 @@ pub trait SpmdRule: Send + Sync {
         Err(SpmdError::NoGradRule { op: self.name() })
     }
 
+    /// Forward inference when the caller also knows the outputs' shapes.
+    /// Rules whose notation depends on them (Paddle's variadic fallbacks
+    /// `replicated` and `default_data_parallel`, `needs_output_shapes` of
+    /// `#[spmd_rule]`) override it; the default ignores the shapes and runs
+    /// [`SpmdRule::forward`].
+    fn forward_with_output_shapes(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_shapes: &[&[usize]],
+    ) -> Result<RuleResult, SpmdError> {
+        let _ = output_shapes;
+        self.forward(mesh, inputs)
+    }
+
     /// Forward inference where optional inputs may be absent (`None`). Rules
     /// that declare optional tensors (`optional(..)` of `#[spmd_rule]`)
     /// override it; the default runs [`SpmdRule::forward`] when every input

@@ -35,6 +35,8 @@ struct RawArgs {
     no_grad: Option<darling::util::PathList>,
     grad_ignores: Option<darling::util::PathList>,
     optional: Option<darling::util::PathList>,
+    #[darling(default)]
+    needs_output_shapes: bool,
     #[darling(rename = "crate")]
     krate: Option<Path>,
 }
@@ -113,6 +115,8 @@ pub struct Rule {
     /// Bit masks over inputs and outputs: tensors that may be absent.
     pub optional_inputs: u64,
     pub optional_outputs: u64,
+    /// Forward reads the outputs' shapes (`forward_with_output_shapes`).
+    pub needs_output_shapes: bool,
 }
 
 /// Parses and validates; on failure returns all errors together.
@@ -352,6 +356,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         grad_ignores,
         optional_inputs,
         optional_outputs,
+        needs_output_shapes: raw.needs_output_shapes,
     })
 }
 
@@ -525,6 +530,17 @@ const STRING_OPTIONS: &[(&str, &str)] = &[
 /// Also looks inside `case(...)`.
 fn string_expected(m: &NestedMeta) -> Option<Error> {
     match m {
+        // A flag given a value: darling would say only "Unknown value".
+        NestedMeta::Meta(meta @ (syn::Meta::NameValue(_) | syn::Meta::List(_)))
+            if meta.path().is_ident("needs_output_shapes") =>
+        {
+            Some(
+                Error::custom(
+                    "`needs_output_shapes` is a flag: write it alone, without a value or list",
+                )
+                .with_span(meta),
+            )
+        }
         NestedMeta::Meta(syn::Meta::NameValue(nv)) => {
             let key = nv.path.get_ident()?.to_string();
             let (_, example) = STRING_OPTIONS.iter().find(|(k, _)| *k == key)?;

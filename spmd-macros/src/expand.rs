@@ -172,6 +172,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 quote!(__spmd::Call::Forward {
                     mesh,
                     inputs,
+                    output_shapes,
                     absent
                 }),
                 quote!(mesh, inputs),
@@ -214,6 +215,8 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 },
             ),
         };
+        // Forward calls carry the outputs' shapes only in `Kind::Shaped`.
+        let no_shapes = (name == "forward").then(|| quote!(let output_shapes: &[&[usize]] = &[];));
         let (fn_name, params, body, prelude) = match kind {
             Kind::Traced => {
                 let f = syn::Ident::new(&format!("{name}_traced"), Span::call_site());
@@ -221,7 +224,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                     f.clone(),
                     quote!(#params, trace: &mut dyn __spmd::Trace),
                     with_rule(quote!(#f(#args, trace))),
-                    quote!(let absent = __spmd::Absent::NONE;),
+                    quote!(let absent = __spmd::Absent::NONE; #no_shapes),
                 )
             }
             Kind::Plain => {
@@ -230,9 +233,15 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                     f.clone(),
                     params,
                     with_rule(quote!(#f(#args))),
-                    quote!(let absent = __spmd::Absent::NONE;),
+                    quote!(let absent = __spmd::Absent::NONE; #no_shapes),
                 )
             }
+            Kind::Shaped => (
+                syn::Ident::new("forward_with_output_shapes", Span::call_site()),
+                quote!(#params, output_shapes: &[&[usize]]),
+                with_rule(quote!(forward(#args))),
+                quote!(let absent = __spmd::Absent::NONE;),
+            ),
             Kind::Optional => {
                 let f = syn::Ident::new(&format!("{name}_optional"), Span::call_site());
                 let inner = syn::Ident::new(&format!("{name}_absent"), Span::call_site());
@@ -248,9 +257,23 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                         quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Option<__spmd::Spec<'_>>], output_grads: &[__spmd::Option<__spmd::Spec<'_>>])
                     }
                 };
-                (f, params, with_rule(quote!(#inner(#args, absent))), fill)
+                (
+                    f,
+                    params,
+                    with_rule(quote!(#inner(#args, absent))),
+                    quote!(#fill #no_shapes),
+                )
             }
         };
+        // A rule that reads the outputs' shapes cannot run forward without them.
+        if rule.needs_output_shapes && name == "forward" && !matches!(kind, Kind::Shaped) {
+            return quote! {
+                #[allow(unused_variables)]
+                fn #fn_name(&self, #params) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
+                    __spmd::Err(__spmd::SpmdError::OutputShapesNeeded { op: __NAME })
+                }
+            };
+        }
         // Without an adjust hook the rule's result is returned as it is:
         // no extra move of the (large) result through a local.
         let tail = match &adjust {
@@ -278,6 +301,9 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             let mut v = vec![method(m, Kind::Plain), method(m, Kind::Traced)];
             if optional {
                 v.push(method(m, Kind::Optional));
+            }
+            if rule.needs_output_shapes && *m == "forward" {
+                v.push(method(m, Kind::Shaped));
             }
             v
         })
@@ -312,6 +338,8 @@ enum Kind {
     Traced,
     /// `*_optional`: absent tensors as `None`.
     Optional,
+    /// `forward_with_output_shapes`.
+    Shaped,
 }
 
 /// The body of `Op::from_attrs` and the attribute names.
@@ -591,6 +619,24 @@ mod tests {
         let text = pretty(out);
         // Only rules with optional tensors get the `*_optional` methods.
         assert!(text.contains("fn forward_optional"), "{text}");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn forward_needs_output_shapes() {
+        let out = expand(
+            quote!(
+                name = "replicated",
+                build = Self::notation,
+                needs_output_shapes
+            ),
+            quote!(
+                struct Replicated {}
+            ),
+        );
+        let text = pretty(out);
+        assert!(text.contains("fn forward_with_output_shapes"), "{text}");
+        assert!(text.contains("OutputShapesNeeded"), "{text}");
         insta::assert_snapshot!(text);
     }
 
