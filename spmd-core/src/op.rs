@@ -8,6 +8,7 @@ use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::optional::Absent;
 use crate::rule::SpmdRule;
+use crate::signature::{GradSignature, GradTensor};
 
 /// The direction and the given tensors of one inference call. `absent`
 /// names the absent optional tensors, whose slots hold placeholders
@@ -30,12 +31,14 @@ pub enum Call<'c> {
         outputs: &'c [Spec<'c>],
         absent: Absent,
     },
-    /// The gradient op: the forward inputs and one grad per output.
+    /// The gradient op: the forward tensors `signature` lists (by default
+    /// the forward inputs) and the grads it lists (by default one per output).
     Grad {
         mesh: &'c Mesh,
         inputs: &'c [Spec<'c>],
         output_grads: &'c [Spec<'c>],
         absent: Absent,
+        signature: GradSignature<'c>,
     },
 }
 
@@ -60,10 +63,24 @@ impl<'c> Call<'c> {
         }
     }
 
-    /// Whether input `i` is an absent optional tensor (`case(when =
+    /// Whether forward input `i` is an absent optional tensor (`case(when =
     /// call.input_absent(1), ..)` picks a notation for a call without it).
     pub fn input_absent(&self, i: usize) -> bool {
-        self.absent().input(i)
+        match self.input_slot(i) {
+            Some(k) => self.absent().input(k),
+            None => false,
+        }
+    }
+
+    /// Where forward input `i` is in the call's inputs: `i` itself, except
+    /// in a grad call whose signature reorders or leaves it out.
+    fn input_slot(&self, i: usize) -> Option<usize> {
+        match *self {
+            Call::Grad {
+                inputs, signature, ..
+            } => signature.position(GradTensor::Input(i as u8), inputs.len()),
+            _ => Some(i),
+        }
     }
 
     /// The rank of input `i`, whichever the direction (`case(when = ..)` can
@@ -73,15 +90,42 @@ impl<'c> Call<'c> {
     }
 
     /// The shape of output `o`, whichever the direction: in forward, when
-    /// the call carries the outputs' shapes.
+    /// the call carries the outputs' shapes; in grad, from its grad or (when
+    /// the grad op takes it) its value.
     pub fn output_shape(&self, o: usize) -> Option<&'c [usize]> {
-        if self.absent().output(o) {
-            return None;
-        }
         match *self {
-            Call::Forward { output_shapes, .. } => output_shapes.get(o).copied(),
-            Call::Backward { outputs, .. } => outputs.get(o).map(|s| s.shape),
-            Call::Grad { output_grads, .. } => output_grads.get(o).map(|s| s.shape),
+            Call::Forward {
+                output_shapes,
+                absent,
+                ..
+            } => (!absent.output(o))
+                .then(|| output_shapes.get(o).copied())
+                .flatten(),
+            Call::Backward {
+                outputs, absent, ..
+            } => (!absent.output(o))
+                .then(|| outputs.get(o).map(|s| s.shape))
+                .flatten(),
+            Call::Grad {
+                inputs,
+                output_grads,
+                absent,
+                signature,
+                ..
+            } => {
+                let n_out = output_grads.len().max(o + 1);
+                if let Some(g) = signature.grad_position(o, n_out)
+                    && !absent.output(g)
+                    && let Some(s) = output_grads.get(g)
+                {
+                    return Some(s.shape);
+                }
+                signature
+                    .position(GradTensor::Output(o as u8), inputs.len())
+                    .filter(|&k| !absent.input(k))
+                    .and_then(|k| inputs.get(k))
+                    .map(|s| s.shape)
+            }
         }
     }
 
@@ -101,11 +145,12 @@ impl<'c> Call<'c> {
         if self.input_absent(i) {
             return None;
         }
+        let k = self.input_slot(i)?;
         match *self {
             Call::Forward { inputs, .. } | Call::Grad { inputs, .. } => {
-                inputs.get(i).map(|s| s.shape)
+                inputs.get(k).map(|s| s.shape)
             }
-            Call::Backward { input_shapes, .. } => input_shapes.get(i).copied(),
+            Call::Backward { input_shapes, .. } => input_shapes.get(k).copied(),
         }
     }
 }

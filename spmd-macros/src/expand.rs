@@ -128,6 +128,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                                     no_grad: #no_grad,
                                     grad_ignores: #grad_ignores,
                                     optional: __spmd::Absent::new(#oi, #oo),
+                                    grad_signature: __GRAD_SIGNATURE,
                                 },
                                 einsum.notation().plan(),
                                 |rule| rule.#call,
@@ -144,6 +145,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         .as_ref()
         .map(|p| quote!(#p(self, &call, &mut result)?;));
     let (attr_names, from_attrs) = from_attrs(rule);
+    let grad_signature = grad_signature(rule);
     let (input_names, output_names) = (&rule.input_names, &rule.output_names);
     let no_grad_mask = rule.no_grad;
 
@@ -204,7 +206,8 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                     mesh,
                     inputs,
                     output_grads,
-                    absent
+                    absent,
+                    signature: __GRAD_SIGNATURE.for_call(inputs.len(), output_grads.len())
                 }),
                 quote!(mesh, inputs, output_grads),
                 quote! {
@@ -323,10 +326,39 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         const _: () = {
             use #krate::__private as __spmd;
             const __NAME: &'static str = #name;
+            #grad_signature
             #consts
             #op_impl
             #rule_impl
             __spmd::submit_rule!(#ident);
+        };
+    }
+}
+
+/// The grad op's signature as a `const` (`GradSignature::DERIVED` unless
+/// `grad_inputs(..)` or `grads_for(..)` is given).
+fn grad_signature(rule: &Rule) -> TokenStream {
+    let tensors = match &rule.grad_inputs {
+        None => quote!(__spmd::Option::None),
+        Some(list) => {
+            let items = list.iter().map(|&(is_output, i)| {
+                if is_output {
+                    quote!(__spmd::GradTensor::Output(#i))
+                } else {
+                    quote!(__spmd::GradTensor::Input(#i))
+                }
+            });
+            quote!(__spmd::Option::Some(&[#(#items),*]))
+        }
+    };
+    let grads = match &rule.grads_for {
+        None => quote!(__spmd::Option::None),
+        Some(list) => quote!(__spmd::Option::Some(&[#(#list),*])),
+    };
+    quote! {
+        const __GRAD_SIGNATURE: __spmd::GradSignature<'static> = __spmd::GradSignature {
+            tensors: #tensors,
+            grads: #grads,
         };
     }
 }
@@ -419,6 +451,7 @@ fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
             .with_no_grad(#no_grad)
             .with_grad_ignores(#grad_ignores)
             .with_optional(__spmd::Absent::new(#oi, #oo))
+            .with_grad_signature(__GRAD_SIGNATURE)
     }
 }
 
@@ -637,6 +670,26 @@ mod tests {
         let text = pretty(out);
         assert!(text.contains("fn forward_with_output_shapes"), "{text}");
         assert!(text.contains("OutputShapesNeeded"), "{text}");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn grad_signature() {
+        let out = expand(
+            quote!(
+                name = "topk",
+                einsum = "bac->b1c,b1c",
+                inputs(x),
+                outputs(out, indices),
+                grad_inputs(x, indices),
+                grads_for(out)
+            ),
+            quote!(
+                struct TopK {}
+            ),
+        );
+        let text = pretty(out);
+        assert!(text.contains("__spmd::GradTensor::Output(1u8)"), "{text}");
         insta::assert_snapshot!(text);
     }
 

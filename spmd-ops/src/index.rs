@@ -161,7 +161,9 @@ arg_reduction!(
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
-    outputs(out, indices)
+    outputs(out, indices),
+    grad_inputs(x, indices),
+    grads_for(out)
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TopK {
@@ -198,7 +200,9 @@ impl TopK {
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
-    outputs(out, indices)
+    outputs(out, indices),
+    grad_inputs(indices, x),
+    grads_for(out)
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArgSort {
@@ -245,7 +249,8 @@ pub struct OneHot {
     never_sharded = "ij",
     backward_partial = "reset",
     inputs(x),
-    outputs(out)
+    outputs(out),
+    grad_inputs()
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Triu {
