@@ -120,7 +120,8 @@ impl Squeeze {
             .filter(|&(_, (&s, &l))| !(s == 1 && l))
             .map(|(c, _)| c)
             .collect();
-        Einsum::new(&format!("{input}->{output}"))
+        // From terms: a 0-d x is a lone scalar operand, which text cannot write.
+        Einsum::from_terms(&[&input], &[&output])
     }
 }
 
@@ -169,7 +170,8 @@ impl Unsqueeze {
             output.insert(at as usize, '1');
         }
         let output: String = output.into_iter().collect();
-        Einsum::new(&format!("{input}->{output}"))
+        // From terms: a 0-d x is a lone scalar operand, which text cannot write.
+        Einsum::from_terms(&[&input], &[&output])
     }
 }
 
