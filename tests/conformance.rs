@@ -56,7 +56,11 @@ fn run(case: &Case, rule: &dyn SpmdRule) -> Result<Result<RuleResult, SpmdError>
         Direction::Forward => {
             let parts = case.input_parts().map_err(|e| e.to_string())?;
             let specs: Vec<Spec<'_>> = parts.iter().map(|(s, a)| Spec::new(s, a)).collect();
-            Ok(rule.forward(&mesh, &specs))
+            // The outputs a forward case lists lend their shapes (variadic
+            // rules such as `replicated` need them; the others ignore them).
+            let outs = case.output_parts().map_err(|e| e.to_string())?;
+            let shapes: Vec<&[usize]> = outs.iter().map(|(s, _)| s.as_slice()).collect();
+            Ok(rule.forward_with_output_shapes(&mesh, &specs, &shapes))
         }
         Direction::Backward => {
             let ins = case.input_parts().map_err(|e| e.to_string())?;
@@ -71,9 +75,11 @@ fn run(case: &Case, rule: &dyn SpmdRule) -> Result<Result<RuleResult, SpmdError>
             let grads: Vec<Spec<'_>> = outs.iter().map(|(s, a)| Spec::new(s, a)).collect();
             let inputs: Vec<Spec<'_>> = ins.iter().map(|(s, a)| Spec::new(s, a)).collect();
             match rule.grad(&mesh, &inputs, &grads) {
-                // Some Paddle grad ops also take the forward outputs, listed
-                // after the inputs: run without them, and answer for each
-                // the requirement of its grad (same layout, not partial).
+                // A rule that declares no `grad_inputs` while Paddle's grad
+                // op also takes the forward outputs (listed after the
+                // inputs: elu's `(x, out, out_grad)` through the shared
+                // unary rule): run without them, and answer for each the
+                // requirement of its grad (same layout, not partial).
                 Err(SpmdError::Arity { .. }) if ins.len() > outs.len() => {
                     let n = ins.len() - outs.len();
                     let mut r = match rule.grad(&mesh, &inputs[..n], &grads) {

@@ -145,3 +145,98 @@ fn grad_arity_and_rank_errors_name_the_tensor() {
         .unwrap_err();
     assert!(err.to_string().contains("output 0"), "{err}");
 }
+
+// ------------------------------------------------------------ grad signatures
+
+use spmd_core::{GradSignature, GradTensor, SpmdRule, spmd_rule};
+
+/// `out = x[..., top k along a]`, `indices` the same shape: Paddle's grad op
+/// takes (x, indices, out_grad).
+#[spmd_rule(
+    einsum = "bac->b1c,b1c",
+    never_sharded = "a",
+    inputs(x),
+    outputs(out, indices),
+    grad_inputs(x, indices),
+    grads_for(out)
+)]
+struct TopLike {}
+
+#[test]
+fn a_grad_signature_orders_the_requirements_and_merges_output_values() {
+    let mesh = mesh(&[2, 2]);
+    // x leaves c replicated; the indices (a forward output) shard c on mesh
+    // dim 1, which the merge takes: x's grad follows it.
+    let (x, idx, dy) = (attr(&[0, -1, -1]), attr(&[-1, -1, 1]), attr(&[0, -1, -1]));
+    let r = TopLike {}
+        .grad(
+            &mesh,
+            &[Spec::new(&[4, 8, 6], &x), Spec::new(&[4, 2, 6], &idx)],
+            &[Spec::new(&[4, 2, 6], &dy)],
+        )
+        .unwrap();
+    let req: Vec<String> = r.inputs.iter().map(ToString::to_string).collect();
+    assert_eq!(req, ["[0, -1, 1]", "[0, -1, 1]", "[0, -1, 1]"]);
+    let grads: Vec<String> = r.outputs.iter().map(ToString::to_string).collect();
+    assert_eq!(grads, ["[0, -1, 1]"]);
+}
+
+#[test]
+fn the_derived_form_stays_accepted() {
+    let mesh = mesh(&[2]);
+    let (x, dy) = (attr(&[0, -1, -1]), attr(&[0, -1, -1]));
+    // (x; out_grad, indices_grad): counts that do not fit the signature.
+    let r = TopLike {}
+        .grad(
+            &mesh,
+            &[Spec::new(&[4, 8, 6], &x)],
+            &[Spec::new(&[4, 2, 6], &dy), Spec::new(&[4, 2, 6], &dy)],
+        )
+        .unwrap();
+    assert_eq!(r.inputs.len(), 3);
+    assert_eq!(r.outputs[0].to_string(), "[0, -1, -1]");
+    // Neither form: an arity error.
+    let err = TopLike {}
+        .grad(&mesh, &[], &[Spec::new(&[4, 2, 6], &dy)])
+        .unwrap_err();
+    assert!(matches!(err, SpmdError::Arity { .. }), "{err}");
+}
+
+#[test]
+fn an_input_the_grad_op_does_not_take_gets_its_rank_from_its_term() {
+    // out = sum over k of x[..., k]: the grad op takes only out_grad; x's
+    // grad has the `...` dims of out_grad plus k, which nothing shards.
+    let e = Einsum::new("...k->...").unwrap();
+    let rule = e.rule().with_grad_signature(GradSignature::new(&[], &[0]));
+    let dy = attr(&[1, 0]);
+    let r = rule
+        .grad(&mesh(&[2, 2]), &[], &[Spec::new(&[4, 6], &dy)])
+        .unwrap();
+    assert_eq!(r.inputs[0].to_string(), "[1, 0]");
+    assert_eq!(r.outputs[0].to_string(), "[1, 0, -1]");
+    let _ = GradTensor::Input(0);
+}
+
+#[test]
+fn builtin_grad_ops_take_paddles_signatures() {
+    let registry = spmd_ops::builtins();
+    // transpose's grad op takes only out_grad: x_grad is it transposed back.
+    let t = registry
+        .build("transpose", &Attrs::new().with("perm", vec![1i64, 2, 0]))
+        .unwrap();
+    let dy = attr(&[-1, 1, 0]);
+    let r = t
+        .grad(&mesh(&[2, 2]), &[], &[Spec::new(&[8, 10, 6], &dy)])
+        .unwrap();
+    assert_eq!(r.outputs[0].to_string(), "[0, -1, 1]");
+    // stack's: out_grad's axis dim counts the inputs.
+    let s = registry
+        .build("stack", &Attrs::new().with("axis", 1i64))
+        .unwrap();
+    let dy = attr(&[0, -1, 1]);
+    let r = s
+        .grad(&mesh(&[2, 2]), &[], &[Spec::new(&[4, 3, 8], &dy)])
+        .unwrap();
+    let grads: Vec<String> = r.outputs.iter().map(ToString::to_string).collect();
+    assert_eq!(grads, ["[0, 1]", "[0, 1]", "[0, 1]"]);
+}

@@ -356,7 +356,15 @@ pub fn run_traced(
     let inputs: Vec<Spec<'_>> = ins.iter().map(|(s, a)| Spec::new(s, a)).collect();
     let outputs: Vec<Spec<'_>> = outs.iter().map(|(s, a)| Spec::new(s, a)).collect();
     match direction {
-        Direction::Forward => rule.forward_traced(mesh, &inputs, trace),
+        // A rule that reads the outputs' shapes (a variadic fallback) runs
+        // untraced with them.
+        Direction::Forward => match rule.forward_traced(mesh, &inputs, trace) {
+            Err(SpmdError::OutputShapesNeeded { .. }) if !outs.is_empty() => {
+                let shapes: Vec<&[usize]> = outs.iter().map(|(s, _)| s.as_slice()).collect();
+                rule.forward_with_output_shapes(mesh, &inputs, &shapes)
+            }
+            other => other,
+        },
         Direction::Backward => {
             let shapes: Vec<&[usize]> = ins.iter().map(|(s, _)| s.as_slice()).collect();
             rule.backward_traced(mesh, &shapes, &outputs, trace)

@@ -27,6 +27,28 @@ impl Einsum {
         })
     }
 
+    /// From the notation's terms (see [`spmd_notation::parse_terms`]): the
+    /// one way to write a single scalar operand, which the text form reads
+    /// as an empty operand list.
+    ///
+    /// ```
+    /// use spmd_core::{DistAttr, Einsum, Mesh, Spec};
+    ///
+    /// // unsqueeze of a 0-d x to [1, 1], in reverse.
+    /// let e = Einsum::from_terms(&[""], &["11"])?;
+    /// let out = DistAttr::from_paddle(&[-1, -1]).unwrap();
+    /// let r = e.backward(&Mesh::new(&[2])?, &[&[]], &[Spec::new(&[1, 1], &out)])?;
+    /// assert_eq!(r.inputs[0].to_string(), "[]");
+    /// assert!(Einsum::new("->11").is_err());
+    /// # Ok::<(), spmd_core::SpmdError>(())
+    /// ```
+    pub fn from_terms(inputs: &[&str], outputs: &[&str]) -> Result<Einsum, SpmdError> {
+        Ok(Einsum {
+            notation: spmd_notation::parse_terms(inputs, outputs)?,
+            policy: Policy::CLASSIC,
+        })
+    }
+
     pub fn with_policy(mut self, policy: Policy) -> Einsum {
         self.policy = policy;
         self

@@ -233,6 +233,13 @@ pub enum SpmdError {
     #[error("{op}: {message}")]
     Rejected { op: &'static str, message: String },
 
+    /// A rule whose forward inference reads the outputs' shapes, called
+    /// without them.
+    #[error(
+        "{op}: forward inference needs the outputs' shapes (call `forward_with_output_shapes`)"
+    )]
+    OutputShapesNeeded { op: &'static str },
+
     /// An absent tensor the rule does not declare optional.
     #[error("{op}: {tensor} is absent, but the rule does not declare it optional")]
     AbsentTensor { op: &'static str, tensor: TensorRef },

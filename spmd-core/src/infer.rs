@@ -16,6 +16,7 @@ use crate::mesh::{MAX_MESH_RANK, Mesh, MeshSet};
 use crate::optional::Absent;
 use crate::policy::{BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs};
 use crate::rule::{EinsumRule, RuleResult};
+use crate::signature::GradTensor;
 use crate::trace::Trace;
 
 const UNKNOWN: usize = usize::MAX;
@@ -250,10 +251,13 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     Ok(result)
 }
 
-/// Grad inference: one merge over the grad op's operands (the forward inputs
-/// the gradient reads, then every output grad), requirements projected from
-/// it, and each input grad partial over the sharded axes the other operands
-/// carry and it lacks (contracted on the other side, or broadcast into it).
+/// Grad inference: one merge over the grad op's operands (the forward
+/// tensors it takes that the gradient reads, then every grad it takes),
+/// requirements projected from it, and each input grad partial over the
+/// sharded axes the other operands carry and it lacks (contracted on the
+/// other side, or broadcast into it). The operands follow the rule's
+/// [`GradSignature`](crate::GradSignature) (by default: the forward inputs,
+/// one grad per output).
 pub(crate) fn grad<T: Trace + ?Sized>(
     rule: &EinsumRule<'_>,
     mesh: &Mesh,
@@ -263,11 +267,19 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
-    arity(rule, TensorRef::input(0), plan.n_inputs(), inputs.len())?;
+    let sig = rule
+        .grad_signature
+        .for_call(inputs.len(), output_grads.len());
+    arity(
+        rule,
+        TensorRef::input(0),
+        sig.n_tensors(plan.n_inputs()),
+        inputs.len(),
+    )?;
     arity(
         rule,
         TensorRef::output(0),
-        plan.n_outputs(),
+        sig.n_grads(plan.n_outputs()),
         output_grads.len(),
     )?;
     check_absent(rule, absent)?;
@@ -275,22 +287,49 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         Role::Input => !absent.input(t.index),
         Role::Output => !absent.output(t.index),
     };
+    // Each operand of the grad op: where it is in the call, its term, and
+    // the forward input it is (when it is one).
+    let operand = |t: TensorRef| -> (Term, Option<usize>) {
+        match t.role {
+            Role::Input => match sig.tensor(t.index) {
+                GradTensor::Input(i) => (plan.input(i as usize), Some(i as usize)),
+                GradTensor::Output(o) => (plan.output(o as usize), None),
+            },
+            Role::Output => (plan.output(sig.grad_of(t.index)), None),
+        }
+    };
+    let every = || {
+        let ins = (0..inputs.len()).map(|k| (TensorRef::input(k), &inputs[k]));
+        let outs = (0..output_grads.len()).map(|g| (TensorRef::output(g), &output_grads[g]));
+        ins.chain(outs).map(move |(t, s)| {
+            let (term, input) = operand(t);
+            (t, term, input, s)
+        })
+    };
+    // Forward inputs set the width of `...` (they may broadcast); when the
+    // grad op takes none, the outputs and grads do.
     let mut width = 0;
-    for (i, spec) in inputs.iter().enumerate() {
-        if !present(TensorRef::input(i)) {
-            continue;
+    let mut from_inputs = false;
+    for (t, term, input, spec) in every() {
+        if present(t) && input.is_some() {
+            validate(rule.name, t, spec, mesh)?;
+            width = width.max(ellipsis_len(rule, t, term, spec.shape.len())?);
+            from_inputs = true;
         }
-        let t = TensorRef::input(i);
-        validate(rule.name, t, spec, mesh)?;
-        width = width.max(ellipsis_len(rule, t, plan.input(i), spec.shape.len())?);
     }
-    for (o, spec) in output_grads.iter().enumerate() {
-        let t = TensorRef::output(o);
-        if !present(t) {
+    for (t, term, input, spec) in every() {
+        if !present(t) || input.is_some() {
             continue;
         }
         validate(rule.name, t, spec, mesh)?;
-        let term = plan.output(o);
+        if !from_inputs {
+            width = width.max(ellipsis_len(rule, t, term, spec.shape.len())?);
+        }
+    }
+    for (t, term, input, spec) in every() {
+        if !present(t) || input.is_some() {
+            continue;
+        }
         let need = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
         if spec.shape.len() != need {
             return Err(rank_error(
@@ -302,27 +341,17 @@ pub(crate) fn grad<T: Trace + ?Sized>(
             ));
         }
     }
-    let read = |i: usize| rule.grad_ignores & (1u64 << i) == 0;
+    let read = |input: Option<usize>| input.is_none_or(|i| rule.grad_ignores & (1u64 << i) == 0);
     let mut cx = Cx::new(rule, mesh, width)?;
-    let tensors = || {
-        let ins = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (TensorRef::input(i), plan.input(i), s));
-        let outs = output_grads
-            .iter()
-            .enumerate()
-            .map(|(o, s)| (TensorRef::output(o), plan.output(o), s));
-        ins.chain(outs).filter(|(t, _, _)| present(*t))
-    };
-    for (t, term, spec) in tensors() {
+    let operands = || every().filter(|(t, ..)| present(*t));
+    for (t, term, _, spec) in operands() {
         cx.learn_extents(t, term, spec.shape)?;
     }
-    for (t, term, spec) in tensors() {
+    for (t, term, _, spec) in operands() {
         cx.learn_compound_extents(t, term, spec.shape)?;
     }
-    for (t, term, spec) in tensors() {
-        if t.role == Role::Output || read(t.index) {
+    for (t, term, input, spec) in operands() {
+        if read(input) {
             cx.merge(t, term, spec, trace)?;
         }
     }
@@ -333,46 +362,53 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     let derived: &[Sharding] = derived_table.as_ref().map_or(given, |d| d);
 
     let mut result = RuleResult::default();
-    let every = (0..inputs.len())
-        .map(|i| (TensorRef::input(i), plan.input(i), &inputs[i]))
-        .chain(
-            (0..output_grads.len())
-                .map(|o| (TensorRef::output(o), plan.output(o), &output_grads[o])),
-        );
-    for (t, term, spec) in every {
+    for (t, term, input, spec) in every() {
         let mapping = if !present(t) {
             absent_mapping(term)
-        } else if t.role == Role::Input && !read(t.index) {
+        } else if !read(input) {
             spec.attr.dims_mapping.clone()
         } else {
             cx.project(term, spec.shape.len(), Some(spec.shape), given)
         };
         result.inputs.push(DistAttr::new(mapping));
     }
-    for (j, spec) in inputs.iter().enumerate() {
+    for j in 0..plan.n_inputs() {
         if rule.no_grad & (1u64 << j) != 0 {
             continue;
         }
-        if absent.input(j) {
-            // An absent input has no grad: Paddle's empty dist attr.
-            result
-                .outputs
-                .push(DistAttr::new(absent_mapping(plan.input(j))));
-            continue;
-        }
-        // What computing x_j's grad reads: the other read inputs and every
-        // output grad. Axes they carry that x_j lacks are summed over.
-        let mut operands = AxisSet::EMPTY;
-        for (t, term, other) in tensors() {
-            let other_input = t.role == Role::Input && t.index != j && read(t.index);
-            if t.role == Role::Output || other_input {
-                operands = operands.union(cx.carried_axes(term, other.shape));
+        let term = plan.input(j);
+        // x_j as the grad op gives it, if it does.
+        let given_as = sig
+            .position(GradTensor::Input(j as u8), plan.n_inputs())
+            .map(|k| (TensorRef::input(k), &inputs[k]));
+        let shape = match given_as {
+            Some((t, _)) if !present(t) => {
+                // An absent input has no grad: Paddle's empty dist attr.
+                result.outputs.push(DistAttr::new(absent_mapping(term)));
+                continue;
+            }
+            Some((_, spec)) => Some(spec.shape),
+            None => None,
+        };
+        // What computing x_j's grad reads: the other read operands. Axes
+        // they carry that x_j lacks are summed over.
+        let mut others = AxisSet::EMPTY;
+        for (_, term, input, spec) in operands() {
+            if input != Some(j) && read(input) {
+                others = others.union(cx.carried_axes(term, spec.shape));
             }
         }
-        let term = plan.input(j);
-        let mapping = cx.project(term, spec.shape.len(), Some(spec.shape), derived);
+        let (rank, own) = match shape {
+            Some(shape) => (shape.len(), cx.carried_axes(term, shape)),
+            // Not given: its rank and axes from its term.
+            None => (
+                term.len as usize + if term.ellipsis.is_some() { width } else { 0 },
+                cx.term_axes(term),
+            ),
+        };
+        let mapping = cx.project(term, rank, shape, derived);
         let mut partial = Partial::NONE;
-        for a in operands.minus(cx.carried_axes(term, spec.shape)).iter() {
+        for a in others.minus(own).iter() {
             let dims = given[a as usize].mesh_set();
             if !dims.is_empty() {
                 trace.partial(j, cx.axis_name(a), dims, ReduceType::Sum);

@@ -44,6 +44,7 @@ mod optional;
 mod policy;
 mod registry;
 mod rule;
+mod signature;
 mod trace;
 
 pub use attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
@@ -64,6 +65,7 @@ pub use registry::{Registry, RuleInfo};
 #[cfg(feature = "std")]
 pub use registry::{global, global_mut, register_global};
 pub use rule::{EinsumRule, RuleResult, SpmdRule};
+pub use signature::{GradSignature, GradTensor};
 pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
 pub use trace::{NoTrace, Trace};
 

@@ -8,16 +8,21 @@ use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::optional::Absent;
 use crate::rule::SpmdRule;
+use crate::signature::{GradSignature, GradTensor};
 
 /// The direction and the given tensors of one inference call. `absent`
 /// names the absent optional tensors, whose slots hold placeholders
-/// ([`Spec::absent`]); [`Call::input_shape`] answers `None` for them.
+/// ([`Spec::absent`]); [`Call::input_shape`] answers `None` for them. A
+/// forward call carries the outputs' shapes when the caller knows them
+/// ([`SpmdRule::forward_with_output_shapes`](crate::SpmdRule::forward_with_output_shapes));
+/// otherwise `output_shapes` is empty.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub enum Call<'c> {
     Forward {
         mesh: &'c Mesh,
         inputs: &'c [Spec<'c>],
+        output_shapes: &'c [&'c [usize]],
         absent: Absent,
     },
     Backward {
@@ -26,12 +31,14 @@ pub enum Call<'c> {
         outputs: &'c [Spec<'c>],
         absent: Absent,
     },
-    /// The gradient op: the forward inputs and one grad per output.
+    /// The gradient op: the forward tensors `signature` lists (by default
+    /// the forward inputs) and the grads it lists (by default one per output).
     Grad {
         mesh: &'c Mesh,
         inputs: &'c [Spec<'c>],
         output_grads: &'c [Spec<'c>],
         absent: Absent,
+        signature: GradSignature<'c>,
     },
 }
 
@@ -56,10 +63,24 @@ impl<'c> Call<'c> {
         }
     }
 
-    /// Whether input `i` is an absent optional tensor (`case(when =
+    /// Whether forward input `i` is an absent optional tensor (`case(when =
     /// call.input_absent(1), ..)` picks a notation for a call without it).
     pub fn input_absent(&self, i: usize) -> bool {
-        self.absent().input(i)
+        match self.input_slot(i) {
+            Some(k) => self.absent().input(k),
+            None => false,
+        }
+    }
+
+    /// Where forward input `i` is in the call's inputs: `i` itself, except
+    /// in a grad call whose signature reorders or leaves it out.
+    fn input_slot(&self, i: usize) -> Option<usize> {
+        match *self {
+            Call::Grad {
+                inputs, signature, ..
+            } => signature.position(GradTensor::Input(i as u8), inputs.len()),
+            _ => Some(i),
+        }
     }
 
     /// The rank of input `i`, whichever the direction (`case(when = ..)` can
@@ -68,17 +89,68 @@ impl<'c> Call<'c> {
         self.input_shape(i).map(<[usize]>::len)
     }
 
+    /// The shape of output `o`, whichever the direction: in forward, when
+    /// the call carries the outputs' shapes; in grad, from its grad or (when
+    /// the grad op takes it) its value.
+    pub fn output_shape(&self, o: usize) -> Option<&'c [usize]> {
+        match *self {
+            Call::Forward {
+                output_shapes,
+                absent,
+                ..
+            } => (!absent.output(o))
+                .then(|| output_shapes.get(o).copied())
+                .flatten(),
+            Call::Backward {
+                outputs, absent, ..
+            } => (!absent.output(o))
+                .then(|| outputs.get(o).map(|s| s.shape))
+                .flatten(),
+            Call::Grad {
+                inputs,
+                output_grads,
+                absent,
+                signature,
+                ..
+            } => {
+                let n_out = output_grads.len().max(o + 1);
+                if let Some(g) = signature.grad_position(o, n_out)
+                    && !absent.output(g)
+                    && let Some(s) = output_grads.get(g)
+                {
+                    return Some(s.shape);
+                }
+                signature
+                    .position(GradTensor::Output(o as u8), inputs.len())
+                    .filter(|&k| !absent.input(k))
+                    .and_then(|k| inputs.get(k))
+                    .map(|s| s.shape)
+            }
+        }
+    }
+
+    /// How many outputs the call gives (shapes or specs); 0 for a forward
+    /// call without the outputs' shapes.
+    pub fn n_outputs(&self) -> usize {
+        match *self {
+            Call::Forward { output_shapes, .. } => output_shapes.len(),
+            Call::Backward { outputs, .. } => outputs.len(),
+            Call::Grad { output_grads, .. } => output_grads.len(),
+        }
+    }
+
     /// The shape of input `i`, whichever the direction; `None` when the call
     /// has no input `i` or it is absent.
     pub fn input_shape(&self, i: usize) -> Option<&'c [usize]> {
         if self.input_absent(i) {
             return None;
         }
+        let k = self.input_slot(i)?;
         match *self {
             Call::Forward { inputs, .. } | Call::Grad { inputs, .. } => {
-                inputs.get(i).map(|s| s.shape)
+                inputs.get(k).map(|s| s.shape)
             }
-            Call::Backward { input_shapes, .. } => input_shapes.get(i).copied(),
+            Call::Backward { input_shapes, .. } => input_shapes.get(k).copied(),
         }
     }
 }

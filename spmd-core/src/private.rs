@@ -12,9 +12,9 @@ pub use smallvec::SmallVec;
 pub use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
 
 pub use crate::{
-    Absent, Attrs, BackwardPartial, Call, Conflicts, Divisibility, Einsum, EinsumRule, Mesh,
-    MissingAxis, Op, PartialInputs, Policy, ReduceType, RuleResult, Spec, SpmdError, SpmdRule,
-    Trace, fill_shapes, fill_specs,
+    Absent, Attrs, BackwardPartial, Call, Conflicts, Divisibility, Einsum, EinsumRule,
+    GradSignature, GradTensor, Mesh, MissingAxis, Op, PartialInputs, Policy, ReduceType,
+    RuleResult, Spec, SpmdError, SpmdRule, Trace, fill_shapes, fill_specs,
 };
 
 /// What `#[spmd_rule(build = ...)]` knows at compile time about a rule whose
@@ -28,6 +28,7 @@ pub struct RuntimeOptions<'o> {
     pub no_grad: u64,
     pub grad_ignores: u64,
     pub optional: Absent,
+    pub grad_signature: GradSignature<'static>,
 }
 
 /// Runs `f` on the rule over a notation built at run time, with the options
@@ -59,7 +60,8 @@ pub fn runtime_rule<R>(
         .with_reduce_overrides(&overrides)
         .with_no_grad(o.no_grad)
         .with_grad_ignores(o.grad_ignores)
-        .with_optional(o.optional);
+        .with_optional(o.optional)
+        .with_grad_signature(o.grad_signature);
     f(&rule)
 }
 

@@ -9,6 +9,7 @@ use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::optional::{Absent, fill_shapes, fill_specs};
 use crate::policy::Policy;
+use crate::signature::GradSignature;
 use crate::trace::Trace;
 
 /// What a rule answers: the dist attrs the inputs must have (a requirement that
@@ -44,6 +45,9 @@ pub struct EinsumRule<'a> {
     /// The tensors that may be absent (optional inputs, and outputs that
     /// exist only with them); see [`Absent`].
     pub optional: Absent,
+    /// The tensors the grad op takes (default: forward inputs, one grad per
+    /// output).
+    pub grad_signature: GradSignature<'a>,
 }
 
 impl<'a> EinsumRule<'a> {
@@ -60,7 +64,14 @@ impl<'a> EinsumRule<'a> {
             no_grad: 0,
             grad_ignores: 0,
             optional: Absent::NONE,
+            grad_signature: GradSignature::DERIVED,
         }
+    }
+
+    /// Declares the tensors the grad op takes (see [`GradSignature`]).
+    pub const fn with_grad_signature(mut self, signature: GradSignature<'a>) -> Self {
+        self.grad_signature = signature;
+        self
     }
 
     /// Declares which tensors may be absent (bit `i` of `optional.inputs` =
@@ -307,6 +318,21 @@ pub trait SpmdRule: Send + Sync {
     ) -> Result<RuleResult, SpmdError> {
         let _ = (mesh, inputs, output_grads);
         Err(SpmdError::NoGradRule { op: self.name() })
+    }
+
+    /// Forward inference when the caller also knows the outputs' shapes.
+    /// Rules whose notation depends on them (Paddle's variadic fallbacks
+    /// `replicated` and `default_data_parallel`, `needs_output_shapes` of
+    /// `#[spmd_rule]`) override it; the default ignores the shapes and runs
+    /// [`SpmdRule::forward`].
+    fn forward_with_output_shapes(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_shapes: &[&[usize]],
+    ) -> Result<RuleResult, SpmdError> {
+        let _ = output_shapes;
+        self.forward(mesh, inputs)
     }
 
     /// Forward inference where optional inputs may be absent (`None`). Rules

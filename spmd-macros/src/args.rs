@@ -37,6 +37,10 @@ struct RawArgs {
     no_grad: Option<darling::util::PathList>,
     grad_ignores: Option<darling::util::PathList>,
     optional: Option<darling::util::PathList>,
+    grad_inputs: Option<darling::util::PathList>,
+    grads_for: Option<darling::util::PathList>,
+    #[darling(default)]
+    needs_output_shapes: bool,
     #[darling(rename = "crate")]
     krate: Option<Path>,
 }
@@ -116,6 +120,13 @@ pub struct Rule {
     /// Bit masks over inputs and outputs: tensors that may be absent.
     pub optional_inputs: u64,
     pub optional_outputs: u64,
+    /// Forward reads the outputs' shapes (`forward_with_output_shapes`).
+    pub needs_output_shapes: bool,
+    /// The grad op's forward tensors (`grad_inputs(..)`): `(is_output,
+    /// index)` each; `None` for the default (every input).
+    pub grad_inputs: Option<Vec<(bool, u8)>>,
+    /// The outputs whose grads the grad op takes (`grads_for(..)`).
+    pub grads_for: Option<Vec<u8>>,
 }
 
 /// Parses and validates; on failure returns all errors together.
@@ -341,6 +352,22 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         raw.outputs.as_ref(),
     );
 
+    let grad_inputs = raw.grad_inputs.as_ref().map(|names| {
+        tensor_positions(
+            &mut errors,
+            "grad_inputs",
+            names,
+            raw.inputs.as_ref(),
+            raw.outputs.as_ref(),
+        )
+    });
+    let grads_for = raw.grads_for.as_ref().map(|names| {
+        tensor_positions(&mut errors, "grads_for", names, None, raw.outputs.as_ref())
+            .into_iter()
+            .map(|(_, o)| o)
+            .collect()
+    });
+
     let fields = errors.handle(fields);
     errors.finish()?;
     let source = source.ok_or_else(|| Error::custom("invalid notation"))?;
@@ -366,7 +393,72 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         grad_ignores,
         optional_inputs,
         optional_outputs,
+        needs_output_shapes: raw.needs_output_shapes,
+        grad_inputs,
+        grads_for,
     })
+}
+
+/// `grad_inputs(x, out)` / `grads_for(out)`: tensor names to (is an output,
+/// position), in the order written. `grads_for` passes no input list: it
+/// names outputs only.
+fn tensor_positions(
+    errors: &mut darling::error::Accumulator,
+    option: &str,
+    names: &darling::util::PathList,
+    inputs: Option<&darling::util::PathList>,
+    outputs: Option<&darling::util::PathList>,
+) -> Vec<(bool, u8)> {
+    let declare = if option == "grads_for" {
+        "`outputs(...)`"
+    } else {
+        "`inputs(...)` and `outputs(...)`"
+    };
+    if names.is_empty() {
+        // `grad_inputs()`: the grad op takes no forward tensor.
+        return Vec::new();
+    }
+    if inputs.is_none() && outputs.is_none() {
+        errors.push(
+            Error::custom(format!(
+                "`{option}(...)` names tensors: declare them with {declare}"
+            ))
+            .with_span(&names.first().map_or_else(Span::call_site, |p| p.span())),
+        );
+        return Vec::new();
+    }
+    let position = |list: Option<&darling::util::PathList>, name: &Path| {
+        list.and_then(|l| l.iter().position(|p| p == name))
+    };
+    let mut out = Vec::new();
+    for name in names.iter() {
+        match (position(inputs, name), position(outputs, name)) {
+            (Some(i), _) => out.push((false, i as u8)),
+            (None, Some(o)) => out.push((true, o as u8)),
+            (None, None) => {
+                let declared: Vec<String> = inputs
+                    .into_iter()
+                    .chain(outputs)
+                    .flat_map(|l| l.iter())
+                    .map(|p| p.to_token_stream().to_string())
+                    .collect();
+                let among = if option == "grads_for" {
+                    "the outputs"
+                } else {
+                    "the inputs or outputs"
+                };
+                errors.push(
+                    Error::custom(format!(
+                        "`{option}` names `{}`, which is not among {among} ({})",
+                        name.to_token_stream(),
+                        declared.join(", ")
+                    ))
+                    .with_span(name),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// `optional(bias, out_v)`: tensor names, each among `inputs(...)` or
@@ -539,6 +631,17 @@ const STRING_OPTIONS: &[(&str, &str)] = &[
 /// Also looks inside `case(...)`.
 fn string_expected(m: &NestedMeta) -> Option<Error> {
     match m {
+        // A flag given a value: darling would say only "Unknown value".
+        NestedMeta::Meta(meta @ (syn::Meta::NameValue(_) | syn::Meta::List(_)))
+            if meta.path().is_ident("needs_output_shapes") =>
+        {
+            Some(
+                Error::custom(
+                    "`needs_output_shapes` is a flag: write it alone, without a value or list",
+                )
+                .with_span(meta),
+            )
+        }
         NestedMeta::Meta(syn::Meta::NameValue(nv)) => {
             let key = nv.path.get_ident()?.to_string();
             let (_, example) = STRING_OPTIONS.iter().find(|(k, _)| *k == key)?;

@@ -160,6 +160,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                                 no_grad: #no_grad,
                                 grad_ignores: #grad_ignores,
                                 optional: __spmd::Absent::new(#oi, #oo),
+                                grad_signature: __GRAD_SIGNATURE,
                             },
                             einsum.notation().plan(),
                             |rule| rule.#call,
@@ -176,6 +177,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         .as_ref()
         .map(|p| quote!(#p(self, &call, &mut result)?;));
     let (attr_names, from_attrs) = from_attrs(rule);
+    let grad_signature = grad_signature(rule);
     let (input_names, output_names) = (&rule.input_names, &rule.output_names);
     let no_grad_mask = rule.no_grad;
 
@@ -204,6 +206,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 quote!(__spmd::Call::Forward {
                     mesh,
                     inputs,
+                    output_shapes,
                     absent
                 }),
                 quote!(mesh, inputs),
@@ -235,7 +238,8 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                     mesh,
                     inputs,
                     output_grads,
-                    absent
+                    absent,
+                    signature: __GRAD_SIGNATURE.for_call(inputs.len(), output_grads.len())
                 }),
                 quote!(mesh, inputs, output_grads),
                 quote! {
@@ -246,6 +250,8 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 },
             ),
         };
+        // Forward calls carry the outputs' shapes only in `Kind::Shaped`.
+        let no_shapes = (name == "forward").then(|| quote!(let output_shapes: &[&[usize]] = &[];));
         let (fn_name, params, body, prelude) = match kind {
             Kind::Traced => {
                 let f = syn::Ident::new(&format!("{name}_traced"), Span::call_site());
@@ -253,7 +259,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                     f.clone(),
                     quote!(#params, trace: &mut dyn __spmd::Trace),
                     with_rule(quote!(#f(#args, trace))),
-                    quote!(let absent = __spmd::Absent::NONE;),
+                    quote!(let absent = __spmd::Absent::NONE; #no_shapes),
                 )
             }
             Kind::Plain => {
@@ -262,9 +268,15 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                     f.clone(),
                     params,
                     with_rule(quote!(#f(#args))),
-                    quote!(let absent = __spmd::Absent::NONE;),
+                    quote!(let absent = __spmd::Absent::NONE; #no_shapes),
                 )
             }
+            Kind::Shaped => (
+                syn::Ident::new("forward_with_output_shapes", Span::call_site()),
+                quote!(#params, output_shapes: &[&[usize]]),
+                with_rule(quote!(forward(#args))),
+                quote!(let absent = __spmd::Absent::NONE;),
+            ),
             Kind::Optional => {
                 let f = syn::Ident::new(&format!("{name}_optional"), Span::call_site());
                 let inner = syn::Ident::new(&format!("{name}_absent"), Span::call_site());
@@ -280,9 +292,23 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                         quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Option<__spmd::Spec<'_>>], output_grads: &[__spmd::Option<__spmd::Spec<'_>>])
                     }
                 };
-                (f, params, with_rule(quote!(#inner(#args, absent))), fill)
+                (
+                    f,
+                    params,
+                    with_rule(quote!(#inner(#args, absent))),
+                    quote!(#fill #no_shapes),
+                )
             }
         };
+        // A rule that reads the outputs' shapes cannot run forward without them.
+        if rule.needs_output_shapes && name == "forward" && !matches!(kind, Kind::Shaped) {
+            return quote! {
+                #[allow(unused_variables)]
+                fn #fn_name(&self, #params) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
+                    __spmd::Err(__spmd::SpmdError::OutputShapesNeeded { op: __NAME })
+                }
+            };
+        }
         // Without an adjust hook the rule's result is returned as it is:
         // no extra move of the (large) result through a local.
         let tail = match &adjust {
@@ -311,6 +337,9 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             if optional {
                 v.push(method(m, Kind::Optional));
             }
+            if rule.needs_output_shapes && *m == "forward" {
+                v.push(method(m, Kind::Shaped));
+            }
             v
         })
         .collect();
@@ -329,10 +358,39 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         const _: () = {
             use #krate::__private as __spmd;
             const __NAME: &'static str = #name;
+            #grad_signature
             #consts
             #op_impl
             #rule_impl
             __spmd::submit_rule!(#ident);
+        };
+    }
+}
+
+/// The grad op's signature as a `const` (`GradSignature::DERIVED` unless
+/// `grad_inputs(..)` or `grads_for(..)` is given).
+fn grad_signature(rule: &Rule) -> TokenStream {
+    let tensors = match &rule.grad_inputs {
+        None => quote!(__spmd::Option::None),
+        Some(list) => {
+            let items = list.iter().map(|&(is_output, i)| {
+                if is_output {
+                    quote!(__spmd::GradTensor::Output(#i))
+                } else {
+                    quote!(__spmd::GradTensor::Input(#i))
+                }
+            });
+            quote!(__spmd::Option::Some(&[#(#items),*]))
+        }
+    };
+    let grads = match &rule.grads_for {
+        None => quote!(__spmd::Option::None),
+        Some(list) => quote!(__spmd::Option::Some(&[#(#list),*])),
+    };
+    quote! {
+        const __GRAD_SIGNATURE: __spmd::GradSignature<'static> = __spmd::GradSignature {
+            tensors: #tensors,
+            grads: #grads,
         };
     }
 }
@@ -344,6 +402,8 @@ enum Kind {
     Traced,
     /// `*_optional`: absent tensors as `None`.
     Optional,
+    /// `forward_with_output_shapes`.
+    Shaped,
 }
 
 /// The body of `Op::from_attrs` and the attribute names.
@@ -423,6 +483,7 @@ fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
             .with_no_grad(#no_grad)
             .with_grad_ignores(#grad_ignores)
             .with_optional(__spmd::Absent::new(#oi, #oo))
+            .with_grad_signature(__GRAD_SIGNATURE)
     }
 }
 
@@ -623,6 +684,44 @@ mod tests {
         let text = pretty(out);
         // Only rules with optional tensors get the `*_optional` methods.
         assert!(text.contains("fn forward_optional"), "{text}");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn forward_needs_output_shapes() {
+        let out = expand(
+            quote!(
+                name = "replicated",
+                build = Self::notation,
+                needs_output_shapes
+            ),
+            quote!(
+                struct Replicated {}
+            ),
+        );
+        let text = pretty(out);
+        assert!(text.contains("fn forward_with_output_shapes"), "{text}");
+        assert!(text.contains("OutputShapesNeeded"), "{text}");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn grad_signature() {
+        let out = expand(
+            quote!(
+                name = "topk",
+                einsum = "bac->b1c,b1c",
+                inputs(x),
+                outputs(out, indices),
+                grad_inputs(x, indices),
+                grads_for(out)
+            ),
+            quote!(
+                struct TopK {}
+            ),
+        );
+        let text = pretty(out);
+        assert!(text.contains("__spmd::GradTensor::Output(1u8)"), "{text}");
         insta::assert_snapshot!(text);
     }
 

@@ -38,7 +38,7 @@ mod plan;
 mod tests;
 
 pub use error::{ErrorKind, NotationError, NotationErrors, Side};
-pub use parse::{Notation, parse};
+pub use parse::{Notation, parse, parse_terms};
 pub use plan::{AxisId, AxisSet, Dim, Plan, Term};
 
 /// At most this many distinct labels (`a-z`, `A-Z`).

@@ -49,6 +49,75 @@ impl Notation {
 
 /// Parses and validates a notation, returning every problem found.
 pub fn parse(source: &str) -> Result<Notation, NotationErrors> {
+    parse_with(source, false, &[])
+}
+
+/// Builds a notation from its terms, for notations built at run time. Unlike
+/// the text form it can say "one scalar operand": `parse_terms(&[""],
+/// &["11"])` is a 0-d input unsqueezed to `[1, 1]`, while the text `"->11"`
+/// is an empty operand list (an error). The notation's source is the terms
+/// joined with `,` and `->`; errors point into it. A term holding `,` or
+/// `->` is an error (it would be read as several terms).
+///
+/// ```
+/// use spmd_notation::{ErrorKind, parse_terms};
+///
+/// let n = parse_terms(&[""], &["11"]).unwrap();
+/// assert_eq!((n.plan().n_inputs(), n.plan().n_outputs()), (1, 1));
+/// assert_eq!(n.source(), "->11");
+/// // No operand at all is still an empty operand list.
+/// let e = parse_terms(&[], &["11"]).unwrap_err();
+/// assert_eq!(e.errors[0].kind, ErrorKind::EmptyOperands);
+/// ```
+pub fn parse_terms(inputs: &[&str], outputs: &[&str]) -> Result<Notation, NotationErrors> {
+    let mut source = inputs.join(",");
+    source.push_str("->");
+    // Where each term starts in the joined source, to point at a bad one.
+    let mut bad = Vec::new();
+    let mut at = 0;
+    for (i, t) in inputs.iter().enumerate() {
+        if i > 0 {
+            at += 1;
+        }
+        bad.extend(separators(t, at));
+        at += t.len();
+    }
+    at += 2;
+    for (i, t) in outputs.iter().enumerate() {
+        if i > 0 {
+            source.push(',');
+            at += 1;
+        }
+        source.push_str(t);
+        bad.extend(separators(t, at));
+        at += t.len();
+    }
+    let lone_scalar = inputs.len() == 1 && inputs[0].trim().is_empty();
+    parse_with(&source, lone_scalar, &bad)
+}
+
+/// The byte ranges (offset by `at`) of `,` and `->` inside one term.
+fn separators(term: &str, at: usize) -> impl Iterator<Item = NotationError> + '_ {
+    term.char_indices().filter_map(move |(i, c)| match c {
+        ',' => Some(NotationError::new(
+            ErrorKind::UnexpectedChar(','),
+            at + i..at + i + 1,
+        )),
+        '-' if term[i..].starts_with("->") => Some(NotationError::new(
+            ErrorKind::ExtraArrow,
+            at + i..at + i + 2,
+        )),
+        _ => None,
+    })
+}
+
+/// `lone_scalar`: the text before the arrow is one empty (scalar) operand,
+/// not an empty operand list. `found`: errors already known.
+fn parse_with(
+    source: &str,
+    lone_scalar: bool,
+    found: &[NotationError],
+) -> Result<Notation, NotationErrors> {
     let mut p = Parser {
         src: source,
         errors: Vec::new(),
@@ -66,8 +135,15 @@ pub fn parse(source: &str) -> Result<Notation, NotationErrors> {
             compound_major: AxisSet::EMPTY,
         },
         no_operands: false,
+        lone_scalar,
     };
-    p.run();
+    if !found.is_empty() {
+        // A separator inside a term: the joined text does not say what the
+        // terms were, so report only that.
+        p.errors.extend_from_slice(found);
+    } else {
+        p.run();
+    }
     if p.errors.is_empty() {
         Ok(p.n)
     } else {
@@ -86,6 +162,8 @@ struct Parser<'s> {
     /// Nothing before the arrow: output labels cannot be checked against the
     /// operands, and reporting each as unknown would only repeat that error.
     no_operands: bool,
+    /// See [`parse_terms`].
+    lone_scalar: bool,
 }
 
 impl Parser<'_> {
@@ -107,7 +185,7 @@ impl Parser<'_> {
             self.side(0..self.src.len(), false);
             return;
         };
-        if self.src[..first].trim().is_empty() {
+        if self.src[..first].trim().is_empty() && !self.lone_scalar {
             self.err(ErrorKind::EmptyOperands, first..first + 2);
             self.no_operands = true;
         } else {

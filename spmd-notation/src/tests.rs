@@ -11,7 +11,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use crate::{AxisSet, Dim, ErrorKind, NotationError, Plan, Term, parse};
+use crate::{AxisSet, Dim, ErrorKind, NotationError, Plan, Term, parse, parse_terms};
 
 /// Parses `src`, which must fail with exactly one error, and checks that error.
 #[track_caller]
@@ -553,5 +553,63 @@ fn a_nested_paren_is_one_error_not_two() {
     assert_eq!(
         errs.errors,
         vec![NotationError::new(ErrorKind::NestedParen, 3..4)]
+    );
+}
+
+// ------------------------------------------------------------- parse_terms
+
+#[test]
+fn parse_terms_writes_a_lone_scalar_operand() {
+    let n = parse_terms(&[""], &["11"]).unwrap();
+    let p = n.plan();
+    assert_eq!((p.n_inputs(), p.n_outputs()), (1, 1));
+    assert_eq!(p.input(0).len, 0);
+    assert_eq!(p.input(0).ellipsis, None);
+    assert_eq!(p.dims_of(p.output(0)), &[Dim::One, Dim::One]);
+    // The same text through `parse` is an empty operand list.
+    one_error("->11", ErrorKind::EmptyOperands, 0..2, 1);
+    // A scalar reduced from nothing to a 0-d output: one empty term each side.
+    let n = parse_terms(&[""], &[""]).unwrap();
+    assert_eq!((n.plan().n_inputs(), n.plan().n_outputs()), (1, 1));
+}
+
+#[test]
+fn parse_terms_agrees_with_parse_where_the_text_can_say_it() {
+    for (ins, outs, text) in [
+        (&["mk", "kn"][..], &["mn"][..], "mk,kn->mn"),
+        (&["...k", ""][..], &["...k"][..], "...k,->...k"),
+        (&["bs(hd)"][..], &["bshd", "bs"][..], "bs(hd)->bshd,bs"),
+    ] {
+        let built = parse_terms(ins, outs).unwrap();
+        assert_eq!(built, parse(text).unwrap(), "{text}");
+        assert_eq!(built.source(), text);
+    }
+}
+
+#[test]
+fn parse_terms_errors_point_into_the_joined_source() {
+    // No operand at all: the empty operand list of `->a`.
+    let e = parse_terms(&[], &["a"]).unwrap_err();
+    assert_eq!(
+        e.errors,
+        vec![NotationError::new(ErrorKind::EmptyOperands, 0..2)]
+    );
+    // `q` in the second output term: byte 6 of "ab,b->a,q".
+    let e = parse_terms(&["ab", "b"], &["a", "q"]).unwrap_err();
+    assert_eq!(e.source, "ab,b->a,q");
+    assert_eq!(
+        e.errors,
+        vec![NotationError::new(ErrorKind::UnknownOutputLabel('q'), 8..9)]
+    );
+    // A separator inside a term would be read as two terms: an error at it.
+    let e = parse_terms(&["a,b"], &["ab"]).unwrap_err();
+    assert_eq!(
+        e.errors,
+        vec![NotationError::new(ErrorKind::UnexpectedChar(','), 1..2)]
+    );
+    let e = parse_terms(&["ab"], &["a->b"]).unwrap_err();
+    assert_eq!(
+        e.errors,
+        vec![NotationError::new(ErrorKind::ExtraArrow, 5..7)]
     );
 }

@@ -25,7 +25,9 @@ use crate::notation::input_rank;
     adjust = Self::seed_not_partial,
     inputs(q, k, v, fixed_seed_offset, attn_mask),
     outputs(out, softmax, softmax_lse, seed_offset),
-    optional(fixed_seed_offset, attn_mask)
+    optional(fixed_seed_offset, attn_mask),
+    grad_inputs(q, k, v, out, softmax_lse, seed_offset, attn_mask),
+    grads_for(out)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlashAttention {}
@@ -54,11 +56,10 @@ impl FlashAttention {
             4 => "bhst".to_string(),
             r => ones(r),
         };
-        // Placeholder outputs (backward gives their shapes).
-        let out_rank = |o: usize, default: usize| match *call {
-            Call::Backward { outputs, .. } => outputs.get(o).map_or(default, |s| s.shape.len()),
-            _ => default,
-        };
+        // Placeholder outputs (backward gives their shapes, the grad op
+        // some of them).
+        let out_rank =
+            |o: usize, default: usize| call.output_shape(o).map_or(default, <[usize]>::len);
         let softmax = if out_rank(1, 4) == 0 { "" } else { "bhst" };
         let seed_out = ones(out_rank(3, 1));
         Einsum::new(&format!(

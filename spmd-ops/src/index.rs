@@ -164,7 +164,9 @@ arg_reduction!(
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
-    outputs(out, indices)
+    outputs(out, indices),
+    grad_inputs(x, indices),
+    grads_for(out)
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TopK {
@@ -202,7 +204,9 @@ impl TopK {
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
-    outputs(out, indices)
+    outputs(out, indices),
+    grad_inputs(indices, x),
+    grads_for(out)
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ArgSort {
@@ -249,7 +253,8 @@ pub struct OneHot {
     never_sharded = "ij",
     backward_partial = "reset",
     inputs(x),
-    outputs(out)
+    outputs(out),
+    grad_inputs()
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Triu {

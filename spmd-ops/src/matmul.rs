@@ -132,7 +132,7 @@ impl LinearV2 {
         call: &Call<'_>,
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
-        let Call::Forward { mesh, inputs } = *call else {
+        let Call::Forward { mesh, inputs, .. } = *call else {
             return Ok(());
         };
         let Some(bias) = inputs.get(2) else {

@@ -114,48 +114,34 @@ impl Unique {
 }
 
 /// The notation of a variadic fallback rule: every dim of every tensor is
-/// `1` (never sharded), one term per given tensor: `1111,11->111`. Only
-/// backward knows the outputs (count and ranks); forward is rejected by
-/// [`needs_outputs`].
+/// `1` (never sharded), one term per given tensor: `1111,11->111`. The
+/// outputs' count and ranks come from the call: forward calls carry them
+/// (`needs_output_shapes`).
 fn all_replicated(call: &Call<'_>) -> Result<Einsum, SpmdError> {
     let ones = |r: usize| "1".repeat(r);
-    let (ins, outs): (Vec<String>, Vec<String>) = match *call {
-        Call::Backward {
-            input_shapes,
-            outputs,
-            ..
-        } => (
-            input_shapes.iter().map(|s| ones(s.len())).collect(),
-            outputs.iter().map(|s| ones(s.shape.len())).collect(),
-        ),
-        // Forward and grad are rejected before the notation is used.
-        _ => (Vec::new(), vec![String::new()]),
+    let n_inputs = match *call {
+        Call::Forward { inputs, .. } | Call::Grad { inputs, .. } => inputs.len(),
+        Call::Backward { input_shapes, .. } => input_shapes.len(),
+        _ => 0,
     };
+    let rank = |s: Option<&[usize]>| s.map_or(0, <[usize]>::len);
+    let ins: Vec<String> = (0..n_inputs)
+        .map(|i| ones(rank(call.input_shape(i))))
+        .collect();
+    let outs: Vec<String> = (0..call.n_outputs())
+        .map(|o| ones(rank(call.output_shape(o))))
+        .collect();
     Einsum::new(&format!("{}->{}", ins.join(","), outs.join(",")))
 }
 
-/// Forward inference of a variadic rule needs the outputs' count and ranks,
-/// which a forward call does not carry.
-fn needs_outputs(op: &'static str, call: &Call<'_>) -> Result<(), SpmdError> {
-    match call {
-        Call::Backward { .. } => Ok(()),
-        _ => Err(SpmdError::Rejected {
-            op,
-            message: "only backward inference is supported: the outputs' count and ranks are \
-                      not part of a forward call"
-                .into(),
-        }),
-    }
-}
-
 /// Paddle's `replicated` rule (the fallback for ops without a rule): every
-/// input and output is fully replicated and non-partial. Backward only (see
-/// [`needs_outputs`]); not registered in the built-ins until forward calls
-/// carry the outputs' shapes.
+/// input and output is fully replicated and non-partial. The op has any
+/// number of inputs and outputs, so forward needs the outputs' shapes
+/// ([`SpmdRule::forward_with_output_shapes`](spmd_core::SpmdRule::forward_with_output_shapes)).
 #[spmd_rule(
     name = "replicated",
     build = Self::notation,
-    validate = Self::check,
+    needs_output_shapes,
     backward_partial = "reset"
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -165,21 +151,19 @@ impl Replicated {
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         all_replicated(call)
     }
-    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
-        needs_outputs("replicated", call)
-    }
 }
 
 /// Paddle's `default_data_parallel` rule: dim 0 of every tensor is the batch
 /// axis, merged across the given tensors (two different mesh dims are an
 /// error) and applied to every tensor; every other dim is replicated, nothing
 /// is partial. Dim 0 extents may differ between tensors, so the batch merge
-/// is an `adjust` hook over an all-replicated notation. Backward only, like
+/// is an `adjust` hook over an all-replicated notation. Forward merges the
+/// inputs, backward the outputs; forward needs the outputs' shapes, like
 /// [`Replicated`].
 #[spmd_rule(
     name = "default_data_parallel",
     build = Self::notation,
-    validate = Self::check,
+    needs_output_shapes,
     adjust = Self::batch,
     backward_partial = "reset"
 )]
@@ -190,13 +174,11 @@ impl DefaultDataParallel {
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         all_replicated(call)
     }
-    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
-        needs_outputs("default_data_parallel", call)
-    }
 
     /// Merges dim 0 of the given tensors and shards dim 0 of every tensor so.
     fn batch(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
         let given: &[spmd_core::Spec<'_>] = match *call {
+            Call::Forward { inputs, .. } => inputs,
             Call::Backward { outputs, .. } => outputs,
             _ => return Ok(()),
         };
@@ -254,7 +236,9 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<Where>()?
         .register::<Numel>()?
         .register::<NonZero>()?
-        .register::<Unique>()?;
+        .register::<Unique>()?
+        .register::<Replicated>()?
+        .register::<DefaultDataParallel>()?;
     Ok(())
 }
 
@@ -329,5 +313,45 @@ mod tests {
             .map(|a| a.to_string())
             .collect();
         assert_eq!(s, ["[-1, -1, -1, -1]", "[-1]", "[-1, -1]", "[-1]"]);
+    }
+
+    /// `default_data_parallel_forward_s1_1897`: forward merges the inputs'
+    /// dim 0 (the outputs' given mappings are not read, only their shapes)
+    /// and shards dim 0 of every tensor so.
+    #[test]
+    fn default_data_parallel_forward_uses_output_shapes() {
+        let mesh = Mesh::new(&[2, 2, 2]).unwrap();
+        let (x, y) = (attr(&[-1, -1, -1]), attr(&[2, -1, 0, -1]));
+        let ins = [Spec::new(&[4, 6, 4], &x), Spec::new(&[4, 4, 2, 2], &y)];
+        let r = DefaultDataParallel {}
+            .forward_with_output_shapes(&mesh, &ins, &[&[4], &[4, 3]])
+            .unwrap();
+        let s: Vec<String> = r
+            .inputs
+            .iter()
+            .chain(&r.outputs)
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(s, ["[2, -1, -1]", "[2, -1, -1, -1]", "[2]", "[2, -1]"]);
+        assert!(matches!(
+            DefaultDataParallel {}.forward(&mesh, &ins),
+            Err(spmd_core::SpmdError::OutputShapesNeeded { .. })
+        ));
+    }
+
+    #[test]
+    fn replicated_forward_answers_every_output() {
+        let mesh = Mesh::new(&[2]).unwrap();
+        let x = attr(&[0, -1]);
+        let r = Replicated {}
+            .forward_with_output_shapes(&mesh, &[Spec::new(&[4, 6], &x)], &[&[], &[4, 6, 2]])
+            .unwrap();
+        let s: Vec<String> = r
+            .inputs
+            .iter()
+            .chain(&r.outputs)
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(s, ["[-1, -1]", "[]", "[-1, -1, -1]"]);
     }
 }

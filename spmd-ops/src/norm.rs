@@ -32,7 +32,9 @@ fn split_term(op: &'static str, lead: usize, norm: usize) -> Result<String, Spmd
     build = Self::notation,
     inputs(x, scale, bias),
     outputs(out, mean, variance),
-    optional(scale, bias)
+    optional(scale, bias),
+    grad_inputs(x, scale, bias, mean, variance),
+    grads_for(out)
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerNorm {
@@ -320,8 +322,9 @@ mod tests {
         assert_eq!(r.inputs[1].to_string(), "[-1]");
     }
 
-    /// Paddle's `LayerNormGradInferSpmd` (suite case layer_norm_grad_278),
-    /// with mean and variance in the places of their (absent) grads.
+    /// Paddle's `LayerNormGradInferSpmd(x, scale, bias, mean, variance,
+    /// out_grad)` (suite case layer_norm_grad_278): the grad op takes the
+    /// forward outputs mean and variance and only out's grad.
     #[test]
     fn layer_norm_grad_matches_paddle() {
         let mesh = Mesh::new(&[2, 2]).unwrap();
@@ -333,14 +336,24 @@ mod tests {
                     Spec::new(&[16, 32, 32], &x),
                     Spec::new(&[32], &w),
                     Spec::new(&[32], &w),
-                ],
-                &[
-                    Spec::new(&[16, 32, 32], &x),
                     Spec::new(&[16, 32], &stat),
                     Spec::new(&[16, 32], &stat),
                 ],
+                &[Spec::new(&[16, 32, 32], &x)],
             )
             .unwrap();
+        let req: Vec<String> = r.inputs.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            req,
+            [
+                "[0, 1, -1]",
+                "[-1]",
+                "[-1]",
+                "[0, 1]",
+                "[0, 1]",
+                "[0, 1, -1]"
+            ]
+        );
         let got: Vec<String> = r.outputs.iter().map(ToString::to_string).collect();
         assert_eq!(
             got,

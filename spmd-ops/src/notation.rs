@@ -94,7 +94,7 @@ pub(crate) fn forward_with_fixed_dims_freed<R: spmd_core::SpmdRule + ?Sized>(
     notation: &str,
     result: &mut spmd_core::RuleResult,
 ) -> Result<(), SpmdError> {
-    let Call::Forward { mesh, inputs } = *call else {
+    let Call::Forward { mesh, inputs, .. } = *call else {
         return Ok(());
     };
     let operands = notation.split("->").next().unwrap_or("");

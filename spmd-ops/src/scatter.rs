@@ -73,7 +73,7 @@ impl Scatter {
     /// `x_grad` and `updates_grad`.
     fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
         match *call {
-            Call::Forward { mesh, inputs } => {
+            Call::Forward { mesh, inputs, .. } => {
                 let freed: Vec<Option<DistAttr>> = inputs
                     .iter()
                     .map(|s| replicate_dims(s.attr, &[0]))
@@ -91,6 +91,7 @@ impl Scatter {
                 mesh,
                 inputs,
                 output_grads,
+                ..
             } => {
                 let freed: Vec<Option<DistAttr>> = inputs
                     .iter()

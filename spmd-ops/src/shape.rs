@@ -41,7 +41,8 @@ pub(crate) fn plain_term(names: &[char], shape: &[usize]) -> String {
     build = Self::notation,
     backward_partial = "reset",
     inputs(x),
-    outputs(out)
+    outputs(out),
+    grad_inputs()
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Transpose {
@@ -51,7 +52,10 @@ pub struct Transpose {
 impl Transpose {
     /// For rank 3 and `perm = [1, 2, 0]`: `abc->bca`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = input_rank(call, 0).unwrap_or(0);
+        // The grad op takes only out_grad, of x's rank.
+        let rank = input_rank(call, 0)
+            .or_else(|| call.output_shape(0).map(<[usize]>::len))
+            .unwrap_or(0);
         if self.perm.len() != rank {
             return Err(SpmdError::InvalidAttr {
                 op: "transpose",
@@ -116,7 +120,8 @@ impl Squeeze {
             .filter(|&(_, (&s, &l))| !(s == 1 && l))
             .map(|(c, _)| c)
             .collect();
-        Einsum::new(&format!("{input}->{output}"))
+        // From terms: a 0-d x is a lone scalar operand, which text cannot write.
+        Einsum::from_terms(&[&input], &[&output])
     }
 }
 
@@ -165,7 +170,8 @@ impl Unsqueeze {
             output.insert(at as usize, '1');
         }
         let output: String = output.into_iter().collect();
-        Einsum::new(&format!("{input}->{output}"))
+        // From terms: a 0-d x is a lone scalar operand, which text cannot write.
+        Einsum::from_terms(&[&input], &[&output])
     }
 }
 

@@ -383,13 +383,16 @@ impl Concat {
 
 /// Paddle's `stack`: joins its inputs along a new dim at `axis`, which is
 /// never sharded. Forward aligns the inputs as `concat` does (every input
-/// dim is aligned); backward is the classic merge of the output.
+/// dim is aligned); backward is the classic merge of the output. The grad
+/// op takes only `out_grad` (Paddle's `StackGradInferSpmd`): its `axis` dim
+/// counts the inputs.
 #[spmd_rule(
     name = "stack",
     build = Self::notation,
     cache,
     adjust = Self::align,
-    backward_partial = "keep"
+    backward_partial = "keep",
+    grad_inputs()
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Stack {
@@ -403,7 +406,33 @@ impl Stack {
         Ok((rank, normalize_axis("stack", "axis", self.axis, rank + 1)?))
     }
 
+    /// A grad call that gives only `out_grad`: each input is `out_grad`
+    /// without its `axis` dim, and that dim's extent is their number.
+    fn grad_notation(&self, out: &[usize]) -> Result<Einsum, SpmdError> {
+        let rank = out
+            .len()
+            .checked_sub(1)
+            .ok_or_else(|| SpmdError::Rejected {
+                op: "stack",
+                message: "out_grad is 0-d; a stack's output has at least one dim".into(),
+            })?;
+        let axis = normalize_axis("stack", "axis", self.axis, rank + 1)?;
+        let mut shape = out.to_vec();
+        let n = shape.remove(axis);
+        let term = plain_term(&labels("stack", rank)?, &shape);
+        let mut out_term: Vec<char> = term.chars().collect();
+        out_term.insert(axis, '1');
+        let out_term: String = out_term.into_iter().collect();
+        let terms = vec![term; n];
+        Einsum::new(&format!("{}->{out_term}", terms.join(",")))
+    }
+
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        if let (Call::Grad { .. }, None, Some(out)) =
+            (call, call.input_shape(0), call.output_shape(0))
+        {
+            return self.grad_notation(out);
+        }
         let n = n_inputs(call);
         let (rank, axis) = self.axis(call)?;
         let names = labels("stack", rank)?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use spmd_core::json::{self, Agreement, Case, Direction};
+use spmd_core::json::{self, Agreement, Case};
 use spmd_core::{Attrs, Einsum, Mesh, Registry, RuleResult, SpmdError, SpmdRule};
 
 use crate::Output;
@@ -98,12 +98,10 @@ pub fn run_case(
         Ok(p) => p,
         Err(e) => return (Status::Failed(format!("cannot run: inputs: {e}")), None),
     };
-    let outs = match case.direction {
-        Direction::Forward => Vec::new(),
-        _ => match case.output_parts() {
-            Ok(p) => p,
-            Err(e) => return (Status::Failed(format!("cannot run: outputs: {e}")), None),
-        },
+    // Forward cases may list outputs: their shapes, for rules that read them.
+    let outs = match case.output_parts() {
+        Ok(p) => p,
+        Err(e) => return (Status::Failed(format!("cannot run: outputs: {e}")), None),
     };
     let got = run_parts(rule.as_ref(), &mesh, case.direction, &ins, &outs);
     if let Err(SpmdError::NoGradRule { .. }) = &got {
