@@ -402,6 +402,13 @@ impl Built {
 
 /// The rule source of an op name: `einsum` needs its `equation` attribute.
 fn source_for(op: &str, attrs: Attrs, registry: &Registry) -> Result<RuleSource> {
+    // The registered `einsum` would only say "attribute `equation`: missing";
+    // name the two ways to give it.
+    if op == "einsum" && !matches!(attrs.get("equation"), Some(AttrValue::Str(_))) {
+        return Err(CliError::usage(
+            "op `einsum` needs its notation: --attr equation=mk,kn->mn (or use `spmd einsum NOTATION`)",
+        ));
+    }
     if op == "einsum" && !registry.contains("einsum") {
         return match attrs.get("equation") {
             Some(AttrValue::Str(eq)) => Ok(RuleSource::Einsum {

@@ -31,7 +31,9 @@ use crate::op::Call;
 const CAPACITY: usize = 4096;
 
 /// The direction, all shapes and the absent-tensor masks of a call, flattened:
-/// `[n, rank, dims.., rank, dims.., ..., (n, ...), (grad tag), absent masks]`. Inline for up to 32 numbers, so building it for a
+/// `[n, rank, dims.., rank, dims.., ..., n, ..., (grad tag), absent masks]`
+/// (forward: inputs, then the output shapes it was given; backward: input
+/// shapes, then outputs; grad: the grad op's inputs, then output grads). Inline for up to 32 numbers, so building it for a
 /// lookup does not allocate for ordinary ops.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ShapeKey(SmallVec<[usize; 32]>);
@@ -52,8 +54,16 @@ impl ShapeKey {
             key[at] = n;
         };
         let absent = match *call {
-            Call::Forward { inputs, absent, .. } => {
+            Call::Forward {
+                inputs,
+                output_shapes,
+                absent,
+                ..
+            } => {
                 push(&mut inputs.iter().map(|s| s.shape));
+                // Known output shapes (`replicated`, `default_data_parallel`)
+                // may shape the notation; an empty list is its own key.
+                push(&mut output_shapes.iter().copied());
                 absent
             }
             Call::Backward {
@@ -90,13 +100,13 @@ impl ShapeKey {
 /// Built notations of one rule type, keyed by (rule value, [`ShapeKey`]).
 ///
 /// ```
-/// use spmd_core::{Absent, Call, DistAttr, Einsum, Mesh, NotationCache, Spec};
+/// use spmd_core::{Call, DistAttr, Einsum, Mesh, NotationCache, Spec};
 ///
 /// let mut cache = NotationCache::<i64>::new();
 /// let mesh = Mesh::new(&[2])?;
 /// let x = DistAttr::from_paddle(&[0, -1]).unwrap();
 /// let inputs = [Spec::new(&[4, 8], &x)];
-/// let call = Call::Forward { mesh: &mesh, inputs: &inputs, absent: Absent::NONE };
+/// let call = Call::forward(&mesh, &inputs);
 /// let mut builds = 0;
 /// for _ in 0..3 {
 ///     let e = cache.get_or_build(&-1, &call, || {
