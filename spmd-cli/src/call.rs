@@ -370,8 +370,11 @@ impl Built {
 }
 
 /// The rule source of an op name: `einsum` needs its `equation` attribute.
+/// It runs as a notation even though the built-ins register `einsum` too
+/// (the same rule), so reports name its equation and a missing one gets
+/// the hint.
 fn source_for(op: &str, attrs: Attrs, registry: &Registry) -> Result<RuleSource> {
-    if op == "einsum" && !registry.contains("einsum") {
+    if op == "einsum" {
         return match attrs.get("equation") {
             Some(AttrValue::Str(eq)) => Ok(RuleSource::Einsum {
                 equation: eq.clone(),
