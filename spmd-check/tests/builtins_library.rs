@@ -7,7 +7,9 @@
 //!   the convolution is the einsum of its channels (`nc11,mc11->nm11`,
 //!   `nc11,cm11->nm11`): sharded input channels must leave the output
 //!   partial, and the grad, which keeps a partial output grad partial, must
-//!   stay sound.
+//!   stay sound;
+//! - `take_along_axis` and `scatter` (forward, backward) and `roll`
+//!   (forward, backward, grad), against the ops themselves.
 //!
 //! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
 
@@ -16,7 +18,7 @@ mod common;
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
-use spmd_check::EinsumCheck;
+use spmd_check::{EinsumCheck, Input, Tensor, Values, check_backward, check_forward, check_grad};
 use spmd_core::{Attrs, DistAttr, Mesh, ReduceType, Registry, Spec};
 
 use common::{Tally, attr, mesh_shape, run};
@@ -133,4 +135,180 @@ fn conv2d_transpose_on_single_pixels_is_the_channel_einsum() {
         check_all("conv2d_transpose", &Attrs::new(), "nc11,cm11->nm11", &c, &t)
     });
     assert_meaningful("conv2d_transpose", &t);
+}
+
+// ------------------------------------------------- ops checked against kernels
+
+/// A shape of rank `ranks` with extents 1–4.
+fn shape(ranks: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1usize..=4, ranks)
+}
+
+/// `index` with its dim `axis` replaced by `to`.
+fn with_dim(index: &[usize], axis: usize, to: usize) -> Vec<usize> {
+    let mut i = index.to_vec();
+    i[axis] = to;
+    i
+}
+
+/// Valid positions along an axis of extent `n`, varied over the index.
+fn positions(shape: &[usize], n: usize) -> Tensor {
+    Tensor::from_fn(shape, |i| {
+        (i.iter()
+            .enumerate()
+            .map(|(d, &x)| (d + 2) * x)
+            .sum::<usize>()
+            % n) as f64
+    })
+}
+
+#[test]
+fn take_along_axis_against_the_op() {
+    let t = tallies();
+    let dims = (shape(1..=3), any::<prop::sample::Index>(), 1usize..=4).prop_map(|(x, axis, k)| {
+        let axis = axis.index(x.len());
+        let index = with_dim(&x, axis, k);
+        (vec![x, index.clone()], index)
+    });
+    run(CASES, case(dims), |c| {
+        let axis = (0..c.shapes[0].len())
+            .find(|&d| c.shapes[0][d] != c.shapes[1][d])
+            .unwrap_or(0);
+        let rule = registry()
+            .build("take_along_axis", &Attrs::new().with("axis", axis as i64))
+            .unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let x = Tensor::probe(&c.shapes[0], 1, Values::Integers);
+        let index = positions(&c.shapes[1], c.shapes[0][axis]);
+        let op = move |v: &[Tensor]| {
+            vec![Tensor::from_fn(v[1].shape(), |i| {
+                v[0].get(&with_dim(i, axis, v[1].get(i) as usize))
+            })]
+        };
+        let inputs = [
+            Input::new(x.clone(), c.inputs[0].clone()),
+            Input::new(index.clone(), c.inputs[1].clone()),
+        ];
+        t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+        let outs: Vec<DistAttr> = c
+            .outputs
+            .iter()
+            .map(|a| DistAttr::new(a.dims_mapping.clone()))
+            .collect();
+        t[1].record(check_backward(&*rule, &mesh, &[x, index], &outs, op))?;
+        Ok(())
+    });
+    t[0].assert_meaningful("take_along_axis forward");
+    t[1].assert_meaningful("take_along_axis backward");
+}
+
+#[test]
+fn scatter_against_the_op() {
+    let t = tallies();
+    let dims = (shape(1..=3), 0usize..=4).prop_map(|(x, k)| {
+        let k = k.min(x[0]);
+        let updates = with_dim(&x, 0, k);
+        (vec![x.clone(), vec![k], updates], x)
+    });
+    run(CASES, case(dims), |c| {
+        let rule = registry()
+            .build("scatter", &Attrs::new().with("overwrite", true))
+            .unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let rows = c.shapes[0][0];
+        let x = Tensor::probe(&c.shapes[0], 1, Values::Integers);
+        // Distinct rows, so overwriting is order-independent.
+        let index = Tensor::from_fn(&c.shapes[1], |i| (rows - 1 - i[0]) as f64);
+        let updates = Tensor::probe(&c.shapes[2], 2, Values::Integers);
+        // out[r, ..] = updates[i, ..] where index[i] = r, else x[r, ..].
+        let op = |v: &[Tensor]| {
+            let picked = |r: usize| (0..v[1].len()).find(|&i| v[1].get(&[i]) as usize == r);
+            vec![Tensor::from_fn(v[0].shape(), |at| match picked(at[0]) {
+                Some(i) => v[2].get(&with_dim(at, 0, i)),
+                None => v[0].get(at),
+            })]
+        };
+        let inputs = [
+            Input::new(x.clone(), c.inputs[0].clone()),
+            Input::new(index.clone(), c.inputs[1].clone()),
+            Input::new(updates.clone(), c.inputs[2].clone()),
+        ];
+        t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+        let outs: Vec<DistAttr> = c
+            .outputs
+            .iter()
+            .map(|a| DistAttr::new(a.dims_mapping.clone()))
+            .collect();
+        t[1].record(check_backward(
+            &*rule,
+            &mesh,
+            &[x, index, updates],
+            &outs,
+            op,
+        ))?;
+        Ok(())
+    });
+    t[0].assert_meaningful("scatter forward");
+    t[1].assert_meaningful("scatter backward");
+}
+
+#[test]
+fn roll_against_the_op() {
+    let t = tallies();
+    let dims = shape(1..=3).prop_map(|x| (vec![x.clone()], x));
+    run(CASES, (case(dims), any::<bool>()), |(c, flat)| {
+        let rank = c.shapes[0].len();
+        let axis = rank - 1;
+        let shift = 1i64;
+        let attrs = if flat {
+            Attrs::new().with("shifts", vec![shift])
+        } else {
+            Attrs::new()
+                .with("shifts", vec![shift])
+                .with("axis", vec![axis as i64])
+        };
+        let rule = registry().build("roll", &attrs).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let roll = move |x: &Tensor, s: usize| {
+            if flat {
+                let n = x.len();
+                let data: Vec<f64> = (0..n).map(|i| x.data()[(i + n - s % n) % n]).collect();
+                Tensor::new(x.shape(), data)
+            } else {
+                let n = x.shape()[axis];
+                Tensor::from_fn(x.shape(), |i| {
+                    x.get(&with_dim(i, axis, (i[axis] + n - s % n) % n))
+                })
+            }
+        };
+        let op = move |v: &[Tensor]| vec![roll(&v[0], 1)];
+        let x = Tensor::probe(&c.shapes[0], 1, Values::Integers);
+        let inputs = [Input::new(x.clone(), c.inputs[0].clone())];
+        t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+        let outs: Vec<DistAttr> = c
+            .outputs
+            .iter()
+            .map(|a| DistAttr::new(a.dims_mapping.clone()))
+            .collect();
+        t[1].record(check_backward(
+            &*rule,
+            &mesh,
+            std::slice::from_ref(&x),
+            &outs,
+            op,
+        ))?;
+        // The grad rolls the output grad back (x is read for nothing: its
+        // block may be laid out otherwise, even empty).
+        let grad = move |_: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let n = if flat {
+                dy[0].len()
+            } else {
+                dy[0].shape()[axis]
+            };
+            vec![roll(&dy[0], n.saturating_sub(1))]
+        };
+        t[2].record(check_grad(&*rule, &mesh, &inputs, &c.outputs, op, grad))?;
+        Ok(())
+    });
+    assert_meaningful("roll", &t);
 }
