@@ -8,8 +8,9 @@
 //!   `nc11,cm11->nm11`): sharded input channels must leave the output
 //!   partial, and the grad, which keeps a partial output grad partial, must
 //!   stay sound;
-//! - `take_along_axis` and `scatter` (forward, backward) and `roll`
-//!   (forward, backward, grad), against the ops themselves.
+//! - `take_along_axis` and `scatter` (forward, backward), `roll` and
+//!   `gather_nd` (forward, backward, grad; gather_nd's grad partial over the
+//!   index's sharded batch dims), against the ops themselves.
 //!
 //! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
 
@@ -149,6 +150,24 @@ fn with_dim(index: &[usize], axis: usize, to: usize) -> Vec<usize> {
     let mut i = index.to_vec();
     i[axis] = to;
     i
+}
+
+/// Every index of a tensor of this shape, in row-major order.
+fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
+    let mut all = vec![Vec::new()];
+    for &n in shape {
+        all = all
+            .into_iter()
+            .flat_map(|i| {
+                (0..n).map(move |x| {
+                    let mut j = i.clone();
+                    j.push(x);
+                    j
+                })
+            })
+            .collect();
+    }
+    all
 }
 
 /// Valid positions along an axis of extent `n`, varied over the index.
@@ -311,4 +330,75 @@ fn roll_against_the_op() {
         Ok(())
     });
     assert_meaningful("roll", &t);
+}
+
+#[test]
+fn gather_nd_against_the_op() {
+    let t = tallies();
+    // x, then the index's batch dims and its tuple length k <= rank of x.
+    let dims =
+        (shape(1..=3), shape(0..=2), any::<prop::sample::Index>()).prop_map(|(x, batch, k)| {
+            let k = 1 + k.index(x.len());
+            let mut index = batch.clone();
+            index.push(k);
+            let mut out = batch;
+            out.extend_from_slice(&x[k..]);
+            (vec![x, index], out)
+        });
+    run(CASES, case(dims), |c| {
+        let rule = registry().build("gather_nd", &Attrs::new()).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let (xs, is) = (c.shapes[0].clone(), c.shapes[1].clone());
+        let (k, b) = (is[is.len() - 1], is.len() - 1);
+        let x = Tensor::probe(&xs, 1, Values::Integers);
+        let index = Tensor::from_fn(&is, |i| {
+            let d = i[b];
+            let seed: usize = i[..b].iter().enumerate().map(|(j, &v)| (j + 3) * v).sum();
+            ((seed + d) % xs[d]) as f64
+        });
+        // The coordinates of x that out[at] reads.
+        let source = move |idx: &Tensor, at: &[usize]| -> Vec<usize> {
+            let mut src: Vec<usize> = (0..k)
+                .map(|d| {
+                    let mut ii = at[..b].to_vec();
+                    ii.push(d);
+                    idx.get(&ii) as usize
+                })
+                .collect();
+            src.extend_from_slice(&at[b..]);
+            src
+        };
+        let op = move |v: &[Tensor]| {
+            let mut shape = v[1].shape()[..b].to_vec();
+            shape.extend_from_slice(&v[0].shape()[k..]);
+            vec![Tensor::from_fn(&shape, |at| v[0].get(&source(&v[1], at)))]
+        };
+        // x is not read by the grad (its block may be laid out otherwise):
+        // the indexed dims' extents are x's global ones.
+        let indexed = xs[..k].to_vec();
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let mut shape = indexed.clone();
+            shape.extend_from_slice(&dy[0].shape()[b..]);
+            let mut g = Tensor::full(&shape, 0.0);
+            for at in indices(dy[0].shape()) {
+                let src = source(&v[1], &at);
+                g.set(&src, g.get(&src) + dy[0].get(&at));
+            }
+            vec![g]
+        };
+        let inputs = [
+            Input::new(x.clone(), c.inputs[0].clone()),
+            Input::new(index.clone(), c.inputs[1].clone()),
+        ];
+        t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+        let outs: Vec<DistAttr> = c
+            .outputs
+            .iter()
+            .map(|a| DistAttr::new(a.dims_mapping.clone()))
+            .collect();
+        t[1].record(check_backward(&*rule, &mesh, &[x, index], &outs, op))?;
+        t[2].record(check_grad(&*rule, &mesh, &inputs, &c.outputs, op, grad))?;
+        Ok(())
+    });
+    assert_meaningful("gather_nd", &t);
 }
