@@ -10,7 +10,10 @@
 //!   stay sound;
 //! - `take_along_axis` and `scatter` (forward, backward), `roll` and
 //!   `gather_nd` (forward, backward, grad; gather_nd's grad partial over the
-//!   index's sharded batch dims), against the ops themselves.
+//!   index's sharded batch dims), `fused_gemm_epilogue` and `linear_v2`
+//!   (a product plus a bias: forward, backward) and
+//!   `fused_linear_param_grad_add` (accumulators: forward), against the ops
+//!   themselves.
 //!
 //! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
 
@@ -19,7 +22,9 @@ mod common;
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
-use spmd_check::{EinsumCheck, Input, Tensor, Values, check_backward, check_forward, check_grad};
+use spmd_check::{
+    EinsumCheck, Input, Tensor, Values, check_backward, check_forward, check_grad, einsum,
+};
 use spmd_core::{Attrs, DistAttr, Mesh, ReduceType, Registry, Spec};
 
 use common::{Tally, attr, mesh_shape, run};
@@ -401,4 +406,90 @@ fn gather_nd_against_the_op() {
         Ok(())
     });
     assert_meaningful("gather_nd", &t);
+}
+
+/// `a + b` with `b` broadcast from the right (a bias over the last dims).
+fn add_bias(a: &Tensor, b: &Tensor) -> Tensor {
+    let skip = a.rank() - b.rank();
+    Tensor::from_fn(a.shape(), |i| a.get(i) + b.get(&i[skip..]))
+}
+
+#[test]
+fn gemm_with_bias_against_the_op() {
+    let t = tallies();
+    let dims = (1usize..=4, 1usize..=4, 1usize..=4)
+        .prop_map(|(m, k, n)| (vec![vec![m, k], vec![k, n], vec![n]], vec![m, n]));
+    run(CASES, (case(dims), any::<bool>()), |(c, linear_v2)| {
+        // fused_gemm_epilogue requires the bias partial where the product
+        // is; linear_v2 never splits k and drops the bias's own sharding.
+        let rule = if linear_v2 {
+            registry().build("linear_v2", &Attrs::new()).unwrap()
+        } else {
+            registry()
+                .build("fused_gemm_epilogue", &Attrs::new())
+                .unwrap()
+        };
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let values: Vec<Tensor> = c
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Tensor::probe(s, i as u64 + 1, Values::Integers))
+            .collect();
+        let op = |v: &[Tensor]| {
+            let p = einsum("mk,kn->mn", &[&v[0], &v[1]], ReduceType::Sum).unwrap();
+            vec![add_bias(&p[0], &v[2])]
+        };
+        let inputs: Vec<Input> = values
+            .iter()
+            .zip(&c.inputs)
+            .map(|(v, a)| Input::new(v.clone(), a.clone()))
+            .collect();
+        t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+        let outs: Vec<DistAttr> = c
+            .outputs
+            .iter()
+            .map(|a| DistAttr::new(a.dims_mapping.clone()))
+            .collect();
+        t[1].record(check_backward(&*rule, &mesh, &values, &outs, op))?;
+        Ok(())
+    });
+    t[0].assert_meaningful("fused_gemm_epilogue / linear_v2 forward");
+    t[1].assert_meaningful("fused_gemm_epilogue / linear_v2 backward");
+}
+
+#[test]
+fn param_grad_accumulation_against_the_op() {
+    let t = tallies();
+    let dims = (1usize..=3, 1usize..=3, 1usize..=4, 1usize..=4).prop_map(|(b, s, k, n)| {
+        (
+            vec![vec![b, s, k], vec![b, s, n], vec![k, n], vec![n]],
+            vec![k, n],
+        )
+    });
+    run(CASES, case(dims), |c| {
+        let rule = registry()
+            .build("fused_linear_param_grad_add", &Attrs::new())
+            .unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let values: Vec<Tensor> = c
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Tensor::probe(s, i as u64 + 1, Values::Integers))
+            .collect();
+        let op = |v: &[Tensor]| {
+            let dw = einsum("bsk,bsn->kn", &[&v[0], &v[1]], ReduceType::Sum).unwrap();
+            let db = einsum("bsn->n", &[&v[1]], ReduceType::Sum).unwrap();
+            vec![add_bias(&v[2], &dw[0]), add_bias(&v[3], &db[0])]
+        };
+        let inputs: Vec<Input> = values
+            .iter()
+            .zip(&c.inputs)
+            .map(|(v, a)| Input::new(v.clone(), a.clone()))
+            .collect();
+        t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+        Ok(())
+    });
+    t[0].assert_meaningful("fused_linear_param_grad_add forward");
 }
