@@ -12,8 +12,9 @@
 //!   `gather_nd` (forward, backward, grad; gather_nd's grad partial over the
 //!   index's sharded batch dims), `fused_gemm_epilogue` and `linear_v2`
 //!   (a product plus a bias: forward, backward) and
-//!   `fused_linear_param_grad_add` (accumulators: forward), against the ops
-//!   themselves.
+//!   `fused_linear_param_grad_add` (accumulators: forward), `moe_combine`
+//!   (forward, backward) and `add_n` (forward, backward, grad), against the
+//!   ops themselves.
 //!
 //! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
 
@@ -492,4 +493,89 @@ fn param_grad_accumulation_against_the_op() {
         Ok(())
     });
     t[0].assert_meaningful("fused_linear_param_grad_add forward");
+}
+
+#[test]
+fn moe_combine_against_the_op() {
+    let t = tallies();
+    // x [rows, h], combine_weights and scatter_index [s, k].
+    let dims = (1usize..=6, 1usize..=4, 1usize..=3, 1usize..=3)
+        .prop_map(|(rows, h, s, k)| (vec![vec![rows, h], vec![s, k], vec![s, k]], vec![s, h]));
+    run(CASES, case(dims), |c| {
+        let rule = registry().build("moe_combine", &Attrs::new()).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let rows = c.shapes[0][0];
+        let x = Tensor::probe(&c.shapes[0], 1, Values::Integers);
+        let weights = Tensor::probe(&c.shapes[1], 2, Values::Integers);
+        let index = Tensor::from_fn(&c.shapes[2], |i| ((3 * i[0] + i[1]) % rows) as f64);
+        // y[s, h] = Σ_k weights[s, k] · x[index[s, k], h]
+        let op = |v: &[Tensor]| {
+            let (s, k) = (v[1].shape()[0], v[1].shape()[1]);
+            vec![Tensor::from_fn(&[s, v[0].shape()[1]], |i| {
+                (0..k)
+                    .map(|j| {
+                        v[1].get(&[i[0], j]) * v[0].get(&[v[2].get(&[i[0], j]) as usize, i[1]])
+                    })
+                    .sum()
+            })]
+        };
+        let inputs = [
+            Input::new(x.clone(), c.inputs[0].clone()),
+            Input::new(weights.clone(), c.inputs[1].clone()),
+            Input::new(index.clone(), c.inputs[2].clone()),
+        ];
+        t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+        let outs: Vec<DistAttr> = c
+            .outputs
+            .iter()
+            .map(|a| DistAttr::new(a.dims_mapping.clone()))
+            .collect();
+        t[1].record(check_backward(
+            &*rule,
+            &mesh,
+            &[x, weights, index],
+            &outs,
+            op,
+        ))?;
+        Ok(())
+    });
+    t[0].assert_meaningful("moe_combine forward");
+    t[1].assert_meaningful("moe_combine backward");
+}
+
+#[test]
+fn add_n_against_the_op() {
+    let t = tallies();
+    let dims = (shape(0..=3), 1usize..=3).prop_map(|(s, n)| (vec![s.clone(); n], s));
+    run(CASES, case(dims), |c| {
+        let rule = registry().build("add_n", &Attrs::new()).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let values: Vec<Tensor> = c
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Tensor::probe(s, i as u64 + 1, Values::Integers))
+            .collect();
+        let op = |v: &[Tensor]| {
+            vec![Tensor::from_fn(v[0].shape(), |i| {
+                v.iter().map(|x| x.get(i)).sum()
+            })]
+        };
+        let inputs: Vec<Input> = values
+            .iter()
+            .zip(&c.inputs)
+            .map(|(v, a)| Input::new(v.clone(), a.clone()))
+            .collect();
+        t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+        let outs: Vec<DistAttr> = c
+            .outputs
+            .iter()
+            .map(|a| DistAttr::new(a.dims_mapping.clone()))
+            .collect();
+        t[1].record(check_backward(&*rule, &mesh, &values, &outs, op))?;
+        let grad = |x: &[Tensor], _: &[Tensor], dy: &[Tensor]| vec![dy[0].clone(); x.len()];
+        t[2].record(check_grad(&*rule, &mesh, &inputs, &c.outputs, op, grad))?;
+        Ok(())
+    });
+    assert_meaningful("add_n", &t);
 }
