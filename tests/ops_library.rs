@@ -589,3 +589,46 @@ fn moe_gate_dispatch_keeps_only_the_hidden_dim_sharded() {
         ["[-1, -1, 1]", "[-1, -1]", "[-1, -1]", "[-1]", "[-1, -1]"]
     );
 }
+
+#[test]
+fn flash_mask_rows_follow_batch_and_heads() {
+    // A real startend_row_indices [b, heads, seq_k, 2]: it takes q's batch
+    // and heads; the sequences are never sharded.
+    let qkv: T<'_> = (&[2, 256, 4, 64], &[0, -1, -1, -1]);
+    let kv: T<'_> = (&[2, 256, 4, 64], &[-1, -1, 1, -1]);
+    let r = forward(
+        "flash_mask",
+        Attrs::new(),
+        &[2, 2],
+        &[
+            qkv,
+            kv,
+            kv,
+            (&[2, 4, 256, 2], &[-1, -1, -1, -1]),
+            (&[], &[]),
+        ],
+    )
+    .unwrap();
+    let (ins, outs) = show(&r);
+    assert_eq!(ins[0], "[0, -1, 1, -1]");
+    assert_eq!(ins[3], "[0, 1, -1, -1]");
+    assert_eq!(
+        outs[..3],
+        ["[0, -1, 1, -1]", "[0, 1, -1, -1]", "[0, 1, -1]"]
+    );
+    // A mask shared by every head ([b, 1, seq_k, 2]) follows the batch only.
+    let r = forward(
+        "flash_mask",
+        Attrs::new(),
+        &[2, 2],
+        &[
+            qkv,
+            kv,
+            kv,
+            (&[2, 1, 256, 2], &[-1, -1, -1, -1]),
+            (&[], &[]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(show(&r).0[3], "[0, -1, -1, -1]");
+}

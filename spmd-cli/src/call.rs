@@ -401,15 +401,11 @@ impl Built {
 }
 
 /// The rule source of an op name: `einsum` needs its `equation` attribute.
+/// It runs as a notation even though the built-ins register `einsum` too
+/// (the same rule), so reports name its equation and a missing one gets
+/// the hint.
 fn source_for(op: &str, attrs: Attrs, registry: &Registry) -> Result<RuleSource> {
-    // The registered `einsum` would only say "attribute `equation`: missing";
-    // name the two ways to give it.
-    if op == "einsum" && !matches!(attrs.get("equation"), Some(AttrValue::Str(_))) {
-        return Err(CliError::usage(
-            "op `einsum` needs its notation: --attr equation=mk,kn->mn (or use `spmd einsum NOTATION`)",
-        ));
-    }
-    if op == "einsum" && !registry.contains("einsum") {
+    if op == "einsum" {
         return match attrs.get("equation") {
             Some(AttrValue::Str(eq)) => Ok(RuleSource::Einsum {
                 equation: eq.clone(),

@@ -32,7 +32,7 @@ mod softmax;
 mod split;
 mod swiglu;
 
-pub use attention::FlashAttention;
+pub use attention::{FlashAttention, FlashMask};
 pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
 pub use elementwise::{
     AddN, BINARY, ElementwiseBinary, ElementwiseUnary, FusedDropoutAdd, LabelSmooth, Multiply,
@@ -156,6 +156,7 @@ mod tests {
         "expand_as",
         "expand_as_v2",
         "flash_attention",
+        "flash_mask",
         "flatten",
         "frobenius_norm",
         "fused_dropout_add",

@@ -6,9 +6,9 @@ use spmd_core::{Registry, RuleInfo, SpmdError};
 
 use crate::{
     BatchNorm, CSoftmaxWithCrossEntropy, CSoftmaxWithMultiLabelCrossEntropy,
-    CrossEntropyWithSoftmax, FlashAttention, FusedRmsNorm, Gather, GatherNd, GroupNorm, IndexPut,
-    InstanceNorm, LayerNorm, MoeCombine, MoeGateDispatch, PutAlongAxis, Scatter, ScatterNdAdd,
-    Softmax, Swiglu, TakeAlongAxis,
+    CrossEntropyWithSoftmax, FlashAttention, FlashMask, FusedRmsNorm, Gather, GatherNd, GroupNorm,
+    IndexPut, InstanceNorm, LayerNorm, MoeCombine, MoeGateDispatch, PutAlongAxis, Scatter,
+    ScatterNdAdd, Softmax, Swiglu, TakeAlongAxis,
 };
 
 pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
@@ -37,6 +37,7 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<ScatterNdAdd>()?
         .register::<PutAlongAxis>()?
         .register::<IndexPut>()?
-        .register::<FlashAttention>()?;
+        .register::<FlashAttention>()?
+        .register::<FlashMask>()?;
     Ok(())
 }
