@@ -6,7 +6,8 @@
 //! must then pass. Still unsound, by decision: backward keeping a given
 //! output partial (DESIGN's default, Paddle 3.3.1's behaviour) and the
 //! `DropDerived` policy (Paddle compatibility, used by no built-in); a
-//! direction gap: head splits in forward.
+//! direction gap: head splits in forward of a run-time `Einsum` (the
+//! built-in `reshape` no longer has it).
 //! Run with `--nocapture` to read the reports.
 
 use spmd_check::{
@@ -252,22 +253,16 @@ fn head_split_forward_cannot_learn_compound_extents() {
     assert!(matches!(rep.finding(), Finding::Disagree { .. }), "{rep}");
 }
 
-/// The built-in `reshape` inherits the head-split gap above: splitting one
-/// dim into several (`[8] -> [2, 4]`, notation `(ab)->ab`), forward cannot
-/// learn the factors' extents (both appear only on the output), so it drops
-/// the sharding of the input dim (sound, conservative); backward sees the
-/// output's shape, keeps dim 0 sharded and requires the input sharded. Fed
-/// forward, that requirement comes back with a replicated output.
-///
-/// spmd-ops/src/shape.rs:362, `Reshape::notation`, builds the notation from
-/// the target shape it knows but writes no extents into it, and
-/// spmd-core/src/infer.rs:592, `Cx::learn_compound_extents`, learns one
-/// unknown factor at most. Fix: let `reshape` hand the factors' extents it
-/// computed from `shape` to the rule (a sizes option on `Einsum`, or extents
-/// written in the notation), so forward fits them as backward does.
-/// (`builtins_more.rs` skips backward for splitting reshapes.)
+/// The built-in `reshape` used to inherit the head-split gap above:
+/// splitting one dim into several (`[8] -> [2, 4]`, notation `(ab)->ab`),
+/// forward could not learn the factors' extents (both appear only on the
+/// output), so it dropped the sharding of the input dim, while backward,
+/// seeing the output's shape, kept dim 0 sharded and required the input
+/// sharded: fed forward, that requirement came back with a replicated
+/// output. Fixed in spmd-ops: reshape's forward knows the target shape and
+/// hands the split dim's sharding to the major factor (an `adjust` hook).
 #[test]
-fn reshape_split_forward_cannot_learn_compound_extents() {
+fn reshape_split_forward_keeps_the_major_factors_sharding() {
     let mesh = Mesh::new(&[2]).unwrap();
     let rule = spmd_ops::builtins()
         .build("reshape", &Attrs::new().with("shape", vec![2i64, 4]))
@@ -276,9 +271,8 @@ fn reshape_split_forward_cannot_learn_compound_extents() {
         .unwrap()
         .size('a', 2)
         .size('b', 4);
-    let rep = unsound(
+    fixed(
         "reshape [8] -> [2, 4] backward",
         check.backward(&*rule, &mesh, &[&[8]], &[attr(&[0, -1])]),
     );
-    assert!(matches!(rep.finding(), Finding::Disagree { .. }), "{rep}");
 }
