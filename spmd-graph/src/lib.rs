@@ -80,7 +80,7 @@
 //! graph from the rules' grad inference, with gradient accumulation and the
 //! optimizer's layout on each parameter's gradient, so the plan of the
 //! backward graph shows the backward collectives and the data-parallel
-//! gradient all-reduces. [`gpt`] builds a GPT-style model with Megatron-LM's
+//! gradient all-reduces. [`gpt()`] builds a GPT-style model with Megatron-LM's
 //! annotations; [`json`] reads and writes graphs.
 #![forbid(unsafe_code)]
 

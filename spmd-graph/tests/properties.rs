@@ -186,6 +186,17 @@ proptest! {
         }
     }
 
+    /// The graph's JSON form propagates to the same attrs: the result
+    /// depends on the graph, not on how it was constructed.
+    #[test]
+    fn a_graph_read_back_from_json_propagates_the_same(spec in spec()) {
+        let graph = build(&spec);
+        let file = spmd_graph::json::to_file(&graph, &[], None);
+        let text = serde_json::to_string(&file).unwrap();
+        let back = spmd_graph::json::from_str(&text, &spmd_ops::builtins()).unwrap();
+        prop_assert_eq!(propagate(&back.graph).unwrap(), propagate(&graph).unwrap());
+    }
+
     /// Without annotations nothing is known: every tensor stays unreached
     /// and replicated, and nothing needs a reshard.
     #[test]
