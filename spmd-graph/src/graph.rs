@@ -47,6 +47,9 @@ pub struct TensorInfo {
     pub name: String,
     pub shape: Vec<usize>,
     pub annotation: Option<DistAttr>,
+    /// The annotation's priority, as in Shardy: 0 (the default) propagates
+    /// first, then 1, and so on (see the crate docs).
+    pub priority: u32,
     /// A trainable weight: [`backward_graph`](crate::backward_graph) gives
     /// it a gradient laid out like it.
     pub param: bool,
@@ -318,6 +321,7 @@ impl GraphBuilder {
             name: name.into(),
             shape: shape.to_vec(),
             annotation: None,
+            priority: 0,
             param: false,
             producer: None,
             consumers: Vec::new(),
@@ -334,10 +338,25 @@ impl GraphBuilder {
     /// Fixes a tensor's attr: propagation never changes it, and the reshard
     /// plan brings whatever its producer makes to it.
     pub fn annotate(&mut self, t: TensorId, attr: DistAttr) -> Result<(), GraphError> {
+        self.annotate_with_priority(t, attr, 0)
+    }
+
+    /// [`GraphBuilder::annotate`] with a priority: annotations of priority
+    /// 0 propagate to a fixed point before those of priority 1 join, and so
+    /// on (Shardy's user priorities). Every annotation is kept whatever its
+    /// priority.
+    pub fn annotate_with_priority(
+        &mut self,
+        t: TensorId,
+        attr: DistAttr,
+        priority: u32,
+    ) -> Result<(), GraphError> {
         self.check_ids("annotate", &[t])?;
         let info = &self.tensors[t.index()];
         check_attr(&self.mesh, &info.name, &info.shape, &attr)?;
-        self.tensors[t.index()].annotation = Some(attr);
+        let info = &mut self.tensors[t.index()];
+        info.annotation = Some(attr);
+        info.priority = priority;
         Ok(())
     }
 

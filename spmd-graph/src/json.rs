@@ -17,7 +17,8 @@
 //! ```
 //!
 //! - `tensors`: every tensor with its global shape; `dims_mapping` (Paddle's
-//!   form, or nested lists for co-sharding) and `partial_dims` annotate it;
+//!   form, or nested lists for co-sharding) and `partial_dims` annotate it,
+//!   `priority` ranks the annotation (0, the default, propagates first);
 //!   `param` marks a trainable weight (it gets a gradient in the backward
 //!   graph).
 //! - `ops`: in a topological order; `op` is a registry name, `attrs` Paddle's
@@ -59,6 +60,9 @@ pub struct TensorEntry {
     pub dims_mapping: Option<Mapping>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partial_dims: Vec<u8>,
+    /// The annotation's priority (0, the default, first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub param: bool,
 }
@@ -126,9 +130,10 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
                 .partial_dims
                 .iter()
                 .fold(MeshSet::EMPTY, |m, &d| m.with(d));
-            b.annotate(
+            b.annotate_with_priority(
                 id,
                 DistAttr::new(mapping).with_partial(Partial::over(partial, ReduceType::Sum)),
+                t.priority.unwrap_or(0),
             )?;
         }
     }
@@ -207,6 +212,7 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
                     .as_ref()
                     .map(|a| a.partial.dims().iter().collect())
                     .unwrap_or_default(),
+                priority: (t.annotation.is_some() && t.priority != 0).then_some(t.priority),
                 param: t.param,
             })
             .collect(),

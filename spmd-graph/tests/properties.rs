@@ -47,15 +47,15 @@ fn mapping(choice: (u8, u8), mesh_rank: u8) -> DistAttr {
 struct Spec {
     mesh: Vec<usize>,
     ops: Vec<RandomOp>,
-    /// (tensor index, mapping choice) pairs to annotate.
-    annotations: Vec<(usize, (u8, u8))>,
+    /// (tensor index, mapping choice, priority) to annotate.
+    annotations: Vec<(usize, (u8, u8), u32)>,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
     (
         prop::sample::select(vec![vec![2usize], vec![2, 2], vec![2, 4]]),
         prop::collection::vec(random_op(), 1..24),
-        prop::collection::vec((any::<usize>(), (any::<u8>(), any::<u8>())), 0..6),
+        prop::collection::vec((any::<usize>(), (any::<u8>(), any::<u8>()), 0..3u32), 0..6),
     )
         .prop_map(|(mesh, ops, annotations)| Spec {
             mesh,
@@ -120,9 +120,10 @@ fn build(spec: &Spec) -> Graph {
         };
         ts.push(made);
     }
-    for &(k, choice) in &spec.annotations {
+    for &(k, choice, priority) in &spec.annotations {
         let (t, _) = ts[k % ts.len()];
-        b.annotate(t, mapping(choice, mesh_rank)).unwrap();
+        b.annotate_with_priority(t, mapping(choice, mesh_rank), priority)
+            .unwrap();
     }
     b.build(&spmd_ops::builtins()).unwrap()
 }
@@ -165,9 +166,9 @@ proptest! {
         let graph = build(&spec);
         let p = propagate(&graph).unwrap();
         // Termination bound of the crate docs: each sweep with a change
-        // makes a tensor known; each restart costs at most one extra sweep
-        // per stage.
-        let bound = 2 * (graph.tensors().len() as u32 + 1) * 2;
+        // makes a tensor known; each restart and each priority round costs
+        // at most one extra sweep per stage.
+        let bound = 2 * (graph.tensors().len() as u32 + 3 + 1) * 2;
         prop_assert!(p.stats.sweeps <= bound, "{} sweeps > {bound}", p.stats.sweeps);
         // Deterministic.
         prop_assert_eq!(&propagate(&graph).unwrap(), &p);
