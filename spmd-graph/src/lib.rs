@@ -50,10 +50,13 @@
 //!    round an annotated tensor is unknown to the rules (yet never
 //!    overwritten);
 //! 2. op stage, as in Shardy: pass-through ops ([`Stage::PassThrough`]:
-//!    elementwise and layout ops) run to a fixed point first, then every op
-//!    ([`Stage::Other`]: contractions, norms, gathers, grad ops); whenever a
-//!    later stage learns something, propagation starts over from the first
-//!    stage;
+//!    elementwise and layout ops) run to a fixed point first, then one
+//!    sweep runs every op ([`Stage::Other`]: contractions, norms, gathers,
+//!    grad ops); whenever that sweep learns something, propagation starts
+//!    over from the first stage. (Because a later stage never runs twice in
+//!    a row, what one connected component of the graph does never changes
+//!    the order of another's steps: interleaving the ops of independent
+//!    components in any way gives the same attrs.)
 //! 3. within a stage, a sweep walks the ops forward in topological order
 //!    (the builder's insertion order), then backward in reverse order;
 //! 4. within an op, its inputs then its outputs, in order.

@@ -81,13 +81,14 @@ fn run(mut p: Propagator<'_>) -> Result<Propagation, GraphError> {
     for priority in priorities {
         p.reveal(priority);
         'restart: loop {
-            for cap in Stage::ALL {
-                let mut changed = false;
-                while p.sweep(cap)? {
-                    changed = true;
-                }
-                // New facts from a later stage: let the earlier stages use them first.
-                if changed && cap != Stage::PassThrough {
+            // The first stage to a fixed point...
+            while p.sweep(Stage::PassThrough)? {}
+            // ...then one sweep with each later stage; whatever it learns,
+            // the earlier stages use first. (One sweep, not a fixed point:
+            // so the steps a connected component takes never depend on
+            // what happens in another one.)
+            for cap in Stage::ALL.into_iter().skip(1) {
+                if p.sweep(cap)? {
                     continue 'restart;
                 }
             }
