@@ -126,6 +126,19 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
                 })?,
                 None => spmd_core::DimsMapping::replicated(t.shape.len()),
             };
+            if let Some(&d) = t
+                .partial_dims
+                .iter()
+                .find(|&&d| d as usize >= file.mesh.len())
+            {
+                return Err(GraphError::BadAnnotation {
+                    tensor: t.name.clone(),
+                    message: format!(
+                        "partial over mesh dim {d}, but the mesh has rank {}",
+                        file.mesh.len()
+                    ),
+                });
+            }
             let partial = t
                 .partial_dims
                 .iter()
@@ -311,6 +324,10 @@ mod tests {
         assert!(err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4], "dims_mapping": [3]}], "ops": []}"#)
             .contains("mesh dim 3"));
         assert!(err(r#"{"mesh": [2], "tensors": [], "ops": [], "extra": 1}"#).contains("extra"));
+        assert!(
+            err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4], "partial_dims": [9]}], "ops": []}"#)
+                .contains("mesh dim 9")
+        );
         // An op whose declared output rank does not fit its rule.
         assert!(err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4]}, {"name": "y", "shape": [4, 1]}],
             "ops": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}]}"#)
