@@ -67,7 +67,7 @@ Examples:
   spmd propagate graph.json --dtype bf16 --json
 
 The graph file lists the mesh, every tensor (name, shape, optional dims_mapping /
-partial_dims annotation, param flag) and the ops in a topological order (registry
+partial_dims annotation with a priority, param flag) and the ops in a topological order (registry
 name, attrs, input and output tensor names); see the README. Annotated tensors keep
 their annotation; every other tensor gets the attr propagation finds (replicated
 when no annotation reaches it). The reshard plan lists each collective with its

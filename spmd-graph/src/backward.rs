@@ -192,3 +192,51 @@ fn accumulate(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, plan, propagate};
+    use spmd_core::Mesh;
+
+    /// `y = relu(w) * w` with w split over mesh dim 0: w is read twice, so
+    /// its gradient is the sum of two contributions (an `add`), and the
+    /// op reading it twice gets distinct saved copies.
+    #[test]
+    fn a_tensor_read_twice_gets_its_gradients_summed() {
+        let registry = spmd_ops::builtins();
+        let mut b = GraphBuilder::new(Mesh::new(&[2]).unwrap());
+        let w = b
+            .param("w", &[4, 6], DistAttr::from_paddle(&[0, -1]))
+            .unwrap();
+        let r = b
+            .apply("act", "relu", Attrs::new(), &[w], ("r", &[4, 6]))
+            .unwrap();
+        let y = b
+            .apply("mul", "multiply", Attrs::new(), &[r, w], ("y", &[4, 6]))
+            .unwrap();
+        let sq = b
+            .apply("sq", "multiply", Attrs::new(), &[y, y], ("sq", &[4, 6]))
+            .unwrap();
+        let g = b.build(&registry).unwrap();
+        let p = propagate(&g).unwrap();
+        let bw = backward_graph(&g, &p, &registry, &[sq]).unwrap();
+        let names: Vec<&str> = bw.graph.ops().iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["sq_grad", "dy_acc1", "mul_grad", "act_grad", "dw_acc1"]
+        );
+        assert!(bw.graph.find("y@sq~2").is_some());
+        let (param, grad) = bw.param_grads[0];
+        assert_eq!((param, bw.graph.tensor(grad).name.as_str()), (w, "dw"));
+        // Everything stays split on mesh dim 0: no communication at all.
+        let bp = propagate(&bw.graph).unwrap();
+        assert_eq!(bp.attr(grad).to_string(), "[0, -1]");
+        assert!(
+            plan(&bw.graph, &bp, DType::F32)
+                .unwrap()
+                .reshards
+                .is_empty()
+        );
+    }
+}

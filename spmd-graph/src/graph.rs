@@ -47,6 +47,9 @@ pub struct TensorInfo {
     pub name: String,
     pub shape: Vec<usize>,
     pub annotation: Option<DistAttr>,
+    /// The annotation's priority, as in Shardy: 0 (the default) propagates
+    /// first, then 1, and so on (see the crate docs).
+    pub priority: u32,
     /// A trainable weight: [`backward_graph`](crate::backward_graph) gives
     /// it a gradient laid out like it.
     pub param: bool,
@@ -128,6 +131,8 @@ pub struct Graph {
     /// Ops with equal signatures (rule, attributes, kind, tensor shapes)
     /// answer equal attrs equally (see `memo`).
     pub(crate) signatures: Vec<u32>,
+    /// Whether another op shares the signature (only then can the memo hit).
+    pub(crate) shared: Vec<bool>,
     /// Every op's inputs then outputs, op after op in one array: the sweeps
     /// read them in order instead of chasing one allocation per op.
     flat: Vec<TensorId>,
@@ -316,6 +321,7 @@ impl GraphBuilder {
             name: name.into(),
             shape: shape.to_vec(),
             annotation: None,
+            priority: 0,
             param: false,
             producer: None,
             consumers: Vec::new(),
@@ -332,15 +338,45 @@ impl GraphBuilder {
     /// Fixes a tensor's attr: propagation never changes it, and the reshard
     /// plan brings whatever its producer makes to it.
     pub fn annotate(&mut self, t: TensorId, attr: DistAttr) -> Result<(), GraphError> {
+        self.annotate_with_priority(t, attr, 0)
+    }
+
+    /// [`GraphBuilder::annotate`] with a priority: annotations of priority
+    /// 0 propagate to a fixed point before those of priority 1 join, and so
+    /// on (Shardy's user priorities). Every annotation is kept whatever its
+    /// priority.
+    pub fn annotate_with_priority(
+        &mut self,
+        t: TensorId,
+        attr: DistAttr,
+        priority: u32,
+    ) -> Result<(), GraphError> {
+        self.check_ids("annotate", &[t])?;
         let info = &self.tensors[t.index()];
         check_attr(&self.mesh, &info.name, &info.shape, &attr)?;
-        self.tensors[t.index()].annotation = Some(attr);
+        let info = &mut self.tensors[t.index()];
+        info.annotation = Some(attr);
+        info.priority = priority;
         Ok(())
     }
 
-    /// Marks a tensor as a trainable weight.
+    /// Marks a tensor as a trainable weight (an id from another builder is
+    /// ignored).
     pub fn mark_param(&mut self, t: TensorId) {
-        self.tensors[t.index()].param = true;
+        if let Some(info) = self.tensors.get_mut(t.index()) {
+            info.param = true;
+        }
+    }
+
+    /// Ids from another builder are an error, not a panic.
+    fn check_ids(&self, op: &str, ts: &[TensorId]) -> Result<(), GraphError> {
+        match ts.iter().find(|t| t.index() >= self.tensors.len()) {
+            Some(t) => Err(GraphError::UnknownTensor {
+                op: op.into(),
+                name: format!("#{}", t.0),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Declares a trainable weight, annotated when `attr` is given.
@@ -374,6 +410,8 @@ impl GraphBuilder {
         } else {
             name.to_string()
         };
+        self.check_ids(&name, inputs)?;
+        self.check_ids(&name, outputs)?;
         for &t in outputs {
             let info = &mut self.tensors[t.index()];
             if let Some(first) = info.producer {
@@ -461,7 +499,7 @@ impl GraphBuilder {
             rules.push(rule);
         }
         let mut by_signature: HashMap<String, u32> = HashMap::new();
-        let signatures = self
+        let signatures: Vec<u32> = self
             .ops
             .iter()
             .map(|op| {
@@ -482,6 +520,14 @@ impl GraphBuilder {
                 *by_signature.entry(key).or_insert(next)
             })
             .collect();
+        let mut uses = vec![0u32; by_signature.len()];
+        for &sig in &signatures {
+            uses[sig as usize] += 1;
+        }
+        let shared = signatures
+            .iter()
+            .map(|&sig| uses[sig as usize] > 1)
+            .collect();
         let mut flat = Vec::new();
         let mut spans = Vec::with_capacity(self.ops.len());
         for op in &self.ops {
@@ -501,6 +547,7 @@ impl GraphBuilder {
             rules,
             stages,
             signatures,
+            shared,
             flat,
             spans,
             ranks,

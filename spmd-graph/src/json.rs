@@ -17,7 +17,8 @@
 //! ```
 //!
 //! - `tensors`: every tensor with its global shape; `dims_mapping` (Paddle's
-//!   form, or nested lists for co-sharding) and `partial_dims` annotate it;
+//!   form, or nested lists for co-sharding) and `partial_dims` annotate it,
+//!   `priority` ranks the annotation (0, the default, propagates first);
 //!   `param` marks a trainable weight (it gets a gradient in the backward
 //!   graph).
 //! - `ops`: in a topological order; `op` is a registry name, `attrs` Paddle's
@@ -59,6 +60,9 @@ pub struct TensorEntry {
     pub dims_mapping: Option<Mapping>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partial_dims: Vec<u8>,
+    /// The annotation's priority (0, the default, first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub param: bool,
 }
@@ -122,13 +126,27 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
                 })?,
                 None => spmd_core::DimsMapping::replicated(t.shape.len()),
             };
+            if let Some(&d) = t
+                .partial_dims
+                .iter()
+                .find(|&&d| d as usize >= file.mesh.len())
+            {
+                return Err(GraphError::BadAnnotation {
+                    tensor: t.name.clone(),
+                    message: format!(
+                        "partial over mesh dim {d}, but the mesh has rank {}",
+                        file.mesh.len()
+                    ),
+                });
+            }
             let partial = t
                 .partial_dims
                 .iter()
                 .fold(MeshSet::EMPTY, |m, &d| m.with(d));
-            b.annotate(
+            b.annotate_with_priority(
                 id,
                 DistAttr::new(mapping).with_partial(Partial::over(partial, ReduceType::Sum)),
+                t.priority.unwrap_or(0),
             )?;
         }
     }
@@ -207,6 +225,7 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
                     .as_ref()
                     .map(|a| a.partial.dims().iter().collect())
                     .unwrap_or_default(),
+                priority: (t.annotation.is_some() && t.priority != 0).then_some(t.priority),
                 param: t.param,
             })
             .collect(),
@@ -305,6 +324,10 @@ mod tests {
         assert!(err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4], "dims_mapping": [3]}], "ops": []}"#)
             .contains("mesh dim 3"));
         assert!(err(r#"{"mesh": [2], "tensors": [], "ops": [], "extra": 1}"#).contains("extra"));
+        assert!(
+            err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4], "partial_dims": [9]}], "ops": []}"#)
+                .contains("mesh dim 9")
+        );
         // An op whose declared output rank does not fit its rule.
         assert!(err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4]}, {"name": "y", "shape": [4, 1]}],
             "ops": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}]}"#)

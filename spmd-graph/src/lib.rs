@@ -30,9 +30,10 @@
 //! # The propagation
 //!
 //! **Lattice.** Each tensor's attr is *unknown* or *known*. Annotated
-//! tensors start known and stay as annotated: propagation never overrides a
-//! user annotation. Every other tensor goes from unknown to known exactly
-//! once, by the first op that can infer it, and never changes afterwards.
+//! tensors become known when their priority's round starts and stay as
+//! annotated: propagation never overrides a user annotation. Every other
+//! tensor goes from unknown to known exactly once, by the first op that can
+//! infer it, and never changes afterwards.
 //!
 //! **Steps.** An op can run *forward* (its own direction; the grad inference
 //! for grad ops) when one of its inputs is known, and *backward* (the rule's
@@ -43,12 +44,19 @@
 //! whose tensors are all known is done and never runs again.
 //!
 //! **Order** (deterministic; the first applicable step wins a conflict):
-//! 1. user annotations, before anything;
+//! 1. user annotations, by priority as in Shardy: the annotations of
+//!    priority 0 (the default) propagate to a fixed point, then those of
+//!    priority 1 become known and propagation resumes, and so on. Until its
+//!    round an annotated tensor is unknown to the rules (yet never
+//!    overwritten);
 //! 2. op stage, as in Shardy: pass-through ops ([`Stage::PassThrough`]:
-//!    elementwise and layout ops) run to a fixed point first, then every op
-//!    ([`Stage::Other`]: contractions, norms, gathers, grad ops); whenever a
-//!    later stage learns something, propagation starts over from the first
-//!    stage;
+//!    elementwise and layout ops) run to a fixed point first, then one
+//!    sweep runs every op ([`Stage::Other`]: contractions, norms, gathers,
+//!    grad ops); whenever that sweep learns something, propagation starts
+//!    over from the first stage. (Because a later stage never runs twice in
+//!    a row, what one connected component of the graph does never changes
+//!    the order of another's steps: interleaving the ops of independent
+//!    components in any way gives the same attrs.)
 //! 3. within a stage, a sweep walks the ops forward in topological order
 //!    (the builder's insertion order), then backward in reverse order;
 //! 4. within an op, its inputs then its outputs, in order.
@@ -62,7 +70,7 @@
 //!
 //! **Termination.** A sweep either makes an unknown tensor known or ends its
 //! stage; a restart needs a tensor to become known. So there are at most
-//! `(tensors + 1) × stages` sweeps with changes, each of `O(ops)` steps.
+//! `(tensors + priorities) × stages` sweeps, each of `O(ops)` steps.
 //! Tensors no annotation reaches stay unknown and are reported replicated
 //! ([`Origin::Unreached`]).
 //!
@@ -80,7 +88,7 @@
 //! graph from the rules' grad inference, with gradient accumulation and the
 //! optimizer's layout on each parameter's gradient, so the plan of the
 //! backward graph shows the backward collectives and the data-parallel
-//! gradient all-reduces. [`gpt`] builds a GPT-style model with Megatron-LM's
+//! gradient all-reduces. [`gpt()`] builds a GPT-style model with Megatron-LM's
 //! annotations; [`json`] reads and writes graphs.
 #![forbid(unsafe_code)]
 

@@ -70,11 +70,16 @@ impl Fx {
 
 /// Remembered answers (errors are not remembered: they end the run). A
 /// lookup hashes the attrs in place and compares them with the entry's, so
-/// a hit copies nothing; callers read the answer by index.
+/// a hit copies nothing; callers read the answer by index
+/// ([`Memo::result`]; `usize::MAX` is the unremembered last answer).
 #[derive(Default)]
 pub(crate) struct Memo {
     by_hash: HashMap<u64, SmallVec<[u32; 2]>, BuildHasherDefault<Fx>>,
     entries: Vec<Entry>,
+    /// The last answer of an op no other op shares a signature with: it
+    /// could never hit, so it is not remembered (a `RuleResult` is ~600
+    /// bytes; remembering 100k of them cost more than the calls).
+    scratch: RuleResult,
     /// Tests compare against rule calls that remember nothing.
     #[cfg(test)]
     pub(crate) off: bool,
@@ -83,7 +88,7 @@ pub(crate) struct Memo {
 impl Memo {
     /// The answer at `index` (from [`Memo::forward`] or [`Memo::backward`]).
     pub(crate) fn result(&self, index: usize) -> &RuleResult {
-        &self.entries[index].result
+        self.entries.get(index).map_or(&self.scratch, |e| &e.result)
     }
 
     /// [`Graph::call_resolving`], remembered; the answer's index.
@@ -95,6 +100,10 @@ impl Memo {
         keep: usize,
     ) -> Result<usize, SpmdError> {
         let (inputs, _) = graph.io(o);
+        if !graph.shared[o.index()] {
+            self.scratch = graph.call_resolving(o, attrs, keep)?;
+            return Ok(usize::MAX);
+        }
         self.answer(
             graph.signatures[o.index()],
             Direction::Forward { keep },
@@ -111,6 +120,10 @@ impl Memo {
         attrs: &[DistAttr],
     ) -> Result<usize, SpmdError> {
         let (_, outputs) = graph.io(o);
+        if !graph.shared[o.index()] {
+            self.scratch = graph.call_backward(o, attrs)?;
+            return Ok(usize::MAX);
+        }
         self.answer(
             graph.signatures[o.index()],
             Direction::Backward,

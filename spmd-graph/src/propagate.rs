@@ -69,18 +69,31 @@ pub fn propagate(graph: &Graph) -> Result<Propagation, GraphError> {
 }
 
 fn run(mut p: Propagator<'_>) -> Result<Propagation, GraphError> {
-    'restart: loop {
-        for cap in Stage::ALL {
-            let mut changed = false;
-            while p.sweep(cap)? {
-                changed = true;
+    let graph = p.graph;
+    let mut priorities: Vec<u32> = graph
+        .tensors()
+        .iter()
+        .filter(|t| t.annotation.is_some())
+        .map(|t| t.priority)
+        .collect();
+    priorities.sort_unstable();
+    priorities.dedup();
+    for priority in priorities {
+        p.reveal(priority);
+        'restart: loop {
+            // The first stage to a fixed point...
+            while p.sweep(Stage::PassThrough)? {}
+            // ...then one sweep with each later stage; whatever it learns,
+            // the earlier stages use first. (One sweep, not a fixed point:
+            // so the steps a connected component takes never depend on
+            // what happens in another one.)
+            for cap in Stage::ALL.into_iter().skip(1) {
+                if p.sweep(cap)? {
+                    continue 'restart;
+                }
             }
-            // New facts from a later stage: let the earlier stages use them first.
-            if changed && cap != Stage::PassThrough {
-                continue 'restart;
-            }
+            break;
         }
-        break;
     }
     Ok(p.finish())
 }
@@ -91,6 +104,8 @@ struct Propagator<'g> {
     /// sees for them (a dense tensor promoted to replicated, as in Paddle).
     attrs: Vec<DistAttr>,
     known: Vec<bool>,
+    /// Annotated tensors: never learned, whether revealed yet or not.
+    fixed: Vec<bool>,
     origins: Vec<Origin>,
     /// Ops whose tensors are all known: nothing left to infer.
     done: Vec<bool>,
@@ -100,31 +115,38 @@ struct Propagator<'g> {
 
 impl<'g> Propagator<'g> {
     fn new(graph: &'g Graph) -> Propagator<'g> {
-        let mut attrs = Vec::with_capacity(graph.tensors().len());
-        let mut known = Vec::with_capacity(graph.tensors().len());
-        let mut origins = Vec::with_capacity(graph.tensors().len());
-        for t in graph.tensors() {
-            match &t.annotation {
-                Some(a) => {
-                    attrs.push(a.clone());
-                    known.push(true);
-                    origins.push(Origin::Annotated);
-                }
-                None => {
-                    attrs.push(DistAttr::replicated(t.shape.len()));
-                    known.push(false);
-                    origins.push(Origin::Unreached);
-                }
-            }
-        }
+        let n = graph.tensors().len();
         Propagator {
             graph,
-            attrs,
-            known,
-            origins,
+            // Annotations are revealed by priority (`reveal`).
+            attrs: graph
+                .tensors()
+                .iter()
+                .map(|t| DistAttr::replicated(t.shape.len()))
+                .collect(),
+            known: vec![false; n],
+            fixed: graph
+                .tensors()
+                .iter()
+                .map(|t| t.annotation.is_some())
+                .collect(),
+            origins: vec![Origin::Unreached; n],
             done: vec![false; graph.ops().len()],
             memo: Memo::default(),
             stats: Stats::default(),
+        }
+    }
+
+    /// Makes the annotations of this priority known.
+    fn reveal(&mut self, priority: u32) {
+        for (i, t) in self.graph.tensors().iter().enumerate() {
+            if let Some(a) = &t.annotation
+                && t.priority == priority
+            {
+                self.attrs[i] = a.clone();
+                self.known[i] = true;
+                self.origins[i] = Origin::Annotated;
+            }
         }
     }
 
@@ -194,6 +216,7 @@ impl<'g> Propagator<'g> {
             graph,
             attrs: &mut self.attrs,
             known: &mut self.known,
+            fixed: &self.fixed,
             origins: &mut self.origins,
         };
         let learned =
@@ -221,6 +244,7 @@ impl<'g> Propagator<'g> {
             graph,
             attrs: &mut self.attrs,
             known: &mut self.known,
+            fixed: &self.fixed,
             origins: &mut self.origins,
         };
         let learned =
@@ -235,6 +259,7 @@ struct State<'s, 'g> {
     graph: &'g Graph,
     attrs: &'s mut [DistAttr],
     known: &'s mut [bool],
+    fixed: &'s [bool],
     origins: &'s mut [Origin],
 }
 
@@ -250,7 +275,7 @@ impl State<'_, '_> {
         let mut learned = false;
         for (&t, a) in ts.iter().zip(answer) {
             let i = t.index();
-            if self.known[i] {
+            if self.known[i] || self.fixed[i] {
                 continue;
             }
             let rank = self.graph.rank(t);
@@ -317,6 +342,33 @@ mod tests {
         );
         assert_eq!(p.attr(y), &a(&[0, 1]));
         assert!(plan(&g, &p, DType::F32).unwrap().reshards.is_empty());
+    }
+
+    /// A chain x -> a -> b with x and b annotated differently. At equal
+    /// priority the forward step from x decides `a`; when b's annotation
+    /// has the higher priority (0), it propagates first and decides `a`.
+    #[test]
+    fn higher_priority_annotations_propagate_first() {
+        let run_with = |px: u32, pb: u32| {
+            let mut b = GraphBuilder::new(Mesh::new(&[2]).unwrap());
+            let x = b.tensor("x", &[4, 6]).unwrap();
+            let a_ = b
+                .apply("f", "relu", Attrs::new(), &[x], ("a", &[4, 6]))
+                .unwrap();
+            let y = b
+                .apply("g", "relu", Attrs::new(), &[a_], ("b", &[4, 6]))
+                .unwrap();
+            b.annotate_with_priority(x, a(&[0, -1]), px).unwrap();
+            b.annotate_with_priority(y, a(&[-1, 0]), pb).unwrap();
+            let g = b.build(&spmd_ops::builtins()).unwrap();
+            let p = propagate(&g).unwrap();
+            // Both annotations hold whatever their priority.
+            assert_eq!((p.attr(x), p.attr(y)), (&a(&[0, -1]), &a(&[-1, 0])));
+            p.attr(a_).to_string()
+        };
+        assert_eq!(run_with(0, 0), "[0, -1]");
+        assert_eq!(run_with(1, 0), "[-1, 0]");
+        assert_eq!(run_with(0, 1), "[0, -1]");
     }
 
     /// Remembered answers change nothing: two stacked GPT layers (whose

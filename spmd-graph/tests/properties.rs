@@ -47,15 +47,15 @@ fn mapping(choice: (u8, u8), mesh_rank: u8) -> DistAttr {
 struct Spec {
     mesh: Vec<usize>,
     ops: Vec<RandomOp>,
-    /// (tensor index, mapping choice) pairs to annotate.
-    annotations: Vec<(usize, (u8, u8))>,
+    /// (tensor index, mapping choice, priority) to annotate.
+    annotations: Vec<(usize, (u8, u8), u32)>,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
     (
         prop::sample::select(vec![vec![2usize], vec![2, 2], vec![2, 4]]),
         prop::collection::vec(random_op(), 1..24),
-        prop::collection::vec((any::<usize>(), (any::<u8>(), any::<u8>())), 0..6),
+        prop::collection::vec((any::<usize>(), (any::<u8>(), any::<u8>()), 0..3u32), 0..6),
     )
         .prop_map(|(mesh, ops, annotations)| Spec {
             mesh,
@@ -64,16 +64,30 @@ fn spec() -> impl Strategy<Value = Spec> {
         })
 }
 
-fn build(spec: &Spec) -> Graph {
-    let mesh = Mesh::new(&spec.mesh).unwrap();
-    let mesh_rank = spec.mesh.len() as u8;
-    let mut b = GraphBuilder::new(mesh);
-    let mut ts: Vec<(TensorId, [usize; 2])> = vec![(b.tensor("x", &[8, 4]).unwrap(), [8, 4])];
-    let none = Attrs::new;
-    for (i, op) in spec.ops.iter().enumerate() {
+/// One random component being added to a builder: its tensors so far.
+struct Component<'s> {
+    spec: &'s Spec,
+    prefix: &'static str,
+    ts: Vec<(TensorId, [usize; 2])>,
+}
+
+impl<'s> Component<'s> {
+    fn new(b: &mut GraphBuilder, spec: &'s Spec, prefix: &'static str) -> Component<'s> {
+        let x = b.tensor(&format!("{prefix}x"), &[8, 4]).unwrap();
+        Component {
+            spec,
+            prefix,
+            ts: vec![(x, [8, 4])],
+        }
+    }
+
+    /// Adds op `i` of the spec.
+    fn add(&mut self, b: &mut GraphBuilder, i: usize) {
+        let ts = &mut self.ts;
         let pick = |k: usize| ts[k % ts.len()];
-        let name = format!("t{i}");
-        let made = match *op {
+        let name = format!("{}t{i}", self.prefix);
+        let none = Attrs::new;
+        let made = match self.spec.ops[i] {
             RandomOp::Unary(a, rule) => {
                 let (t, s) = pick(a);
                 (b.apply("", rule, none(), &[t], (&name, &s)).unwrap(), s)
@@ -89,7 +103,7 @@ fn build(spec: &Spec) -> Graph {
             }
             RandomOp::Matmul(a, n) => {
                 let (t, [m, k]) = pick(a);
-                let w = b.tensor(&format!("w{i}"), &[k, n]).unwrap();
+                let w = b.tensor(&format!("{}w{i}", self.prefix), &[k, n]).unwrap();
                 ts.push((w, [k, n]));
                 (
                     b.apply("", "matmul", none(), &[t, w], (&name, &[m, n]))
@@ -120,10 +134,53 @@ fn build(spec: &Spec) -> Graph {
         };
         ts.push(made);
     }
-    for &(k, choice) in &spec.annotations {
-        let (t, _) = ts[k % ts.len()];
-        b.annotate(t, mapping(choice, mesh_rank)).unwrap();
+
+    fn annotate(&self, b: &mut GraphBuilder, mesh_rank: u8) {
+        for &(k, choice, priority) in &self.spec.annotations {
+            let (t, _) = self.ts[k % self.ts.len()];
+            b.annotate_with_priority(t, mapping(choice, mesh_rank), priority)
+                .unwrap();
+        }
     }
+}
+
+fn build(spec: &Spec) -> Graph {
+    let mut b = GraphBuilder::new(Mesh::new(&spec.mesh).unwrap());
+    let mut c = Component::new(&mut b, spec, "");
+    for i in 0..spec.ops.len() {
+        c.add(&mut b, i);
+    }
+    c.annotate(&mut b, spec.mesh.len() as u8);
+    b.build(&spmd_ops::builtins()).unwrap()
+}
+
+/// Components `a` and `b` (on `a`'s mesh) in one graph, their ops
+/// interleaved as `order` says (true: the next op of `a`).
+fn interleaved(a: &Spec, b_spec: &Spec, order: &[bool]) -> Graph {
+    let mut b = GraphBuilder::new(Mesh::new(&a.mesh).unwrap());
+    let mut ca = Component::new(&mut b, a, "a.");
+    let mut cb = Component::new(&mut b, b_spec, "b.");
+    let (mut i, mut j) = (0, 0);
+    for &take_a in order.iter().chain(std::iter::repeat(&true)) {
+        match (take_a && i < a.ops.len(), j < b_spec.ops.len()) {
+            (true, _) => {
+                ca.add(&mut b, i);
+                i += 1;
+            }
+            (false, true) => {
+                cb.add(&mut b, j);
+                j += 1;
+            }
+            (false, false) if i < a.ops.len() => {
+                ca.add(&mut b, i);
+                i += 1;
+            }
+            (false, false) => break,
+        }
+    }
+    let rank = a.mesh.len() as u8;
+    ca.annotate(&mut b, rank);
+    cb.annotate(&mut b, rank);
     b.build(&spmd_ops::builtins()).unwrap()
 }
 
@@ -165,9 +222,9 @@ proptest! {
         let graph = build(&spec);
         let p = propagate(&graph).unwrap();
         // Termination bound of the crate docs: each sweep with a change
-        // makes a tensor known; each restart costs at most one extra sweep
-        // per stage.
-        let bound = 2 * (graph.tensors().len() as u32 + 1) * 2;
+        // makes a tensor known; each restart and each priority round costs
+        // at most one extra sweep per stage.
+        let bound = 2 * (graph.tensors().len() as u32 + 3 + 1) * 2;
         prop_assert!(p.stats.sweeps <= bound, "{} sweeps > {bound}", p.stats.sweeps);
         // Deterministic.
         prop_assert_eq!(&propagate(&graph).unwrap(), &p);
@@ -183,6 +240,37 @@ proptest! {
         let plan = plan(&graph, &p, spmd_graph::DType::F32).unwrap();
         for r in &plan.reshards {
             prop_assert!(r.from != r.to);
+        }
+    }
+
+    /// The graph's JSON form propagates to the same attrs: the result
+    /// depends on the graph, not on how it was constructed.
+    #[test]
+    fn a_graph_read_back_from_json_propagates_the_same(spec in spec()) {
+        let graph = build(&spec);
+        let file = spmd_graph::json::to_file(&graph, &[], None);
+        let text = serde_json::to_string(&file).unwrap();
+        let back = spmd_graph::json::from_str(&text, &spmd_ops::builtins()).unwrap();
+        prop_assert_eq!(propagate(&back.graph).unwrap(), propagate(&graph).unwrap());
+    }
+
+    /// Two independent components, their ops interleaved in any order:
+    /// each propagates exactly as it does alone (the order of the crate
+    /// docs depends only on each component's own topological order).
+    #[test]
+    fn independent_components_do_not_depend_on_interleaving(
+        a in spec(),
+        b in spec(),
+        order in prop::collection::vec(any::<bool>(), 0..48),
+    ) {
+        let alone = build(&a);
+        let p_alone = propagate(&alone).unwrap();
+        let mixed = interleaved(&a, &b, &order);
+        let p_mixed = propagate(&mixed).unwrap();
+        for t in alone.tensor_ids() {
+            let name = &alone.tensor(t).name;
+            let u = mixed.find(&format!("a.{name}")).unwrap();
+            prop_assert_eq!(p_mixed.attr(u), p_alone.attr(t), "tensor {}", name);
         }
     }
 
