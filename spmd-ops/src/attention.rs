@@ -39,7 +39,10 @@ const OP: &str = "flash_attention";
 /// grouped-query attention (fewer kv heads `G` than query heads) the heads
 /// stay sharded only when the merged heads mesh dim divides `G` (Paddle
 /// checks k's given mapping, and otherwise splits the kv heads unevenly, so
-/// a device's kv heads would not be the ones its query heads use).
+/// a device's kv heads would not be the ones its query heads use). A mask
+/// whose heads dim is 1 (broadcast) takes no part in the heads' merge; Paddle
+/// merges that size-1 dim's sharding into the heads, then replicates it on
+/// the mask (DESIGN §3: a size-1 dim holds no part of its axis).
 #[spmd_rule(
     name = "flash_attention",
     build = Self::notation,
