@@ -239,11 +239,10 @@ impl FlashAttention {
             }
             return Ok(());
         }
-        // The seed and offset the kernel returns are not a sum over the
-        // batch and heads the notation leaves out of them.
-        if !matches!(call, Call::Grad { .. })
-            && let Some(seed) = result.outputs.get_mut(3)
-        {
+        // The seed and offset the kernel returns (in grad, the seed input's
+        // grad) are not a sum over the batch and heads the notation leaves
+        // out of them.
+        if let Some(seed) = result.outputs.get_mut(3) {
             seed.partial = Partial::NONE;
         }
         Ok(())
