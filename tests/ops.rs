@@ -404,6 +404,10 @@ fn flash_attention_ties_grouped_kv_heads_to_the_query_heads() {
     let (ins, outs) = flash_forward(&[4], gqa, [&[-1, -1, 0, -1], rep, &[0, -1, -1, -1]]).unwrap();
     assert_eq!(ins[..3], ["[0, -1, -1, -1]"; 3]);
     assert_eq!(outs[2], "[0, -1, -1]");
+    // 6 query heads cannot be grouped over 4 kv heads: a typed error.
+    let bad: [&[usize]; 3] = [&[4, 16, 6, 32], &[4, 16, 4, 32], &[4, 16, 4, 32]];
+    let err = flash_forward(&[2], bad, [rep, rep, rep]).unwrap_err();
+    assert!(matches!(err, SpmdError::Rejected { .. }), "{err}");
 }
 
 #[test]

@@ -63,8 +63,9 @@ pub struct FlashAttention {}
 enum Role {
     /// q, k, v, out and out_grad: `[b, seq, h, head_dim]`.
     Qkv,
-    /// `[b, h, s, t]`; its sequence dims (in grad, all: Paddle's grad op
-    /// does not merge it).
+    /// `[b, h, s, t]` in forward and backward (the grad op takes no part
+    /// of it: Paddle's grad rule does not merge the mask, so there it is
+    /// [`Role::Whole`]).
     Mask,
     /// `[b, h, s]`.
     Lse,
@@ -90,12 +91,12 @@ fn roles(call: &Call<'_>) -> (&'static [Role], &'static [Role]) {
 
 /// The dims (bit `i` = dim `i`) of a tensor of `role` and `shape` that take
 /// no part in the merge; with `heads`, its heads dim too.
-fn fixed_dims(role: Role, shape: &[usize], forward_or_backward: bool, heads: bool) -> u64 {
+fn fixed_dims(role: Role, shape: &[usize], heads: bool) -> u64 {
     let h = |bit: u64| if heads { bit } else { 0 };
     match role {
         Role::Qkv if shape.len() == 4 => 0b1010 | h(0b0100),
         Role::Lse if shape.len() == 3 => 0b100 | h(0b010),
-        Role::Mask if shape.len() == 4 && forward_or_backward => {
+        Role::Mask if shape.len() == 4 => {
             let broadcast = if shape[1] == 1 { 0b0010 } else { 0 };
             0b1100 | broadcast | h(0b0010)
         }
@@ -131,7 +132,7 @@ fn present<'a>(specs: Vec<Spec<'a>>, is_absent: impl Fn(usize) -> bool) -> Vec<O
 }
 
 /// The given tensors of a call (forward inputs, backward outputs, grad
-/// inputs then grads) with their absent flags.
+/// inputs then grads), absent ones as placeholders.
 fn given<'c>(call: &Call<'c>) -> (&'c [Spec<'c>], &'c [Spec<'c>]) {
     match *call {
         Call::Forward { inputs, .. } => (inputs, &[]),
@@ -161,6 +162,23 @@ impl FlashAttention {
                         "input {i} ({name}) has rank {rank}; flash_attention takes [batch, seq, heads, head_dim]"
                     ),
                 });
+            }
+        }
+        // Grouped-query attention: each kv head serves a whole group of
+        // query heads (Paddle rejects other counts too).
+        let heads = |i: usize| call.input_shape(i).and_then(|s| s.get(2).copied());
+        if let Some(h) = heads(0) {
+            for (i, name) in [(1, "k"), (2, "v")] {
+                if let Some(g) = heads(i)
+                    && (g == 0 || h % g != 0)
+                {
+                    return Err(SpmdError::Rejected {
+                        op: OP,
+                        message: format!(
+                            "q's {h} heads are not a multiple of {name}'s {g}: each kv head serves a group of query heads"
+                        ),
+                    });
+                }
             }
         }
         let ones = |n: usize| "1".repeat(n);
@@ -202,13 +220,12 @@ impl FlashAttention {
             return true;
         }
         let (in_roles, grad_roles) = roles(call);
-        let fwd_or_bwd = !matches!(call, Call::Grad { .. });
         let (first, second) = given(call);
         let check = |specs: &[Spec<'_>], roles: &[Role]| {
             specs
                 .iter()
                 .zip(roles)
-                .any(|(s, &r)| shards_any(s.attr, fixed_dims(r, s.shape, fwd_or_bwd, false)))
+                .any(|(s, &r)| shards_any(s.attr, fixed_dims(r, s.shape, false)))
         };
         check(first, in_roles) || check(second, grad_roles)
     }
@@ -254,14 +271,13 @@ impl FlashAttention {
     /// by the plain notation.
     fn rerun(&self, call: &Call<'_>, heads: bool) -> Result<RuleResult, SpmdError> {
         let (in_roles, grad_roles) = roles(call);
-        let fwd_or_bwd = !matches!(call, Call::Grad { .. });
         let absent = call.absent();
         let (first, second) = given(call);
         let free = |specs: &[Spec<'_>], roles: &[Role]| -> Vec<DistAttr> {
             specs
                 .iter()
                 .zip(roles.iter().chain(core::iter::repeat(&Role::Whole)))
-                .map(|(s, &r)| freed(s.attr, fixed_dims(r, s.shape, fwd_or_bwd, heads)))
+                .map(|(s, &r)| freed(s.attr, fixed_dims(r, s.shape, heads)))
                 .collect()
         };
         let (attrs1, attrs2) = (free(first, in_roles), free(second, grad_roles));
