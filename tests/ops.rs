@@ -325,3 +325,188 @@ fn cached_notations_follow_shapes_attributes_and_direction() {
         .unwrap();
     assert_eq!(r.outputs[0].to_string(), "[0, 1, -1, -1, -1]");
 }
+
+/// `flash_attention` with q, k, v of `shape` and mappings `q`, `k`, `v`, no
+/// seed or mask: the requirements and outputs as Paddle-form strings.
+fn flash_forward(
+    mesh_shape: &[usize],
+    shapes: [&[usize]; 3],
+    maps: [&[i64]; 3],
+) -> Result<(Vec<String>, Vec<String>), SpmdError> {
+    let op = build("flash_attention", Attrs::new());
+    let attrs: Vec<DistAttr> = maps.iter().map(|m| attr(m)).collect();
+    let specs: Vec<Option<Spec<'_>>> = (0..3)
+        .map(|i| Some(Spec::new(shapes[i], &attrs[i])))
+        .chain([None, None])
+        .collect();
+    let r = op.forward_optional(&mesh(mesh_shape), &specs)?;
+    let s = |v: &[DistAttr]| v.iter().map(ToString::to_string).collect();
+    Ok((s(&r.inputs), s(&r.outputs)))
+}
+
+#[test]
+fn flash_attention_frees_sequence_and_head_dims_before_merging() {
+    const QKV: [&[usize]; 3] = [&[8, 16, 8, 32], &[8, 16, 8, 32], &[8, 16, 8, 32]];
+    // q's sharded sequence does not keep mesh dim 0 from k's and v's heads
+    // (Paddle replicates it first; DESIGN 4's merge alone would let it
+    // claim mesh dim 0 and leave the heads replicated).
+    let (ins, outs) = flash_forward(
+        &[4],
+        QKV,
+        [&[-1, 0, -1, -1], &[-1, -1, 0, -1], &[-1, -1, 0, -1]],
+    )
+    .unwrap();
+    assert_eq!(ins[..3], ["[-1, -1, 0, -1]"; 3]);
+    assert_eq!(ins[3..], ["[]", "[]"]); // absent seed and mask: Paddle's empty attr
+    // out [b, s, h, e], softmax [b, h, s, t], softmax_lse [b, h, s]; the
+    // seed pair is replicated and not partial over the heads it lacks.
+    assert_eq!(
+        outs,
+        ["[-1, -1, 0, -1]", "[-1, 0, -1, -1]", "[-1, 0, -1]", "[-1]"]
+    );
+
+    // Likewise a sharded head dim: replicated, and mesh dim 1 goes to the
+    // heads of k; the batch comes from q.
+    let (ins, outs) = flash_forward(
+        &[2, 2],
+        QKV,
+        [&[0, -1, -1, 1], &[-1, -1, 1, -1], &[-1, -1, -1, -1]],
+    )
+    .unwrap();
+    assert_eq!(ins[..3], ["[0, -1, 1, -1]"; 3]);
+    assert_eq!(
+        outs,
+        ["[0, -1, 1, -1]", "[0, 1, -1, -1]", "[0, 1, -1]", "[-1]"]
+    );
+
+    // Batch and heads are one axis each across q, k and v: two mesh dims
+    // for the batch is an error (v's own mapping counts: Paddle reads k's
+    // in its place, a bug DESIGN 4 names).
+    let err = flash_forward(
+        &[2, 2],
+        QKV,
+        [&[0, -1, -1, -1], &[0, -1, -1, -1], &[1, -1, -1, -1]],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("two different mesh dims"), "{err}");
+}
+
+#[test]
+fn flash_attention_ties_grouped_kv_heads_to_the_query_heads() {
+    // 8 query heads over 2 kv heads: a mesh dim of 2 splits both (each
+    // device's query heads use exactly its kv head).
+    let gqa: [&[usize]; 3] = [&[4, 16, 8, 32], &[4, 16, 2, 32], &[4, 16, 2, 32]];
+    let rep: &[i64] = &[-1, -1, -1, -1];
+    let (ins, _) = flash_forward(&[2], gqa, [&[-1, -1, 0, -1], rep, rep]).unwrap();
+    assert_eq!(ins[..3], ["[-1, -1, 0, -1]"; 3]);
+    // A mesh dim of 4 cannot split 2 kv heads along with the query heads:
+    // the heads stay replicated, and the batch may take the mesh dim.
+    let (ins, outs) = flash_forward(&[4], gqa, [&[-1, -1, 0, -1], rep, &[0, -1, -1, -1]]).unwrap();
+    assert_eq!(ins[..3], ["[0, -1, -1, -1]"; 3]);
+    assert_eq!(outs[2], "[0, -1, -1]");
+    // 6 query heads cannot be grouped over 4 kv heads: a typed error.
+    let bad: [&[usize]; 3] = [&[4, 16, 6, 32], &[4, 16, 4, 32], &[4, 16, 4, 32]];
+    let err = flash_forward(&[2], bad, [rep, rep, rep]).unwrap_err();
+    assert!(matches!(err, SpmdError::Rejected { .. }), "{err}");
+}
+
+#[test]
+fn flash_attention_mask_follows_batch_and_heads_unless_broadcast() {
+    let op = build("flash_attention", Attrs::new());
+    let q = attr(&[0, -1, 1, -1]);
+    let rep = attr(&[-1, -1, -1, -1]);
+    let shape: &[usize] = &[4, 16, 4, 8];
+    for (mask_shape, want) in [
+        (&[4, 4, 16, 16][..], "[0, 1, -1, -1]"),
+        // A heads dim of 1 is broadcast over the heads: never split.
+        (&[4, 1, 16, 16][..], "[0, -1, -1, -1]"),
+    ] {
+        let mask = attr(&[-1, -1, 0, 1]); // sequence dims: never sharded
+        let r = op
+            .forward_optional(
+                &mesh(&[2, 2]),
+                &[
+                    Some(Spec::new(shape, &q)),
+                    Some(Spec::new(shape, &rep)),
+                    Some(Spec::new(shape, &rep)),
+                    None,
+                    Some(Spec::new(mask_shape, &mask)),
+                ],
+            )
+            .unwrap();
+        assert_eq!(r.inputs[4].to_string(), want);
+        assert_eq!(r.inputs[0].to_string(), "[0, -1, 1, -1]");
+    }
+}
+
+#[test]
+fn flash_attention_backward_merges_out_and_softmax_lse_only() {
+    let op = build("flash_attention", Attrs::new());
+    let shape: &[usize] = &[8, 8, 4, 4];
+    // out shards only its sequence (freed), softmax_lse the batch on mesh
+    // dim 0; the given softmax's other claims take no part, and it comes
+    // back as the required inputs produce it. out's partial status goes.
+    let out = attr(&[-1, 1, -1, -1]).with_partial(spmd_core::Partial::over(
+        spmd_core::MeshSet(0b1),
+        ReduceType::Sum,
+    ));
+    let (softmax, lse, seed) = (attr(&[1, 0, -1, -1]), attr(&[0, -1, -1]), attr(&[-1]));
+    let r = op
+        .backward_optional(
+            &mesh(&[2, 4]),
+            &[Some(shape), Some(shape), Some(shape), None, None],
+            &[
+                Some(Spec::new(shape, &out)),
+                Some(Spec::new(&[8, 4, 8, 8], &softmax)),
+                Some(Spec::new(&[8, 4, 8], &lse)),
+                Some(Spec::new(&[2], &seed)),
+            ],
+        )
+        .unwrap();
+    let s: Vec<String> = r.inputs.iter().map(ToString::to_string).collect();
+    assert_eq!(s[..3], ["[0, -1, -1, -1]"; 3]);
+    let s: Vec<String> = r.outputs.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        s,
+        ["[0, -1, -1, -1]", "[0, -1, -1, -1]", "[0, -1, -1]", "[-1]"]
+    );
+}
+
+#[test]
+fn flash_attention_grad_lets_out_place_the_heads() {
+    // Paddle suite's FlashAttGradInferSpmd case: q's sequence on mesh dim 1
+    // is freed before the merge, so out's heads take mesh dim 1.
+    let op = build("flash_attention", Attrs::new());
+    let shape: &[usize] = &[2, 256, 2, 128];
+    let (qkv, out, lse) = (
+        attr(&[0, 1, -1, -1]),
+        attr(&[0, -1, 1, -1]),
+        attr(&[0, 1, -1]),
+    );
+    let (dy, none) = (attr(&[-1, -1, -1, -1]), attr(&[]));
+    let r = op
+        .grad_optional(
+            &mesh(&[2, 2]),
+            &[
+                Some(Spec::new(shape, &qkv)),
+                Some(Spec::new(shape, &qkv)),
+                Some(Spec::new(shape, &qkv)),
+                Some(Spec::new(shape, &out)),
+                Some(Spec::new(&[2, 2, 256], &lse)),
+                // seed_offset and attn_mask: 0-d placeholders, as the suite gives them.
+                Some(Spec::new(&[], &none)),
+                Some(Spec::new(&[], &none)),
+            ],
+            &[Some(Spec::new(shape, &dy))],
+        )
+        .unwrap();
+    let req: Vec<String> = r.inputs.iter().map(ToString::to_string).collect();
+    assert_eq!(req[..4], ["[0, -1, 1, -1]"; 4]);
+    assert_eq!(req[4], "[0, 1, -1]");
+    assert_eq!(req[7], "[0, -1, 1, -1]"); // out_grad
+    let grads: Vec<String> = r.outputs.iter().take(3).map(ToString::to_string).collect();
+    assert_eq!(grads, ["[0, -1, 1, -1]"; 3]);
+    // The (here absent, so 0-d) seed pair's grad lacks batch and heads but
+    // is no sum over them: not partial.
+    assert_eq!(r.outputs[3].to_string(), "[]");
+}
