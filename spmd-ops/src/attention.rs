@@ -45,6 +45,8 @@ const OP: &str = "flash_attention";
 /// the mask (DESIGN §3: a size-1 dim holds no part of its axis).
 #[spmd_rule(
     name = "flash_attention",
+    // No `cache`: the notation depends on whether a fixed dim is sharded,
+    // which a shape key cannot see.
     build = Self::notation,
     backward_partial = "reset",
     adjust = Self::paddle_merge,
@@ -54,12 +56,12 @@ const OP: &str = "flash_attention";
     grad_inputs(q, k, v, out, softmax_lse, seed_offset, attn_mask),
     grads_for(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlashAttention {}
 
 /// What a tensor of a call is, for the dims Paddle replicates before its
 /// merge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Role {
     /// q, k, v, out and out_grad: `[b, seq, h, head_dim]`.
     Qkv,

@@ -20,7 +20,7 @@ use spmd_core::{Call, Einsum, MeshSet, Partial, ReduceType, RuleResult, SpmdErro
 use crate::notation::{forward_with_fixed_dims_freed, input_rank};
 
 /// How the filter's dims line up with the channels.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Filter {
     /// `[M, C / groups, k...]`: every output channel reads every input channel
     /// (`groups == 1`), so `c` is contracted.
@@ -140,11 +140,12 @@ macro_rules! conv {
         #[spmd_rule(
             name = $name,
             build = Self::notation,
+            cache,
             adjust = Self::linear_in_output_grad,
             inputs(input, filter),
             outputs(out)
         )]
-        #[derive(Clone, Debug, PartialEq, Eq)]
+        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
         pub struct $ty {
             #[spmd(default = 1)]
             pub groups: i64,
@@ -240,7 +241,7 @@ conv!(
     outputs(out),
     no_grad(boxes, boxes_num)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RoiAlign {}
 
 #[cfg(test)]

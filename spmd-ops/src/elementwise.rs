@@ -17,7 +17,7 @@ use crate::notation::{input_rank, labels};
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ElementwiseUnary {}
 
 /// Paddle's elementwise binary rule: numpy broadcasting, shardings kept
@@ -29,7 +29,7 @@ pub struct ElementwiseUnary {}
     inputs(x, y),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ElementwiseBinary {}
 
 /// Paddle 3.3.1's `multiply`: the binary rule, plus a partial input passes
@@ -42,15 +42,15 @@ pub struct ElementwiseBinary {}
     inputs(x, y),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Multiply {}
 
 /// Paddle's `add_n`: the elementwise sum of any number of same-rank
 /// inputs (no broadcasting: Paddle's `AddNInferSpmd` rejects other ranks).
 /// Each dim merges across the inputs; one dim sharded two ways is an error,
 /// as in Paddle 3.3.1. Partial inputs are reduced first, as Paddle does.
-#[spmd_rule(name = "add_n", build = Self::notation, backward_partial = "reset", outputs(out))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[spmd_rule(name = "add_n", build = Self::notation, cache, backward_partial = "reset", outputs(out))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddN {}
 
 impl AddN {

@@ -18,7 +18,7 @@ use spmd_core::{Call, SpmdError, spmd_rule};
     no_grad(x),
     grad_ignores(weight)
 )]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Embedding {
     #[spmd(default = -1)]
     pub padding_idx: i64,
@@ -78,7 +78,7 @@ impl Embedding {
     no_grad(x),
     grad_ignores(weight)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CEmbedding {
     #[spmd(default)]
     pub start_index: i64,

@@ -21,13 +21,14 @@ use crate::notation::{
 #[spmd_rule(
     name = "gather",
     build = Self::notation,
+    cache,
     adjust = Self::free_gathered_axis,
     inputs(x, index),
     outputs(out),
     no_grad(index),
     grad_ignores(x)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Gather {
     #[spmd(default)]
     pub axis: i64,
@@ -118,13 +119,14 @@ impl Gather {
 #[spmd_rule(
     name = "gather_nd",
     build = Self::notation,
+    cache,
     adjust = Self::free_indexed_dims,
     inputs(x, index),
     outputs(out),
     no_grad(index),
     grad_ignores(x)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GatherNd {}
 
 impl GatherNd {
@@ -172,12 +174,13 @@ impl GatherNd {
 #[spmd_rule(
     name = "take_along_axis",
     build = Self::notation,
+    cache,
     inputs(x, index),
     outputs(out),
     no_grad(index),
     grad_ignores(x)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TakeAlongAxis {
     #[spmd(default)]
     pub axis: i64,
@@ -223,7 +226,7 @@ pub(crate) fn along_axis_term(
     outputs(y),
     no_grad(scatter_index)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MoeCombine {}
 
 impl MoeCombine {
@@ -252,7 +255,7 @@ impl MoeCombine {
     inputs(x, gate_logits, corr_bias),
     outputs(y, combine_weights, scatter_index, expert_offset, expert_id)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MoeGateDispatch {
     #[spmd(default)]
     pub k: i64,

@@ -299,13 +299,14 @@ macro_rules! cumulative_extremum {
         #[spmd_rule(
             name = $name,
             build = Self::notation,
+            cache,
             never_sharded = "a",
             backward_partial = "reset",
             adjust = Self::grads,
             inputs(x),
             outputs(out, indices)
         )]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub struct $ty {
             #[spmd(default = -1)]
             pub axis: i64,
@@ -354,12 +355,13 @@ cumulative_extremum!(
 #[spmd_rule(
     name = "roll",
     build = Self::notation,
+    cache,
     backward_partial = "reset",
     inputs(x),
     outputs(out),
     grad_ignores(x)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Roll {
     #[spmd(default)]
     pub shifts: Vec<i64>,
@@ -393,12 +395,13 @@ impl Roll {
 #[spmd_rule(
     name = "pad",
     build = Self::notation,
+    cache,
     backward_partial = "reset",
     inputs(x),
     outputs(out),
     grad_ignores(x)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Pad {
     #[spmd(default)]
     pub paddings: Vec<i64>,

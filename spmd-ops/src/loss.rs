@@ -199,11 +199,12 @@ impl LossFirst {
 #[spmd_rule(
     name = "c_softmax_with_cross_entropy",
     build = Self::notation,
+    cache,
     adjust = Self::finish,
     inputs(logits, label),
     outputs(softmax, loss)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CSoftmaxWithCrossEntropy {
     #[spmd(default = -100)]
     pub ignore_index: i64,
@@ -243,11 +244,12 @@ fn c_softmax_notation(call: &Call<'_>, labels: usize) -> Result<Einsum, SpmdErro
 #[spmd_rule(
     name = "c_softmax_with_multi_label_cross_entropy",
     build = Self::notation,
+    cache,
     adjust = Self::finish,
     inputs(logits, label, smooth_weight),
     outputs(softmax, loss)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CSoftmaxWithMultiLabelCrossEntropy {
     #[spmd(default = -100)]
     pub ignore_index: i64,

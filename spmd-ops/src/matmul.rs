@@ -33,7 +33,7 @@ use crate::notation::replicate_dims;
     inputs(x, y),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Matmul {
     #[spmd(default)]
     pub trans_x: bool,
@@ -75,7 +75,7 @@ impl Matmul {
     inputs(x, y),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Bmm {}
 
 /// Paddle's `einsum` op: the rule is the `equation` attribute, parsed when
@@ -83,7 +83,7 @@ pub struct Bmm {}
 /// DESIGN §3 notation, `...` included). The classic policy, as Paddle's
 /// `EinsumInferSpmd`.
 #[spmd_rule(name = "einsum", build = Self::notation)]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct EinsumOp {
     pub equation: String,
 }
@@ -108,7 +108,7 @@ impl EinsumOp {
     inputs(input, weight, bias),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LinearV2 {
     #[spmd(default)]
     pub transpose_weight: bool,
@@ -168,7 +168,7 @@ impl LinearV2 {
     inputs(x, y, bias),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FusedGemmEpilogue {
     #[spmd(default)]
     pub trans_x: bool,
@@ -218,7 +218,7 @@ impl FusedGemmEpilogue {
     inputs(x, dout, dweight, dbias),
     outputs(dweight_out, dbias_out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FusedLinearParamGradAdd {
     #[spmd(default)]
     pub multi_precision: bool,

@@ -22,7 +22,7 @@ use crate::reduce::{All, Amax, Amin, Any, ReduceBase};
     outputs(out),
     no_grad(condition)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Where {}
 
 /// Paddle's `mean_all`: the mean of every element, a 0-d output that is
@@ -31,12 +31,13 @@ pub struct Where {}
 #[spmd_rule(
     name = "mean_all",
     build = Self::notation,
+    cache,
     reduce = "avg",
     inputs(x),
     outputs(out),
     grad_ignores(x)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MeanAll {}
 
 impl MeanAll {
@@ -54,8 +55,8 @@ impl MeanAll {
 /// counts its own block, so the output is partial (`Sum`) over the mesh
 /// dims sharding the input (Paddle's `NumelInferSpmd`). An integer count
 /// has no gradient.
-#[spmd_rule(name = "numel", build = Self::notation, inputs(x), outputs(out), no_grad(x))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[spmd_rule(name = "numel", build = Self::notation, cache, inputs(x), outputs(out), no_grad(x))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Numel {}
 
 impl Numel {
@@ -73,8 +74,8 @@ impl Numel {
 /// rank]`. How many a block holds depends on the data, so nothing is
 /// sharded: `x` is gathered and the output replicated (Paddle 3.3.1's
 /// `NonZeroInferSpmd`). No gradient.
-#[spmd_rule(name = "nonzero", build = Self::notation, inputs(x), outputs(out), no_grad(x))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[spmd_rule(name = "nonzero", build = Self::notation, cache, inputs(x), outputs(out), no_grad(x))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NonZero {}
 
 impl NonZero {
@@ -94,11 +95,12 @@ impl NonZero {
 #[spmd_rule(
     name = "unique",
     build = Self::notation,
+    cache,
     inputs(x),
     outputs(out, indices, inverse, counts),
     no_grad(x)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Unique {
     #[spmd(default)]
     pub axis: Vec<i64>,
@@ -141,10 +143,11 @@ fn all_replicated(call: &Call<'_>) -> Result<Einsum, SpmdError> {
 #[spmd_rule(
     name = "replicated",
     build = Self::notation,
+    cache,
     needs_output_shapes,
     backward_partial = "reset"
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Replicated {}
 
 impl Replicated {
@@ -163,11 +166,12 @@ impl Replicated {
 #[spmd_rule(
     name = "default_data_parallel",
     build = Self::notation,
+    cache,
     needs_output_shapes,
     adjust = Self::batch,
     backward_partial = "reset"
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DefaultDataParallel {}
 
 impl DefaultDataParallel {

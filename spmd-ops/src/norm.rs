@@ -30,13 +30,14 @@ fn split_term(op: &'static str, lead: usize, norm: usize) -> Result<String, Spmd
 #[spmd_rule(
     name = "layer_norm",
     build = Self::notation,
+    cache,
     inputs(x, scale, bias),
     outputs(out, mean, variance),
     optional(scale, bias),
     grad_inputs(x, scale, bias, mean, variance),
     grads_for(out)
 )]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LayerNorm {
     #[spmd(default = 1)]
     pub begin_norm_axis: i64,
@@ -80,11 +81,12 @@ impl LayerNorm {
 #[spmd_rule(
     name = "fused_rms_norm",
     build = Self::notation,
+    cache,
     backward_partial = "reset",
     inputs(x, scale),
     outputs(out, invvar)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FusedRmsNorm {}
 
 impl FusedRmsNorm {

@@ -129,10 +129,11 @@ reduction!(
 #[spmd_rule(
     name = "frobenius_norm",
     build = Self::notation,
+    cache,
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FrobeniusNorm {
     #[spmd(default)]
     pub axis: Vec<i64>,
@@ -158,11 +159,12 @@ impl FrobeniusNorm {
 #[spmd_rule(
     name = "logsumexp",
     build = Self::notation,
+    cache,
     backward_partial = "reset",
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LogSumExp {
     #[spmd(default)]
     pub axis: Vec<i64>,

@@ -37,11 +37,12 @@ fn first_dim_fixed(op: &'static str, rank: usize) -> Result<String, SpmdError> {
 #[spmd_rule(
     name = "scatter",
     build = Self::notation,
+    cache,
     adjust = Self::finish,
     inputs(x, index, updates),
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Scatter {
     #[spmd(default = true)]
     pub overwrite: bool,
@@ -139,12 +140,13 @@ impl Scatter {
 #[spmd_rule(
     name = "scatter_nd_add",
     build = Self::notation,
+    cache,
     inputs(x, index, updates),
     outputs(out),
     no_grad(index),
     grad_ignores(x)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ScatterNdAdd {}
 
 impl ScatterNdAdd {
@@ -178,11 +180,12 @@ impl ScatterNdAdd {
 #[spmd_rule(
     name = "put_along_axis",
     build = Self::notation,
+    cache,
     inputs(x, index, value),
     outputs(out),
     no_grad(index)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PutAlongAxis {
     #[spmd(default)]
     pub axis: i64,
@@ -207,10 +210,11 @@ impl PutAlongAxis {
 #[spmd_rule(
     name = "index_put",
     build = Self::notation,
+    cache,
     adjust = Self::grads,
     outputs(out)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct IndexPut {
     #[spmd(default)]
     pub accumulate: bool,

@@ -39,12 +39,13 @@ pub(crate) fn plain_term(names: &[char], shape: &[usize]) -> String {
 #[spmd_rule(
     name = "transpose",
     build = Self::notation,
+    cache,
     backward_partial = "reset",
     inputs(x),
     outputs(out),
     grad_inputs()
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Transpose {
     pub perm: Vec<i64>,
 }
@@ -92,12 +93,13 @@ impl Transpose {
 #[spmd_rule(
     name = "squeeze",
     build = Self::notation,
+    cache,
     backward_partial = "reset",
     grad_ignores(x),
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Squeeze {
     #[spmd(default)]
     pub axis: Vec<i64>,
@@ -132,12 +134,13 @@ impl Squeeze {
 #[spmd_rule(
     name = "unsqueeze",
     build = Self::notation,
+    cache,
     backward_partial = "reset",
     grad_ignores(x),
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Unsqueeze {
     #[spmd(default)]
     pub axis: Vec<i64>,
@@ -186,12 +189,13 @@ impl Unsqueeze {
 #[spmd_rule(
     name = "flatten",
     build = Self::notation,
+    cache,
     backward_partial = "reset",
     partial_inputs = "linear",
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Flatten {
     #[spmd(default)]
     pub start_axis: Option<i64>,
@@ -377,12 +381,13 @@ pub(crate) fn reshape_runs(
 #[spmd_rule(
     name = "reshape",
     build = Self::notation,
+    cache,
     adjust = Self::keep_split_sharding,
     partial_inputs = "linear",
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Reshape {
     #[spmd(default)]
     pub shape: Vec<i64>,
@@ -495,11 +500,12 @@ fn target_shape(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, SpmdError> 
 #[spmd_rule(
     name = "tile",
     build = Self::notation,
+    cache,
     backward_partial = "reset",
     inputs(x),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Tile {
     #[spmd(default)]
     pub repeat_times: Vec<i64>,
@@ -546,12 +552,13 @@ impl Tile {
 #[spmd_rule(
     name = "expand_as",
     build = Self::notation,
+    cache,
     adjust = Self::follow_y,
     backward_partial = "reset",
     inputs(x, y),
     outputs(out)
 )]
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ExpandAs {
     #[spmd(default)]
     pub target_shape: Vec<i64>,

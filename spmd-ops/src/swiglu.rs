@@ -21,5 +21,5 @@ use spmd_core::spmd_rule;
     outputs(out),
     optional(y)
 )]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Swiglu {}
