@@ -13,7 +13,7 @@ use crate::attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 use crate::merge::{AxisClash, AxisMap, MeshDimClash, UNSHARDED};
 use crate::mesh::{MAX_MESH_RANK, Mesh, MeshSet};
-use crate::optional::Absent;
+use crate::optional::{Absent, Presence};
 use crate::policy::{BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs};
 use crate::rule::{EinsumRule, RuleResult};
 use crate::signature::GradTensor;
@@ -27,12 +27,12 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     rule: &EinsumRule<'_>,
     mesh: &Mesh,
     inputs: &[Spec<'_>],
-    absent: Absent,
+    absent: impl Presence,
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
     arity(rule, TensorRef::input(0), plan.n_inputs(), inputs.len())?;
-    check_absent(rule, absent)?;
+    check_absent(rule, absent.mask())?;
     // Absent optional inputs take part in nothing; `present` skips them.
     let present = |i: usize| !absent.input(i);
     let mut width = 0;
@@ -126,7 +126,7 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     mesh: &Mesh,
     input_shapes: &[&[usize]],
     outputs: &[Spec<'_>],
-    absent: Absent,
+    absent: impl Presence,
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
@@ -137,7 +137,7 @@ pub(crate) fn backward<T: Trace + ?Sized>(
         input_shapes.len(),
     )?;
     arity(rule, TensorRef::output(0), plan.n_outputs(), outputs.len())?;
-    check_absent(rule, absent)?;
+    check_absent(rule, absent.mask())?;
     let (input_present, output_present) =
         (|i: usize| !absent.input(i), |o: usize| !absent.output(o));
     let mut width = 0;
@@ -263,7 +263,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     mesh: &Mesh,
     inputs: &[Spec<'_>],
     output_grads: &[Spec<'_>],
-    absent: Absent,
+    absent: impl Presence,
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
@@ -282,7 +282,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         sig.n_grads(plan.n_outputs()),
         output_grads.len(),
     )?;
-    check_absent(rule, absent)?;
+    check_absent(rule, absent.mask())?;
     let present = |t: TensorRef| match t.role {
         Role::Input => !absent.input(t.index),
         Role::Output => !absent.output(t.index),
@@ -909,7 +909,7 @@ impl<'r, 'a> Cx<'r, 'a> {
     fn merge_by_role<T: Trace + ?Sized>(
         &mut self,
         inputs: &[Spec<'_>],
-        absent: Absent,
+        absent: impl Presence,
         trace: &mut T,
     ) {
         let plan = self.rule.plan;

@@ -7,7 +7,7 @@ use spmd_notation::{AxisId, AxisSet, Plan};
 use crate::attr::{DistAttr, ReduceType, Spec};
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
-use crate::optional::{Absent, fill_shapes, fill_specs};
+use crate::optional::{Absent, AllPresent, fill_shapes, fill_specs};
 use crate::policy::Policy;
 use crate::signature::GradSignature;
 use crate::trace::Trace;
@@ -117,7 +117,7 @@ impl<'a> EinsumRule<'a> {
 
     /// Forward inference: the inputs' specs give the requirements and outputs.
     pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(self, mesh, inputs, Absent::NONE, &mut crate::trace::NoTrace)
+        crate::infer::forward(self, mesh, inputs, AllPresent, &mut crate::trace::NoTrace)
     }
 
     /// Forward inference where the tensors `absent` names are absent: their
@@ -168,7 +168,7 @@ impl<'a> EinsumRule<'a> {
             mesh,
             input_shapes,
             outputs,
-            Absent::NONE,
+            AllPresent,
             &mut crate::trace::NoTrace,
         )
     }
@@ -221,7 +221,7 @@ impl EinsumRule<'_> {
             mesh,
             inputs,
             output_grads,
-            Absent::NONE,
+            AllPresent,
             &mut crate::trace::NoTrace,
         )
     }
@@ -265,7 +265,7 @@ impl EinsumRule<'_> {
         inputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(self, mesh, inputs, Absent::NONE, trace)
+        crate::infer::forward(self, mesh, inputs, AllPresent, trace)
     }
 
     /// [`EinsumRule::backward`], reporting each step to `trace`.
@@ -276,7 +276,7 @@ impl EinsumRule<'_> {
         outputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::backward(self, mesh, input_shapes, outputs, Absent::NONE, trace)
+        crate::infer::backward(self, mesh, input_shapes, outputs, AllPresent, trace)
     }
 
     /// [`EinsumRule::grad`], reporting each step to `trace`.
@@ -287,7 +287,7 @@ impl EinsumRule<'_> {
         output_grads: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::grad(self, mesh, inputs, output_grads, Absent::NONE, trace)
+        crate::infer::grad(self, mesh, inputs, output_grads, AllPresent, trace)
     }
 }
 
