@@ -24,6 +24,18 @@ pub enum Conflicts {
     /// trimmed until divisible. Backward and grad merge first-wins, with the
     /// same divisibility by role (batch axes must divide).
     RolePriority,
+    /// The operands are aligned rather than merged (Paddle's
+    /// `AlignDimsSharding`, the rule of `concat` and `stack`): for each mesh
+    /// dim, when every operand (but those with no elements) places it alike,
+    /// that placement stays: a shard of an axis every operand carries, or a
+    /// `Sum`/`Avg` partial, which the requirements and outputs then keep.
+    /// Otherwise the mesh dim goes to the axis every operand carries that
+    /// costs least to reshard to (the sum, over the operands not yet sharding
+    /// it, of their local volume times the mesh dim's size; never to an axis
+    /// another mesh dim took or one smaller than the mesh dim; the earlier
+    /// axis on a tie). Forward aligns the inputs, grad the grad op's
+    /// operands; backward merges first-wins.
+    Align,
 }
 
 /// What happens to a sharding whose mesh dims' product does not divide the

@@ -690,6 +690,7 @@ const CONFLICTS: &[(&str, &str)] = &[
     ("first_wins", "FirstWins"),
     ("strict", "Strict"),
     ("role_priority", "RolePriority"),
+    ("align", "Align"),
 ];
 const DIVISIBILITY: &[(&str, &str)] = &[
     ("uneven", "Uneven"),
