@@ -35,6 +35,8 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     check_absent(rule, absent.mask())?;
     // Absent optional inputs take part in nothing; `present` skips them.
     let present = |i: usize| !absent.input(i);
+    // What the merge reads: present inputs that do not follow the others.
+    let merged = |i: usize| present(i) && rule.follows & (1u64 << (i & 63)) == 0;
     let mut width = 0;
     for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         let t = TensorRef::input(i);
@@ -51,19 +53,24 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     // Conflicts::Align: the partial status every input shares, kept.
     let mut aligned_partial = Partial::NONE;
     let derived_table = if rule.policy.conflicts == Conflicts::RolePriority {
-        cx.merge_by_role(inputs, absent, trace);
+        // Followers are left out of the roles like absent inputs.
+        cx.merge_by_role(
+            inputs,
+            Absent::new(absent.mask().inputs | rule.follows, 0),
+            trace,
+        );
         None
     } else if rule.policy.conflicts == Conflicts::Align {
         let ops: SmallVec<[(Term, Spec<'_>); 8]> = inputs
             .iter()
             .enumerate()
-            .filter(|(i, _)| present(*i))
+            .filter(|(i, _)| merged(*i))
             .map(|(i, s)| (plan.input(i), *s))
             .collect();
         aligned_partial = cx.merge_aligned(&ops);
         None
     } else {
-        for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
+        for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| merged(*i)) {
             cx.merge(TensorRef::input(i), plan.input(i), spec, trace)?;
         }
         cx.resolve(trace)?;
@@ -360,6 +367,9 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         }
     }
     let read = |input: Option<usize>| input.is_none_or(|i| rule.grad_ignores & (1u64 << i) == 0);
+    // Inputs that follow the others are read but do not merge.
+    let merges =
+        |input: Option<usize>| read(input) && input.is_none_or(|i| rule.follows & (1u64 << i) == 0);
     let mut cx = Cx::new(rule, mesh, width)?;
     let operands = || every().filter(|(t, ..)| present(*t));
     for (t, term, _, spec) in operands() {
@@ -370,14 +380,14 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     }
     if rule.policy.conflicts == Conflicts::Align {
         let ops: SmallVec<[(Term, Spec<'_>); 8]> = operands()
-            .filter(|(_, _, input, _)| read(*input))
+            .filter(|(_, _, input, _)| merges(*input))
             .map(|(_, term, _, spec)| (term, *spec))
             .collect();
         // The grads come back whole: a shared partial is not kept here.
         cx.merge_aligned(&ops);
     } else {
         for (t, term, input, spec) in operands() {
-            if read(input) {
+            if merges(input) {
                 cx.merge(t, term, spec, trace)?;
             }
         }
@@ -942,7 +952,12 @@ impl<'r, 'a> Cx<'r, 'a> {
         let plan = self.rule.plan;
         let n_in = inputs.len().min(8);
         let mut carried = [AxisSet::EMPTY; 8];
+        // `absent` here also names the inputs that follow the others: they
+        // carry nothing into the merge.
         for (i, spec) in inputs.iter().enumerate().take(n_in) {
+            if absent.input(i) {
+                continue;
+            }
             carried[i] = self.carried_axes(plan.input(i), spec.shape);
             if trace.enabled() {
                 self.trace_unsharded(TensorRef::input(i), plan.input(i), spec, trace);
@@ -1007,7 +1022,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                 .sum();
             (n, carried[i].intersect(batch).len())
         };
-        let mut order: SmallVec<[usize; 8]> = (0..n_in).collect();
+        let mut order: SmallVec<[usize; 8]> = (0..n_in).filter(|&i| !absent.input(i)).collect();
         order.sort_by_key(|&i| core::cmp::Reverse(shards(i)));
         for &i in &order {
             for a in batch.iter() {

@@ -24,6 +24,7 @@ pub struct RuntimeOptions<'o> {
     pub reduce_axes: &'o [(char, ReduceType)],
     pub no_grad: u64,
     pub grad_ignores: u64,
+    pub follows: u64,
     pub optional: Absent,
     pub grad_signature: GradSignature<'static>,
 }
@@ -57,6 +58,7 @@ pub fn runtime_rule<R>(
         .with_reduce_overrides(&overrides)
         .with_no_grad(o.no_grad)
         .with_grad_ignores(o.grad_ignores)
+        .with_follows(o.follows)
         .with_optional(o.optional)
         .with_grad_signature(o.grad_signature);
     f(&rule)

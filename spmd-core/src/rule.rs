@@ -42,6 +42,11 @@ pub struct EinsumRule<'a> {
     /// a sum's input): they take no part in the grad op's merge, and their
     /// requirement is their given attr.
     pub grad_ignores: u64,
+    /// Inputs that follow the others (bit `i` = input `i`): they take no
+    /// part in the forward merge nor in the grad op's, and their requirement
+    /// is the merged layout (rotary embedding's sin, cos and position ids
+    /// follow q, k and v).
+    pub follows: u64,
     /// The tensors that may be absent (optional inputs, and outputs that
     /// exist only with them); see [`Absent`].
     pub optional: Absent,
@@ -63,6 +68,7 @@ impl<'a> EinsumRule<'a> {
             never_sharded: AxisSet::EMPTY,
             no_grad: 0,
             grad_ignores: 0,
+            follows: 0,
             optional: Absent::NONE,
             grad_signature: GradSignature::DERIVED,
         }
@@ -87,6 +93,12 @@ impl<'a> EinsumRule<'a> {
     }
     pub const fn with_grad_ignores(mut self, inputs: u64) -> Self {
         self.grad_ignores = inputs;
+        self
+    }
+    /// Declares the inputs that follow the others in forward (see
+    /// [`EinsumRule::follows`]).
+    pub const fn with_follows(mut self, inputs: u64) -> Self {
+        self.follows = inputs;
         self
     }
 

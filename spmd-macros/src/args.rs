@@ -34,6 +34,7 @@ struct RawArgs {
     outputs: Option<darling::util::PathList>,
     no_grad: Option<darling::util::PathList>,
     grad_ignores: Option<darling::util::PathList>,
+    follows: Option<darling::util::PathList>,
     optional: Option<darling::util::PathList>,
     grad_inputs: Option<darling::util::PathList>,
     grads_for: Option<darling::util::PathList>,
@@ -114,6 +115,8 @@ pub struct Rule {
     /// Bit masks over inputs: no gradient / not read by the gradient.
     pub no_grad: u64,
     pub grad_ignores: u64,
+    /// Inputs left out of the forward merge (`follows(..)`).
+    pub follows: u64,
     /// Bit masks over inputs and outputs: tensors that may be absent.
     pub optional_inputs: u64,
     pub optional_outputs: u64,
@@ -330,6 +333,12 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         raw.grad_ignores.as_ref(),
         raw.inputs.as_ref(),
     );
+    let follows = input_mask(
+        &mut errors,
+        "follows",
+        raw.follows.as_ref(),
+        raw.inputs.as_ref(),
+    );
 
     let (optional_inputs, optional_outputs) = optional_masks(
         &mut errors,
@@ -377,6 +386,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         output_names: names_of(raw.outputs.as_ref()),
         no_grad,
         grad_ignores,
+        follows,
         optional_inputs,
         optional_outputs,
         needs_output_shapes: raw.needs_output_shapes,

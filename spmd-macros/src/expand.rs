@@ -103,6 +103,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             }
             Source::Build(path) => {
                 let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+                let follows = rule.follows;
                 let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
                 let never = &rule.never_sharded;
                 let overrides = rule
@@ -127,6 +128,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                                     reduce_axes: #overrides,
                                     no_grad: #no_grad,
                                     grad_ignores: #grad_ignores,
+                                    follows: #follows,
                                     optional: __spmd::Absent::new(#oi, #oo),
                                     grad_signature: __GRAD_SIGNATURE,
                                 },
@@ -427,6 +429,7 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
 /// `EinsumRule::new(..)` with every option, over the literal's plan.
 fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+    let follows = rule.follows;
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let plan_expr = plan(&l.notation, l.lit.span());
     let plan = l.notation.plan();
@@ -450,6 +453,7 @@ fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
             .with_never_sharded(__spmd::AxisSet(#never))
             .with_no_grad(#no_grad)
             .with_grad_ignores(#grad_ignores)
+            .with_follows(#follows)
             .with_optional(__spmd::Absent::new(#oi, #oo))
             .with_grad_signature(__GRAD_SIGNATURE)
     }

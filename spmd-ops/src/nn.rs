@@ -1,10 +1,12 @@
 //! Registration of the neural-network layer ops: normalizations, the fused
-//! softmax cross entropy, `log_softmax`, `swiglu`, `gather`, `flash_attention`.
+//! softmax cross entropy, `log_softmax`, `swiglu`, `gather`, `flash_attention`,
+//! `fused_rotary_position_embedding`.
 
 use spmd_core::{Registry, RuleInfo, SpmdError};
 
 use crate::{
-    CrossEntropyWithSoftmax, FlashAttention, FusedRmsNorm, Gather, LayerNorm, Softmax, Swiglu,
+    CrossEntropyWithSoftmax, FlashAttention, FusedRmsNorm, FusedRotaryPositionEmbedding, Gather,
+    LayerNorm, Softmax, Swiglu,
 };
 
 pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
@@ -17,6 +19,7 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .insert(RuleInfo::of::<Softmax>().renamed("log_softmax"))?
         .register::<Swiglu>()?
         .register::<Gather>()?
-        .register::<FlashAttention>()?;
+        .register::<FlashAttention>()?
+        .register::<FusedRotaryPositionEmbedding>()?;
     Ok(())
 }
