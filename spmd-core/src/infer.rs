@@ -14,7 +14,9 @@ use crate::error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 use crate::merge::{AxisClash, AxisMap, MeshDimClash, UNSHARDED};
 use crate::mesh::{MAX_MESH_RANK, Mesh, MeshSet};
 use crate::optional::{Absent, Presence};
-use crate::policy::{BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs};
+use crate::policy::{
+    BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs, UnshardedClaims,
+};
 use crate::rule::{EinsumRule, RuleResult};
 use crate::signature::GradTensor;
 use crate::trace::Trace;
@@ -837,8 +839,11 @@ impl<'r, 'a> Cx<'r, 'a> {
                 continue;
             }
             let Some(a) = self.carrier(self.slot(term, rank, dim), Some(spec.shape[dim])) else {
-                // Replicated in the end, but its claims count (DESIGN §4 steps 2-3).
-                self.map.claim_unsharded(given);
+                // Replicated in the end, but its claims count (DESIGN §4
+                // steps 2-3), unless the policy unshards such dims first.
+                if self.rule.policy.unsharded_claims == UnshardedClaims::Count {
+                    self.map.claim_unsharded(given);
+                }
                 trace.unsharded(t, dim, given);
                 continue;
             };

@@ -11,7 +11,7 @@ pub use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
 pub use crate::{
     Absent, Attrs, BackwardPartial, Call, Conflicts, Divisibility, Einsum, EinsumRule,
     GradSignature, GradTensor, Mesh, MissingAxis, Op, PartialInputs, Policy, ReduceType,
-    RuleResult, Spec, SpmdError, SpmdRule, Trace, fill_shapes, fill_specs,
+    RuleResult, Spec, SpmdError, SpmdRule, Trace, UnshardedClaims, fill_shapes, fill_specs,
 };
 
 /// What `#[spmd_rule(build = ...)]` knows at compile time about a rule whose

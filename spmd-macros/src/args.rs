@@ -28,6 +28,7 @@ struct RawArgs {
     missing_axis: Option<LitStr>,
     backward_partial: Option<LitStr>,
     partial_inputs: Option<LitStr>,
+    unsharded_claims: Option<LitStr>,
     validate: Option<Path>,
     adjust: Option<Path>,
     inputs: Option<darling::util::PathList>,
@@ -107,6 +108,7 @@ pub struct Rule {
     pub missing_axis: Ident,
     pub backward_partial: Ident,
     pub partial_inputs: Ident,
+    pub unsharded_claims: Ident,
     pub validate: Option<Path>,
     pub adjust: Option<Path>,
     /// Tensor names from `inputs(..)` / `outputs(..)` (empty when not given).
@@ -321,6 +323,14 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         "Drop",
     );
 
+    let unsharded_claims = choice(
+        &mut errors,
+        raw.unsharded_claims.as_ref(),
+        "`unsharded_claims` policy",
+        UNSHARDED_CLAIMS,
+        "Count",
+    );
+
     let no_grad = input_mask(
         &mut errors,
         "no_grad",
@@ -380,6 +390,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         missing_axis,
         backward_partial,
         partial_inputs,
+        unsharded_claims,
         validate: raw.validate,
         adjust: raw.adjust,
         input_names: names_of(raw.inputs.as_ref()),
@@ -621,6 +632,7 @@ const STRING_OPTIONS: &[(&str, &str)] = &[
     ("missing_axis", "missing_axis = \"error\""),
     ("backward_partial", "backward_partial = \"reset\""),
     ("partial_inputs", "partial_inputs = \"linear\""),
+    ("unsharded_claims", "unsharded_claims = \"ignore\""),
 ];
 
 /// `einsum = 3` and the like: darling would say only "Unexpected type `int`".
@@ -710,6 +722,7 @@ const DIVISIBILITY: &[(&str, &str)] = &[
 const MISSING_AXIS: &[(&str, &str)] = &[("replicate", "Replicate"), ("error", "Error")];
 const BACKWARD_PARTIAL: &[(&str, &str)] = &[("keep", "Keep"), ("reset", "Reset")];
 const PARTIAL_INPUTS: &[(&str, &str)] = &[("drop", "Drop"), ("linear", "Linear")];
+const UNSHARDED_CLAIMS: &[(&str, &str)] = &[("count", "Count"), ("ignore", "Ignore")];
 
 /// A string option with a fixed set of values, as the variant's identifier.
 fn choice(

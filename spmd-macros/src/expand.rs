@@ -58,6 +58,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         let (c, d, m) = (&rule.conflicts, &rule.divisibility, &rule.missing_axis);
         let b = &rule.backward_partial;
         let pi = &rule.partial_inputs;
+        let uc = &rule.unsharded_claims;
         quote! {
             __spmd::Policy::CLASSIC
                 .with_conflicts(__spmd::Conflicts::#c)
@@ -65,6 +66,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 .with_missing_axis(__spmd::MissingAxis::#m)
                 .with_backward_partial(__spmd::BackwardPartial::#b)
                 .with_partial_inputs(__spmd::PartialInputs::#pi)
+                .with_unsharded_claims(__spmd::UnshardedClaims::#uc)
         }
     };
     let reduce = &rule.reduce;

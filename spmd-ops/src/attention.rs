@@ -22,6 +22,7 @@ use crate::notation::input_rank;
     name = "flash_attention",
     build = Self::notation,
     never_sharded = "stde",
+    unsharded_claims = "ignore",
     adjust = Self::seed_not_partial,
     inputs(q, k, v, fixed_seed_offset, attn_mask),
     outputs(out, softmax, softmax_lse, seed_offset),
