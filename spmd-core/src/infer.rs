@@ -38,7 +38,7 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     // Absent optional inputs take part in nothing; `present` skips them.
     let present = |i: usize| !absent.input(i);
     // What the merge reads: present inputs that do not follow the others.
-    let merged = |i: usize| present(i) && rule.follows & (1u64 << (i & 63)) == 0;
+    let merged = |i: usize| present(i) && !has_bit(rule.follows, i);
     let mut width = 0;
     for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         let t = TensorRef::input(i);
@@ -368,10 +368,10 @@ pub(crate) fn grad<T: Trace + ?Sized>(
             ));
         }
     }
-    let read = |input: Option<usize>| input.is_none_or(|i| rule.grad_ignores & (1u64 << i) == 0);
+    let read = |input: Option<usize>| input.is_none_or(|i| !has_bit(rule.grad_ignores, i));
     // Inputs that follow the others are read but do not merge.
     let merges =
-        |input: Option<usize>| read(input) && input.is_none_or(|i| rule.follows & (1u64 << i) == 0);
+        |input: Option<usize>| read(input) && input.is_none_or(|i| !has_bit(rule.follows, i));
     let mut cx = Cx::new(rule, mesh, width)?;
     let operands = || every().filter(|(t, ..)| present(*t));
     for (t, term, _, spec) in operands() {
@@ -412,7 +412,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         result.inputs.push(DistAttr::new(mapping));
     }
     for j in 0..plan.n_inputs() {
-        if rule.no_grad & (1u64 << j) != 0 {
+        if has_bit(rule.no_grad, j) {
             continue;
         }
         let term = plan.input(j);
@@ -463,6 +463,12 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         });
     }
     Ok(result)
+}
+
+/// Whether bit `i` of a per-tensor mask is set (tensors past 64 have none).
+#[inline(always)]
+fn has_bit(mask: u64, i: usize) -> bool {
+    i < 64 && mask & (1u64 << i) != 0
 }
 
 /// Fails on an absent tensor the rule does not declare optional.
