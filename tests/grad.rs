@@ -240,3 +240,16 @@ fn builtin_grad_ops_take_paddles_signatures() {
     let grads: Vec<String> = r.outputs.iter().map(ToString::to_string).collect();
     assert_eq!(grads, ["[0, 1]", "[0, 1]", "[0, 1]"]);
 }
+
+/// Per-tensor masks have 64 bits: a 65th input must not shift past them.
+#[test]
+fn more_than_64_operands_do_not_panic() {
+    let text = format!("{}->", vec!["a"; 65].join(","));
+    let e = Einsum::new(&text).unwrap();
+    let x = attr(&[0]);
+    let specs: Vec<Spec<'_>> = (0..65).map(|_| Spec::new(&[4], &x)).collect();
+    let dy = attr(&[]);
+    let r = e.grad(&mesh(&[2]), &specs, &[Spec::new(&[], &dy)]).unwrap();
+    assert_eq!(r.outputs.len(), 65);
+    assert_eq!(r.outputs[64].to_string(), "[0]");
+}

@@ -13,8 +13,10 @@ use crate::attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 use crate::merge::{AxisClash, AxisMap, MeshDimClash, UNSHARDED};
 use crate::mesh::{MAX_MESH_RANK, Mesh, MeshSet};
-use crate::optional::Absent;
-use crate::policy::{BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs};
+use crate::optional::{Absent, Presence};
+use crate::policy::{
+    BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs, UnshardedClaims,
+};
 use crate::rule::{EinsumRule, RuleResult};
 use crate::signature::GradTensor;
 use crate::trace::Trace;
@@ -27,14 +29,16 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     rule: &EinsumRule<'_>,
     mesh: &Mesh,
     inputs: &[Spec<'_>],
-    absent: Absent,
+    absent: impl Presence,
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
     arity(rule, TensorRef::input(0), plan.n_inputs(), inputs.len())?;
-    check_absent(rule, absent)?;
+    check_absent(rule, absent.mask())?;
     // Absent optional inputs take part in nothing; `present` skips them.
     let present = |i: usize| !absent.input(i);
+    // What the merge reads: present inputs that do not follow the others.
+    let merged = |i: usize| present(i) && !has_bit(rule.follows, i);
     let mut width = 0;
     for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         let t = TensorRef::input(i);
@@ -48,11 +52,27 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         cx.learn_compound_extents(TensorRef::input(i), plan.input(i), spec.shape)?;
     }
+    // Conflicts::Align: the partial status every input shares, kept.
+    let mut aligned_partial = Partial::NONE;
     let derived_table = if rule.policy.conflicts == Conflicts::RolePriority {
-        cx.merge_by_role(inputs, absent, trace);
+        // Followers are left out of the roles like absent inputs.
+        cx.merge_by_role(
+            inputs,
+            Absent::new(absent.mask().inputs | rule.follows, 0),
+            trace,
+        );
+        None
+    } else if rule.policy.conflicts == Conflicts::Align {
+        let ops: SmallVec<[(Term, Spec<'_>); 8]> = inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| merged(*i))
+            .map(|(i, s)| (plan.input(i), *s))
+            .collect();
+        aligned_partial = cx.merge_aligned(&ops);
         None
     } else {
-        for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
+        for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| merged(*i)) {
             cx.merge(TensorRef::input(i), plan.input(i), spec, trace)?;
         }
         cx.resolve(trace)?;
@@ -73,7 +93,14 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     }
     // PartialInputs::Linear: the first input with a Sum partial keeps it (on
     // mesh dims no axis took) and passes it on to every output.
-    let mut passed_on = Partial::NONE;
+    let mut passed_on = aligned_partial;
+    if aligned_partial.is_partial() {
+        for (i, r) in result.inputs.iter_mut().enumerate() {
+            if present(i) {
+                r.partial = aligned_partial;
+            }
+        }
+    }
     if rule.policy.partial_inputs == PartialInputs::Linear {
         let taken = given[..cx.n_axes]
             .iter()
@@ -126,7 +153,7 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     mesh: &Mesh,
     input_shapes: &[&[usize]],
     outputs: &[Spec<'_>],
-    absent: Absent,
+    absent: impl Presence,
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
@@ -137,7 +164,7 @@ pub(crate) fn backward<T: Trace + ?Sized>(
         input_shapes.len(),
     )?;
     arity(rule, TensorRef::output(0), plan.n_outputs(), outputs.len())?;
-    check_absent(rule, absent)?;
+    check_absent(rule, absent.mask())?;
     let (input_present, output_present) =
         (|i: usize| !absent.input(i), |o: usize| !absent.output(o));
     let mut width = 0;
@@ -263,7 +290,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     mesh: &Mesh,
     inputs: &[Spec<'_>],
     output_grads: &[Spec<'_>],
-    absent: Absent,
+    absent: impl Presence,
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
@@ -282,7 +309,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         sig.n_grads(plan.n_outputs()),
         output_grads.len(),
     )?;
-    check_absent(rule, absent)?;
+    check_absent(rule, absent.mask())?;
     let present = |t: TensorRef| match t.role {
         Role::Input => !absent.input(t.index),
         Role::Output => !absent.output(t.index),
@@ -341,7 +368,10 @@ pub(crate) fn grad<T: Trace + ?Sized>(
             ));
         }
     }
-    let read = |input: Option<usize>| input.is_none_or(|i| rule.grad_ignores & (1u64 << i) == 0);
+    let read = |input: Option<usize>| input.is_none_or(|i| !has_bit(rule.grad_ignores, i));
+    // Inputs that follow the others are read but do not merge.
+    let merges =
+        |input: Option<usize>| read(input) && input.is_none_or(|i| !has_bit(rule.follows, i));
     let mut cx = Cx::new(rule, mesh, width)?;
     let operands = || every().filter(|(t, ..)| present(*t));
     for (t, term, _, spec) in operands() {
@@ -350,12 +380,21 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     for (t, term, _, spec) in operands() {
         cx.learn_compound_extents(t, term, spec.shape)?;
     }
-    for (t, term, input, spec) in operands() {
-        if read(input) {
-            cx.merge(t, term, spec, trace)?;
+    if rule.policy.conflicts == Conflicts::Align {
+        let ops: SmallVec<[(Term, Spec<'_>); 8]> = operands()
+            .filter(|(_, _, input, _)| merges(*input))
+            .map(|(_, term, _, spec)| (term, *spec))
+            .collect();
+        // The grads come back whole: a shared partial is not kept here.
+        cx.merge_aligned(&ops);
+    } else {
+        for (t, term, input, spec) in operands() {
+            if merges(input) {
+                cx.merge(t, term, spec, trace)?;
+            }
         }
+        cx.resolve(trace)?;
     }
-    cx.resolve(trace)?;
     // Given side: the grad op's inputs; derived side: the input grads.
     let derived_table = cx.fit(trace);
     let given: &[Sharding] = &cx.map.sharding;
@@ -373,7 +412,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         result.inputs.push(DistAttr::new(mapping));
     }
     for j in 0..plan.n_inputs() {
-        if rule.no_grad & (1u64 << j) != 0 {
+        if has_bit(rule.no_grad, j) {
             continue;
         }
         let term = plan.input(j);
@@ -424,6 +463,12 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         });
     }
     Ok(result)
+}
+
+/// Whether bit `i` of a per-tensor mask is set (tensors past 64 have none).
+#[inline(always)]
+fn has_bit(mask: u64, i: usize) -> bool {
+    i < 64 && mask & (1u64 << i) != 0
 }
 
 /// Fails on an absent tensor the rule does not declare optional.
@@ -800,8 +845,11 @@ impl<'r, 'a> Cx<'r, 'a> {
                 continue;
             }
             let Some(a) = self.carrier(self.slot(term, rank, dim), Some(spec.shape[dim])) else {
-                // Replicated in the end, but its claims count (DESIGN §4 steps 2-3).
-                self.map.claim_unsharded(given);
+                // Replicated in the end, but its claims count (DESIGN §4
+                // steps 2-3), unless the policy unshards such dims first.
+                if self.rule.policy.unsharded_claims == UnshardedClaims::Count {
+                    self.map.claim_unsharded(given);
+                }
                 trace.unsharded(t, dim, given);
                 continue;
             };
@@ -909,13 +957,18 @@ impl<'r, 'a> Cx<'r, 'a> {
     fn merge_by_role<T: Trace + ?Sized>(
         &mut self,
         inputs: &[Spec<'_>],
-        absent: Absent,
+        absent: impl Presence,
         trace: &mut T,
     ) {
         let plan = self.rule.plan;
         let n_in = inputs.len().min(8);
         let mut carried = [AxisSet::EMPTY; 8];
+        // `absent` here also names the inputs that follow the others: they
+        // carry nothing into the merge.
         for (i, spec) in inputs.iter().enumerate().take(n_in) {
+            if absent.input(i) {
+                continue;
+            }
             carried[i] = self.carried_axes(plan.input(i), spec.shape);
             if trace.enabled() {
                 self.trace_unsharded(TensorRef::input(i), plan.input(i), spec, trace);
@@ -980,7 +1033,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                 .sum();
             (n, carried[i].intersect(batch).len())
         };
-        let mut order: SmallVec<[usize; 8]> = (0..n_in).collect();
+        let mut order: SmallVec<[usize; 8]> = (0..n_in).filter(|&i| !absent.input(i)).collect();
         order.sort_by_key(|&i| core::cmp::Reverse(shards(i)));
         for &i in &order {
             for a in batch.iter() {
@@ -1030,6 +1083,121 @@ impl<'r, 'a> Cx<'r, 'a> {
             }
             self.map.sharding[a as usize] = fitted;
         }
+    }
+
+    /// [`Conflicts::Align`] (see the policy's documentation): fills the axis
+    /// map from the operands, one mesh dim at a time, and returns the partial
+    /// status they all share.
+    fn merge_aligned(&mut self, ops: &[(Term, Spec<'_>)]) -> Partial {
+        // Where operand `i` puts mesh dim `m`: on an axis, on a tensor dim
+        // that carries none (compared by position), partial, or nowhere.
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum Place {
+            Rep,
+            Axis(u8),
+            Dim(usize),
+            Partial(ReduceType),
+        }
+        let place = |cx: &Self, (term, spec): &(Term, Spec<'_>), m: u8| -> Place {
+            let rank = spec.shape.len();
+            for dim in 0..rank {
+                if spec.attr.dims_mapping[dim].mesh_set().contains(m) {
+                    let slot = cx.slot(*term, rank, dim);
+                    return match cx.carrier(slot, Some(spec.shape[dim])) {
+                        Some(a) => Place::Axis(a),
+                        None => Place::Dim(dim),
+                    };
+                }
+            }
+            spec.attr
+                .partial
+                .reduce_type(m)
+                .map_or(Place::Rep, Place::Partial)
+        };
+        // Operands without elements (no dims, or none along the first) do
+        // not vote.
+        let live: SmallVec<[usize; 8]> = (0..ops.len())
+            .filter(|&i| ops[i].1.shape.first().is_some_and(|&d| d != 0))
+            .collect();
+        let mut partial = Partial::NONE;
+        let Some(&first) = live.first() else {
+            return partial;
+        };
+        let mut aligned = AxisSet(u64::MAX);
+        for &i in &live {
+            aligned = aligned.intersect(self.carried_axes(ops[i].0, ops[i].1.shape));
+        }
+        aligned = aligned.minus(self.never);
+        // The aligned axes in the first live operand's dim order (ties of
+        // the cost rule go to the earlier dim).
+        let (term0, spec0) = &ops[first];
+        let rank0 = spec0.shape.len();
+        let order: SmallVec<[(u8, usize); 8]> = (0..rank0)
+            .filter_map(|dim| {
+                let a = self.carrier(self.slot(*term0, rank0, dim), Some(spec0.shape[dim]))?;
+                aligned.contains(a).then_some((a, dim))
+            })
+            .collect();
+        let n_mesh = self.mesh.rank() as u8;
+        let mismatch = |cx: &Self, m: u8| {
+            live.iter()
+                .any(|&i| place(cx, &ops[i], m) != place(cx, &ops[first], m))
+        };
+        let mut taken = AxisSet::EMPTY;
+        for m in 0..n_mesh {
+            if mismatch(self, m) {
+                continue;
+            }
+            match place(self, &ops[first], m) {
+                Place::Axis(a) if aligned.contains(a) => {
+                    taken = taken.with(a);
+                    self.map.sharding[a as usize].push(m);
+                }
+                Place::Partial(r @ (ReduceType::Sum | ReduceType::Avg)) => partial.set(m, r),
+                _ => {}
+            }
+        }
+        for m in 0..n_mesh {
+            if !mismatch(self, m) || partial.reduce_type(m).is_some() {
+                continue;
+            }
+            let size = self.mesh.dim(m);
+            let mut best: Option<(f64, u8)> = None;
+            for &(a, _) in order.iter().filter(|(a, _)| !taken.contains(*a)) {
+                let mut cost = 0.0f64;
+                for &i in &live {
+                    let (term, spec) = &ops[i];
+                    let rank = spec.shape.len();
+                    let Some(dim) = (0..rank).find(|&d| {
+                        self.carrier(self.slot(*term, rank, d), Some(spec.shape[d])) == Some(a)
+                    }) else {
+                        continue;
+                    };
+                    if spec.shape[dim] < size {
+                        cost = f64::INFINITY;
+                        break;
+                    }
+                    if !spec.attr.dims_mapping[dim].is_replicated() {
+                        continue;
+                    }
+                    let local: f64 = spec
+                        .shape
+                        .iter()
+                        .zip(spec.attr.dims_mapping.as_slice())
+                        .map(|(&n, s)| n.div_ceil(self.mesh.product(s.mesh_set()).max(1)) as f64)
+                        .product();
+                    cost += local * size as f64;
+                }
+                if cost.is_finite() && best.is_none_or(|(c, _)| cost < c) {
+                    best = Some((cost, a));
+                }
+            }
+            if let Some((_, a)) = best {
+                taken = taken.with(a);
+                self.map.sharding[a as usize].push(m);
+            }
+        }
+        partial
     }
 
     /// Reports the dims of an input that never carry a sharding but were given one.

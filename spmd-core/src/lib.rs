@@ -60,7 +60,9 @@ pub use mixed::{
 };
 pub use op::{Call, Op};
 pub use optional::{Absent, fill_shapes, fill_specs};
-pub use policy::{BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy};
+pub use policy::{
+    BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy, UnshardedClaims,
+};
 pub use registry::{Registry, RuleInfo};
 #[cfg(feature = "std")]
 pub use registry::{global, global_mut, register_global};

@@ -115,7 +115,7 @@ impl AxisMap {
                 }
                 // Role priority's own merge runs in forward only; backward
                 // and grad settle their operands first-wins.
-                Conflicts::FirstWins | Conflicts::RolePriority => {
+                Conflicts::FirstWins | Conflicts::RolePriority | Conflicts::Align => {
                     let mut bits = others;
                     while bits != 0 {
                         let a = bits.trailing_zeros() as u8;

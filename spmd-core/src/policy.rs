@@ -24,6 +24,18 @@ pub enum Conflicts {
     /// trimmed until divisible. Backward and grad merge first-wins, with the
     /// same divisibility by role (batch axes must divide).
     RolePriority,
+    /// The operands are aligned rather than merged (Paddle's
+    /// `AlignDimsSharding`, the rule of `concat` and `stack`): for each mesh
+    /// dim, when every operand (but those with no elements) places it alike,
+    /// that placement stays: a shard of an axis every operand carries, or a
+    /// `Sum`/`Avg` partial, which the requirements and outputs then keep.
+    /// Otherwise the mesh dim goes to the axis every operand carries that
+    /// costs least to reshard to (the sum, over the operands not yet sharding
+    /// it, of their local volume times the mesh dim's size; never to an axis
+    /// another mesh dim took or one smaller than the mesh dim; the earlier
+    /// axis on a tie). Forward aligns the inputs, grad the grad op's
+    /// operands; backward merges first-wins.
+    Align,
 }
 
 /// What happens to a sharding whose mesh dims' product does not divide the
@@ -85,6 +97,22 @@ pub enum BackwardPartial {
     Reset,
 }
 
+/// Whether a sharding given on a dim that is never sharded (a `1` dim, a
+/// never-sharded axis, a broadcast size-1 dim) still claims its mesh dims
+/// in the merge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum UnshardedClaims {
+    /// It does (DESIGN §4 steps 2-3): the dim is replicated in the end, but
+    /// an axis that wants the same mesh dim later loses it, first-wins.
+    #[default]
+    Count,
+    /// Such dims are unsharded before the merge, so their mesh dims are free
+    /// for the other axes (Paddle 3.3.1's flash attention unshards the
+    /// sequence and head dims of q, k and v first).
+    Ignore,
+}
+
 /// One rule's choice of every policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Policy {
@@ -93,6 +121,7 @@ pub struct Policy {
     pub partial_inputs: PartialInputs,
     pub missing_axis: MissingAxis,
     pub backward_partial: BackwardPartial,
+    pub unsharded_claims: UnshardedClaims,
 }
 
 impl Policy {
@@ -104,6 +133,7 @@ impl Policy {
         partial_inputs: PartialInputs::Drop,
         missing_axis: MissingAxis::Replicate,
         backward_partial: BackwardPartial::Keep,
+        unsharded_claims: UnshardedClaims::Count,
     };
 
     /// The classic policy with strict conflicts.
@@ -114,6 +144,10 @@ impl Policy {
 
     pub const fn with_conflicts(mut self, c: Conflicts) -> Policy {
         self.conflicts = c;
+        self
+    }
+    pub const fn with_unsharded_claims(mut self, u: UnshardedClaims) -> Policy {
+        self.unsharded_claims = u;
         self
     }
     pub const fn with_divisibility(mut self, d: Divisibility) -> Policy {

@@ -14,7 +14,7 @@ pub use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
 pub use crate::{
     Absent, Attrs, BackwardPartial, Call, Conflicts, Divisibility, Einsum, EinsumRule,
     GradSignature, GradTensor, Mesh, MissingAxis, Op, PartialInputs, Policy, ReduceType,
-    RuleResult, Spec, SpmdError, SpmdRule, Trace, fill_shapes, fill_specs,
+    RuleResult, Spec, SpmdError, SpmdRule, Trace, UnshardedClaims, fill_shapes, fill_specs,
 };
 
 /// What `#[spmd_rule(build = ...)]` knows at compile time about a rule whose
@@ -27,6 +27,7 @@ pub struct RuntimeOptions<'o> {
     pub reduce_axes: &'o [(char, ReduceType)],
     pub no_grad: u64,
     pub grad_ignores: u64,
+    pub follows: u64,
     pub optional: Absent,
     pub grad_signature: GradSignature<'static>,
 }
@@ -60,6 +61,7 @@ pub fn runtime_rule<R>(
         .with_reduce_overrides(&overrides)
         .with_no_grad(o.no_grad)
         .with_grad_ignores(o.grad_ignores)
+        .with_follows(o.follows)
         .with_optional(o.optional)
         .with_grad_signature(o.grad_signature);
     f(&rule)

@@ -7,7 +7,7 @@ use spmd_notation::{AxisId, AxisSet, Plan};
 use crate::attr::{DistAttr, ReduceType, Spec};
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
-use crate::optional::{Absent, fill_shapes, fill_specs};
+use crate::optional::{Absent, AllPresent, fill_shapes, fill_specs};
 use crate::policy::Policy;
 use crate::signature::GradSignature;
 use crate::trace::Trace;
@@ -42,6 +42,11 @@ pub struct EinsumRule<'a> {
     /// a sum's input): they take no part in the grad op's merge, and their
     /// requirement is their given attr.
     pub grad_ignores: u64,
+    /// Inputs that follow the others (bit `i` = input `i`): they take no
+    /// part in the forward merge nor in the grad op's, and their requirement
+    /// is the merged layout (rotary embedding's sin, cos and position ids
+    /// follow q, k and v).
+    pub follows: u64,
     /// The tensors that may be absent (optional inputs, and outputs that
     /// exist only with them); see [`Absent`].
     pub optional: Absent,
@@ -63,6 +68,7 @@ impl<'a> EinsumRule<'a> {
             never_sharded: AxisSet::EMPTY,
             no_grad: 0,
             grad_ignores: 0,
+            follows: 0,
             optional: Absent::NONE,
             grad_signature: GradSignature::DERIVED,
         }
@@ -87,6 +93,12 @@ impl<'a> EinsumRule<'a> {
     }
     pub const fn with_grad_ignores(mut self, inputs: u64) -> Self {
         self.grad_ignores = inputs;
+        self
+    }
+    /// Declares the inputs that follow the others in forward (see
+    /// [`EinsumRule::follows`]).
+    pub const fn with_follows(mut self, inputs: u64) -> Self {
+        self.follows = inputs;
         self
     }
 
@@ -117,7 +129,7 @@ impl<'a> EinsumRule<'a> {
 
     /// Forward inference: the inputs' specs give the requirements and outputs.
     pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(self, mesh, inputs, Absent::NONE, &mut crate::trace::NoTrace)
+        crate::infer::forward(self, mesh, inputs, AllPresent, &mut crate::trace::NoTrace)
     }
 
     /// Forward inference where the tensors `absent` names are absent: their
@@ -168,7 +180,7 @@ impl<'a> EinsumRule<'a> {
             mesh,
             input_shapes,
             outputs,
-            Absent::NONE,
+            AllPresent,
             &mut crate::trace::NoTrace,
         )
     }
@@ -221,7 +233,7 @@ impl EinsumRule<'_> {
             mesh,
             inputs,
             output_grads,
-            Absent::NONE,
+            AllPresent,
             &mut crate::trace::NoTrace,
         )
     }
@@ -265,7 +277,7 @@ impl EinsumRule<'_> {
         inputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(self, mesh, inputs, Absent::NONE, trace)
+        crate::infer::forward(self, mesh, inputs, AllPresent, trace)
     }
 
     /// [`EinsumRule::backward`], reporting each step to `trace`.
@@ -276,7 +288,7 @@ impl EinsumRule<'_> {
         outputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::backward(self, mesh, input_shapes, outputs, Absent::NONE, trace)
+        crate::infer::backward(self, mesh, input_shapes, outputs, AllPresent, trace)
     }
 
     /// [`EinsumRule::grad`], reporting each step to `trace`.
@@ -287,7 +299,7 @@ impl EinsumRule<'_> {
         output_grads: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::grad(self, mesh, inputs, output_grads, Absent::NONE, trace)
+        crate::infer::grad(self, mesh, inputs, output_grads, AllPresent, trace)
     }
 }
 

@@ -30,12 +30,14 @@ struct RawArgs {
     missing_axis: Option<LitStr>,
     backward_partial: Option<LitStr>,
     partial_inputs: Option<LitStr>,
+    unsharded_claims: Option<LitStr>,
     validate: Option<Path>,
     adjust: Option<Path>,
     inputs: Option<darling::util::PathList>,
     outputs: Option<darling::util::PathList>,
     no_grad: Option<darling::util::PathList>,
     grad_ignores: Option<darling::util::PathList>,
+    follows: Option<darling::util::PathList>,
     optional: Option<darling::util::PathList>,
     grad_inputs: Option<darling::util::PathList>,
     grads_for: Option<darling::util::PathList>,
@@ -109,6 +111,7 @@ pub struct Rule {
     pub missing_axis: Ident,
     pub backward_partial: Ident,
     pub partial_inputs: Ident,
+    pub unsharded_claims: Ident,
     pub validate: Option<Path>,
     pub adjust: Option<Path>,
     /// Tensor names from `inputs(..)` / `outputs(..)` (empty when not given).
@@ -117,6 +120,8 @@ pub struct Rule {
     /// Bit masks over inputs: no gradient / not read by the gradient.
     pub no_grad: u64,
     pub grad_ignores: u64,
+    /// Inputs left out of the forward merge (`follows(..)`).
+    pub follows: u64,
     /// Bit masks over inputs and outputs: tensors that may be absent.
     pub optional_inputs: u64,
     pub optional_outputs: u64,
@@ -332,6 +337,14 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         "Drop",
     );
 
+    let unsharded_claims = choice(
+        &mut errors,
+        raw.unsharded_claims.as_ref(),
+        "`unsharded_claims` policy",
+        UNSHARDED_CLAIMS,
+        "Count",
+    );
+
     let no_grad = input_mask(
         &mut errors,
         "no_grad",
@@ -342,6 +355,12 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         &mut errors,
         "grad_ignores",
         raw.grad_ignores.as_ref(),
+        raw.inputs.as_ref(),
+    );
+    let follows = input_mask(
+        &mut errors,
+        "follows",
+        raw.follows.as_ref(),
         raw.inputs.as_ref(),
     );
 
@@ -385,12 +404,14 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         missing_axis,
         backward_partial,
         partial_inputs,
+        unsharded_claims,
         validate: raw.validate,
         adjust: raw.adjust,
         input_names: names_of(raw.inputs.as_ref()),
         output_names: names_of(raw.outputs.as_ref()),
         no_grad,
         grad_ignores,
+        follows,
         optional_inputs,
         optional_outputs,
         needs_output_shapes: raw.needs_output_shapes,
@@ -625,6 +646,7 @@ const STRING_OPTIONS: &[(&str, &str)] = &[
     ("missing_axis", "missing_axis = \"error\""),
     ("backward_partial", "backward_partial = \"reset\""),
     ("partial_inputs", "partial_inputs = \"linear\""),
+    ("unsharded_claims", "unsharded_claims = \"ignore\""),
 ];
 
 /// `einsum = 3` and the like: darling would say only "Unexpected type `int`".
@@ -704,6 +726,7 @@ const CONFLICTS: &[(&str, &str)] = &[
     ("first_wins", "FirstWins"),
     ("strict", "Strict"),
     ("role_priority", "RolePriority"),
+    ("align", "Align"),
 ];
 const DIVISIBILITY: &[(&str, &str)] = &[
     ("uneven", "Uneven"),
@@ -713,6 +736,7 @@ const DIVISIBILITY: &[(&str, &str)] = &[
 const MISSING_AXIS: &[(&str, &str)] = &[("replicate", "Replicate"), ("error", "Error")];
 const BACKWARD_PARTIAL: &[(&str, &str)] = &[("keep", "Keep"), ("reset", "Reset")];
 const PARTIAL_INPUTS: &[(&str, &str)] = &[("drop", "Drop"), ("linear", "Linear")];
+const UNSHARDED_CLAIMS: &[(&str, &str)] = &[("count", "Count"), ("ignore", "Ignore")];
 
 /// A string option with a fixed set of values, as the variant's identifier.
 fn choice(

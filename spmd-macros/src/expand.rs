@@ -58,6 +58,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         let (c, d, m) = (&rule.conflicts, &rule.divisibility, &rule.missing_axis);
         let b = &rule.backward_partial;
         let pi = &rule.partial_inputs;
+        let uc = &rule.unsharded_claims;
         quote! {
             __spmd::Policy::CLASSIC
                 .with_conflicts(__spmd::Conflicts::#c)
@@ -65,6 +66,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 .with_missing_axis(__spmd::MissingAxis::#m)
                 .with_backward_partial(__spmd::BackwardPartial::#b)
                 .with_partial_inputs(__spmd::PartialInputs::#pi)
+                .with_unsharded_claims(__spmd::UnshardedClaims::#uc)
         }
     };
     let reduce = &rule.reduce;
@@ -104,6 +106,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         }
         Source::Build { path, cache } => {
             let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+            let follows = rule.follows;
             let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
             let never = &rule.never_sharded;
             let overrides = rule
@@ -159,6 +162,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                                 reduce_axes: #overrides,
                                 no_grad: #no_grad,
                                 grad_ignores: #grad_ignores,
+                                follows: #follows,
                                 optional: __spmd::Absent::new(#oi, #oo),
                                 grad_signature: __GRAD_SIGNATURE,
                             },
@@ -459,6 +463,7 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
 /// `EinsumRule::new(..)` with every option, over the literal's plan.
 fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+    let follows = rule.follows;
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let plan_expr = plan(&l.notation, l.lit.span());
     let plan = l.notation.plan();
@@ -482,6 +487,7 @@ fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
             .with_never_sharded(__spmd::AxisSet(#never))
             .with_no_grad(#no_grad)
             .with_grad_ignores(#grad_ignores)
+            .with_follows(#follows)
             .with_optional(__spmd::Absent::new(#oi, #oo))
             .with_grad_signature(__GRAD_SIGNATURE)
     }

@@ -26,6 +26,7 @@ mod nn;
 mod norm;
 mod notation;
 mod reduce;
+mod rope;
 mod scatter;
 mod shape;
 mod softmax;
@@ -53,6 +54,7 @@ pub use reduce::{
     All, Amax, Amin, Any, FrobeniusNorm, LogSumExp, Max, Min, PNorm, Prod, ReduceBase,
     SquaredL2Norm, Sum,
 };
+pub use rope::FusedRotaryPositionEmbedding;
 pub use scatter::{IndexPut, PutAlongAxis, Scatter, ScatterNdAdd};
 pub use shape::{ExpandAs, Flatten, Reshape, Squeeze, Tile, Transpose, Unsqueeze};
 pub use softmax::Softmax;

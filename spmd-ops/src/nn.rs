@@ -1,14 +1,14 @@
 //! Registration of the neural-network layer ops: normalizations, the fused
 //! softmax cross entropy, `log_softmax`, `swiglu`, gathers and scatters,
-//! `flash_attention`.
+//! `flash_attention`, `fused_rotary_position_embedding`.
 
 use spmd_core::{Registry, RuleInfo, SpmdError};
 
 use crate::{
     BatchNorm, CSoftmaxWithCrossEntropy, CSoftmaxWithMultiLabelCrossEntropy,
-    CrossEntropyWithSoftmax, FlashAttention, FlashMask, FusedRmsNorm, Gather, GatherNd, GroupNorm,
-    IndexPut, InstanceNorm, LayerNorm, MoeCombine, MoeGateDispatch, PutAlongAxis, Scatter,
-    ScatterNdAdd, Softmax, Swiglu, TakeAlongAxis,
+    CrossEntropyWithSoftmax, FlashAttention, FlashMask, FusedRmsNorm, FusedRotaryPositionEmbedding,
+    Gather, GatherNd, GroupNorm, IndexPut, InstanceNorm, LayerNorm, MoeCombine, MoeGateDispatch,
+    PutAlongAxis, Scatter, ScatterNdAdd, Softmax, Swiglu, TakeAlongAxis,
 };
 
 pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
@@ -38,6 +38,7 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<PutAlongAxis>()?
         .register::<IndexPut>()?
         .register::<FlashAttention>()?
-        .register::<FlashMask>()?;
+        .register::<FlashMask>()?
+        .register::<FusedRotaryPositionEmbedding>()?;
     Ok(())
 }

@@ -3,10 +3,7 @@
 //! The cut or joined axis is never sharded (its pieces would not line up
 //! with the devices' blocks); every other dim keeps its sharding.
 
-use spmd_core::{
-    Call, DimsMapping, DistAttr, Einsum, Partial, ReduceType, RuleResult, Sharding, SpmdError,
-    spmd_rule,
-};
+use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
 
 use crate::notation::{labels, normalize_axis};
 use crate::shape::{input_shape, plain_term};
@@ -185,153 +182,20 @@ impl StridedSlice {
     }
 }
 
-/// Paddle's `AlignDimsSharding` (Paddle 3.3.1, `spmd_rules/utils.cc`), the
-/// forward rule of `concat` and `stack`: for each mesh dim, when every
-/// non-empty input places it alike (shards the same dim, or is partial
-/// with the same reduce type, or leaves it replicated) that placement stays
-/// (a shard only on an aligned dim, a partial only when `Sum` or `Avg`);
-/// otherwise the mesh dim goes to the aligned dim that costs least to
-/// reshard (the sum of the local volumes of the inputs that do not yet
-/// shard that dim; the earlier dim on a tie), not to one already taken nor
-/// one smaller than the mesh dim. Returns the common mapping of the inputs
-/// and their common partial status.
-fn align_dims_sharding(
-    mesh: &spmd_core::Mesh,
-    shapes: &[&[usize]],
-    mappings: &[&DistAttr],
-    aligned: &[bool],
-) -> (Vec<Option<u8>>, Partial) {
-    let rank = aligned.len();
-    let empty = |s: &[usize]| s.first().is_none_or(|&d| d == 0);
-    let live: Vec<usize> = (0..shapes.len()).filter(|&i| !empty(shapes[i])).collect();
-    // Placement of mesh dim m on input i.
-    #[derive(Clone, Copy, PartialEq)]
-    enum P {
-        Rep,
-        Shard(usize),
-        Partial(ReduceType),
-    }
-    let place = |i: usize, m: u8| -> P {
-        let a = mappings[i];
-        if let Some(d) = a
-            .dims_mapping
-            .as_slice()
-            .iter()
-            .position(|s| s.mesh_set().contains(m))
-        {
-            return P::Shard(d);
-        }
-        a.partial.reduce_type(m).map_or(P::Rep, P::Partial)
-    };
-    let mut result: Vec<Option<u8>> = vec![None; rank];
-    let mut partial = Partial::NONE;
-    let Some(&first) = live.first() else {
-        return (result, partial);
-    };
-    let n_mesh = mesh.rank() as u8;
-    let mismatch = |m: u8| live.iter().any(|&i| place(i, m) != place(first, m));
-    let mut taken = vec![false; rank];
-    for m in 0..n_mesh {
-        if mismatch(m) {
-            continue;
-        }
-        match place(first, m) {
-            P::Shard(d) if aligned[d] => {
-                taken[d] = true;
-                result[d] = Some(m);
-            }
-            P::Partial(r @ (ReduceType::Sum | ReduceType::Avg)) => partial.set(m, r),
-            _ => {}
-        }
-    }
-    for m in 0..n_mesh {
-        if !mismatch(m) || partial.reduce_type(m).is_some() {
-            continue;
-        }
-        let size = mesh.dim(m);
-        let mut best: Option<(f64, usize)> = None;
-        for d in (0..rank).filter(|&d| aligned[d] && !taken[d]) {
-            let mut cost = 0.0f64;
-            for &i in &live {
-                let shape = shapes[i];
-                if shape[d] < size {
-                    cost = f64::INFINITY;
-                    break;
-                }
-                let attr = mappings[i];
-                if !attr.dims_mapping.as_slice()[d].is_replicated() {
-                    continue;
-                }
-                let local: f64 = shape
-                    .iter()
-                    .zip(attr.dims_mapping.as_slice())
-                    .map(|(&n, s)| {
-                        let split = mesh.product(s.mesh_set()).max(1);
-                        n.div_ceil(split) as f64
-                    })
-                    .product();
-                cost += local * size as f64;
-            }
-            if cost.is_finite() && best.is_none_or(|(c, _)| cost < c) {
-                best = Some((cost, d));
-            }
-        }
-        if let Some((_, d)) = best {
-            taken[d] = true;
-            result[d] = Some(m);
-        }
-    }
-    (result, partial)
-}
-
-/// The forward `adjust` of `concat` and `stack`: every input gets the
-/// aligned mapping (the joined axis replicated), and the output the same
-/// with `insert` (stack's new dim) added.
-fn aligned_forward(
-    call: &Call<'_>,
-    result: &mut RuleResult,
-    skip: Option<usize>,
-    insert: Option<usize>,
-) -> Result<(), SpmdError> {
-    let Call::Forward { mesh, inputs, .. } = *call else {
-        return Ok(());
-    };
-    let Some(rank) = inputs.iter().map(|s| s.shape.len()).find(|_| true) else {
-        return Ok(());
-    };
-    let aligned: Vec<bool> = (0..rank).map(|d| Some(d) != skip).collect();
-    let shapes: Vec<&[usize]> = inputs.iter().map(|s| s.shape).collect();
-    let attrs: Vec<&DistAttr> = inputs.iter().map(|s| s.attr).collect();
-    let (dims, partial) = align_dims_sharding(mesh, &shapes, &attrs, &aligned);
-    let mapping = DimsMapping::from_dims(dims.iter().copied());
-    for r in result.inputs.iter_mut() {
-        *r = DistAttr::new(mapping.clone()).with_partial(partial);
-    }
-    let mut out: Vec<Sharding> = mapping.as_slice().to_vec();
-    if let Some(at) = insert {
-        out.insert(at.min(out.len()), Sharding::REPLICATED);
-    }
-    if let Some(o) = result.outputs.first_mut() {
-        *o = DistAttr::new(DimsMapping::from_shardings(&out)).with_partial(partial);
-    }
-    Ok(())
-}
-
 /// Paddle's `concat`: joins its inputs along `axis`, which is never
 /// sharded.
 ///
-/// Forward reproduces Paddle's cost-based alignment of the inputs
-/// (`AlignDimsSharding`, see [`align_dims_sharding`]) rather than the merge
-/// of DESIGN §4: the merge errors on a dim two inputs shard differently,
-/// where Paddle moves the mesh dim to the cheapest dim. The core has no such
-/// policy, so the forward notation gives the merge nothing (every dim `1`)
-/// and an `adjust` hook lays the tensors out. Backward is the classic merge
-/// of the output.
+/// Forward and grad align the operands with Paddle's cost rule
+/// (`AlignDimsSharding`; `conflicts = "align"`, see
+/// [`Conflicts::Align`](spmd_core::Conflicts::Align)) rather than merging
+/// them: where two inputs shard a dim differently, Paddle moves the mesh dim
+/// to the cheapest dim instead of failing. Backward is the classic merge of
+/// the output.
 #[spmd_rule(
     name = "concat",
     build = Self::notation,
     cache,
-    adjust = Self::align,
+    conflicts = "align",
     backward_partial = "keep"
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -346,9 +210,27 @@ impl Concat {
         Ok((rank, normalize_axis("concat", "axis", self.axis, rank)?))
     }
 
+    /// `ab1c,ab1c->ab1c` for `axis = 2`. Forward labels every other dim
+    /// (Paddle aligns size-1 dims too); the other directions write size-1
+    /// dims `1`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         let n = n_inputs(call);
         let (rank, axis) = self.axis(call)?;
+        let names = labels("concat", rank)?;
+        let term = |shape: &[usize]| -> String {
+            names
+                .iter()
+                .zip(shape)
+                .enumerate()
+                .map(|(d, (&c, &size))| {
+                    if d == axis || (size == 1 && !call.is_forward()) {
+                        '1'
+                    } else {
+                        c
+                    }
+                })
+                .collect()
+        };
         let mut terms = Vec::with_capacity(n);
         for i in 0..n {
             let shape = input_shape("concat", call, i)?;
@@ -358,26 +240,10 @@ impl Concat {
                     message: format!("input {i} has rank {}, input 0 rank {rank}", shape.len()),
                 });
             }
-            terms.push(if call.is_forward() {
-                "1".repeat(rank)
-            } else {
-                cut_term("concat", shape, axis)?
-            });
+            terms.push(term(shape));
         }
-        let out = if call.is_forward() {
-            "1".repeat(rank)
-        } else {
-            cut_term("concat", input_shape("concat", call, 0)?, axis)?
-        };
+        let out = term(input_shape("concat", call, 0)?);
         Einsum::new(&format!("{}->{out}", terms.join(",")))
-    }
-
-    fn align(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        if !call.is_forward() {
-            return Ok(());
-        }
-        let (_, axis) = self.axis(call)?;
-        aligned_forward(call, result, Some(axis), None)
     }
 }
 
@@ -390,7 +256,7 @@ impl Concat {
     name = "stack",
     build = Self::notation,
     cache,
-    adjust = Self::align,
+    conflicts = "align",
     backward_partial = "keep",
     grad_inputs()
 )]
@@ -427,6 +293,8 @@ impl Stack {
         Einsum::new(&format!("{}->{out_term}", terms.join(",")))
     }
 
+    /// `abc,abc->a1bc` for `axis = 1`. Forward labels every dim (Paddle
+    /// aligns size-1 dims too); the other directions write size-1 dims `1`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         if let (Call::Grad { .. }, None, Some(out)) =
             (call, call.input_shape(0), call.output_shape(0))
@@ -436,6 +304,13 @@ impl Stack {
         let n = n_inputs(call);
         let (rank, axis) = self.axis(call)?;
         let names = labels("stack", rank)?;
+        let term = |shape: &[usize]| -> String {
+            if call.is_forward() {
+                names.iter().collect()
+            } else {
+                plain_term(&names, shape)
+            }
+        };
         let mut terms = Vec::with_capacity(n);
         for i in 0..n {
             let shape = input_shape("stack", call, i)?;
@@ -445,30 +320,12 @@ impl Stack {
                     message: format!("input {i} has rank {}, input 0 rank {rank}", shape.len()),
                 });
             }
-            terms.push(if call.is_forward() {
-                "1".repeat(rank)
-            } else {
-                plain_term(&names, shape)
-            });
+            terms.push(term(shape));
         }
-        let mut out: Vec<char> = if call.is_forward() {
-            vec!['1'; rank]
-        } else {
-            plain_term(&names, input_shape("stack", call, 0)?)
-                .chars()
-                .collect()
-        };
+        let mut out: Vec<char> = term(input_shape("stack", call, 0)?).chars().collect();
         out.insert(axis, '1');
         let out: String = out.into_iter().collect();
         Einsum::new(&format!("{}->{out}", terms.join(",")))
-    }
-
-    fn align(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        if !call.is_forward() {
-            return Ok(());
-        }
-        let (_, axis) = self.axis(call)?;
-        aligned_forward(call, result, None, Some(axis))
     }
 }
 

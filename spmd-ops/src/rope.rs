@@ -1,0 +1,238 @@
+//! `fused_rotary_position_embedding`: rotary position embedding of q, k and
+//! v in one kernel.
+
+use spmd_core::{Call, DimsMapping, DistAttr, Einsum, RuleResult, Sharding, SpmdError, spmd_rule};
+
+/// Paddle's `fused_rotary_position_embedding` (`q`, `k`, `v`, `sin`, `cos`,
+/// `position_ids` → `out_q`, `out_k`, `out_v`): rotates pairs of the head
+/// dim of `[batch, seq, heads, head_dim]` tensors (`[seq, batch, ...]` when
+/// `time_major`) by angles that depend on the position. Paddle 3.3.1's
+/// `FusedRopeInferSpmd` / `FusedRopeInferSpmdReverse` /
+/// `FusedRopeGradInferSpmd`:
+/// - q, k and v merge (forward; the outputs in backward); the head dim is
+///   never sharded (the rotation pairs its elements across the dim).
+/// - The sequence stays sharded only when `sin` and `cos` are given (each
+///   device then holds the angles of its own positions) and `position_ids`
+///   is not (gathering angles by position needs the whole sequence).
+/// - `sin`, `cos` and `position_ids` follow the merged axes (`follows`):
+///   their own shardings do not vote.
+/// - `k`, `v`, `sin`, `cos` and `position_ids` are optional; an absent
+///   tensor and its output are answered with an empty dist attr.
+/// - The grad op takes (`sin`, `cos`, `position_ids`, the three output
+///   grads).
+#[spmd_rule(
+    name = "fused_rotary_position_embedding",
+    build = Self::notation,
+    never_sharded = "d",
+    backward_partial = "reset",
+    adjust = Self::finish,
+    inputs(q, k, v, sin, cos, position_ids),
+    outputs(out_q, out_k, out_v),
+    optional(k, v, sin, cos, position_ids, out_k, out_v),
+    follows(sin, cos, position_ids),
+    no_grad(sin, cos, position_ids),
+    grad_inputs(sin, cos, position_ids)
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusedRotaryPositionEmbedding {
+    #[spmd(default)]
+    pub time_major: bool,
+    #[spmd(default = true)]
+    pub use_neox_rotary_style: bool,
+}
+
+impl FusedRotaryPositionEmbedding {
+    /// Whether q (0), k (1) or v (2) takes part: given as an input, or
+    /// (backward, grad) its output or output grad is.
+    fn has(call: &Call<'_>, i: usize) -> bool {
+        call.input_shape(i).is_some() || call.output_shape(i).is_some()
+    }
+
+    /// Whether the sequence stays sharded: `sin` and `cos` given (each
+    /// device then holds the angles of its own positions) and no
+    /// `position_ids` (gathering angles by position needs the whole
+    /// sequence). Otherwise it merges like any axis, then is replicated.
+    fn sequence_kept(call: &Call<'_>) -> bool {
+        let given = |i: usize| call.input_shape(i).is_some();
+        given(3) && given(4) && !given(5)
+    }
+
+    /// For `[batch, seq, heads, head_dim]` with 4-d sin/cos and position ids:
+    /// `bshd,bshd,bshd,1s1d,1s1d,bs->bshd,bshd,bshd`; an absent tensor has
+    /// the empty term.
+    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+        const OP: &str = "fused_rotary_position_embedding";
+        let rank = |i: usize| call.input_shape(i).map(<[usize]>::len);
+        // q's rank; the grad op has no q: its grad's.
+        let q_rank = rank(0).or_else(|| call.output_shape(0).map(<[usize]>::len));
+        if q_rank != Some(4) {
+            return Err(SpmdError::Rejected {
+                op: OP,
+                message: format!(
+                    "q has rank {}; fused_rotary_position_embedding takes [batch, seq, heads, head_dim]",
+                    q_rank.map_or_else(|| "unknown".into(), |r| r.to_string())
+                ),
+            });
+        }
+        let full = if self.time_major { "sbhd" } else { "bshd" };
+        let qkv = |i: usize| {
+            if Self::has(call, i) {
+                full.to_string()
+            } else {
+                String::new()
+            }
+        };
+        let angle = |i: usize| match rank(i) {
+            Some(4) => Ok("1s1d".to_string()),
+            Some(2) => Ok("sd".to_string()),
+            None => Ok(String::new()),
+            Some(r) => Err(SpmdError::Rejected {
+                op: OP,
+                message: format!(
+                    "input {i} has rank {r}; sin and cos are [1, seq, 1, head_dim] or [seq, head_dim]"
+                ),
+            }),
+        };
+        let position = if rank(5).is_some() { "bs" } else { "" };
+        let ins = [
+            qkv(0),
+            qkv(1),
+            qkv(2),
+            angle(3)?,
+            angle(4)?,
+            position.to_string(),
+        ];
+        let outs = [qkv(0), qkv(1), qkv(2)];
+        Einsum::new(&format!("{}->{}", ins.join(","), outs.join(",")))
+    }
+
+    /// Replicates the sequence where it is not kept, and gives an output
+    /// whose input is absent (forward), or that is absent itself (backward,
+    /// grad), Paddle's empty dist attr.
+    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+        if !Self::sequence_kept(call) {
+            let seq = usize::from(!self.time_major);
+            let rank = |i: usize| call.input_shape(i).map(<[usize]>::len);
+            // The sequence dim of each requirement, in the call's order.
+            let dims: Vec<Option<usize>> = match *call {
+                Call::Grad { .. } => vec![
+                    rank(3).map(|r| usize::from(r == 4)),
+                    rank(4).map(|r| usize::from(r == 4)),
+                    rank(5).map(|_| 1),
+                    Some(seq),
+                    Some(seq),
+                    Some(seq),
+                ],
+                _ => vec![
+                    Some(seq),
+                    Some(seq),
+                    Some(seq),
+                    rank(3).map(|r| usize::from(r == 4)),
+                    rank(4).map(|r| usize::from(r == 4)),
+                    rank(5).map(|_| 1),
+                ],
+            };
+            let replicate = |attr: &mut DistAttr, dim: usize| {
+                if dim < attr.dims_mapping.rank() {
+                    let mut s: Vec<Sharding> = attr.dims_mapping.as_slice().to_vec();
+                    s[dim] = Sharding::REPLICATED;
+                    attr.dims_mapping = DimsMapping::from_shardings(&s);
+                }
+            };
+            for (attr, dim) in result.inputs.iter_mut().zip(&dims) {
+                if let Some(dim) = *dim {
+                    replicate(attr, dim);
+                }
+            }
+            for attr in result.outputs.iter_mut() {
+                replicate(attr, seq);
+            }
+        }
+        let absent = call.absent();
+        for o in 1..3 {
+            let gone = match *call {
+                Call::Forward { .. } => call.input_absent(o),
+                _ => absent.output(o),
+            };
+            if gone && let Some(out) = result.outputs.get_mut(o) {
+                *out = DistAttr::default();
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use spmd_core::{DistAttr, Mesh, Spec, SpmdRule};
+
+    use super::FusedRotaryPositionEmbedding;
+
+    fn attr(m: &[i64]) -> DistAttr {
+        DistAttr::from_paddle(m).unwrap()
+    }
+
+    const ROPE: FusedRotaryPositionEmbedding = FusedRotaryPositionEmbedding {
+        time_major: false,
+        use_neox_rotary_style: true,
+    };
+
+    /// With sin and cos and no position ids the sequence stays sharded;
+    /// sin and cos follow it whatever they were given.
+    #[test]
+    fn the_sequence_stays_sharded_with_angles_and_no_positions() {
+        let mesh = Mesh::new(&[2, 2]).unwrap();
+        let (q, sin) = (attr(&[0, 1, -1, -1]), attr(&[-1, -1, -1, 1]));
+        let r = ROPE
+            .forward_optional(
+                &mesh,
+                &[
+                    Some(Spec::new(&[4, 8, 2, 16], &q)),
+                    None,
+                    None,
+                    Some(Spec::new(&[1, 8, 1, 16], &sin)),
+                    Some(Spec::new(&[1, 8, 1, 16], &sin)),
+                    None,
+                ],
+            )
+            .unwrap();
+        let ins: Vec<String> = r.inputs.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            ins,
+            [
+                "[0, 1, -1, -1]",
+                "[]",
+                "[]",
+                "[-1, 1, -1, -1]",
+                "[-1, 1, -1, -1]",
+                "[]"
+            ]
+        );
+        let outs: Vec<String> = r.outputs.iter().map(ToString::to_string).collect();
+        assert_eq!(outs, ["[0, 1, -1, -1]", "[]", "[]"]);
+    }
+
+    /// Position ids gather angles by position: the sequence is replicated.
+    #[test]
+    fn position_ids_replicate_the_sequence() {
+        let mesh = Mesh::new(&[2, 2]).unwrap();
+        let (q, pos) = (attr(&[0, 1, -1, -1]), attr(&[-1, 1]));
+        let sin = attr(&[-1, -1, -1, -1]);
+        let r = ROPE
+            .forward_optional(
+                &mesh,
+                &[
+                    Some(Spec::new(&[4, 8, 2, 16], &q)),
+                    Some(Spec::new(&[4, 8, 2, 16], &q)),
+                    None,
+                    Some(Spec::new(&[1, 8, 1, 16], &sin)),
+                    Some(Spec::new(&[1, 8, 1, 16], &sin)),
+                    Some(Spec::new(&[4, 8], &pos)),
+                ],
+            )
+            .unwrap();
+        assert_eq!(r.inputs[5].to_string(), "[0, -1]");
+        let outs: Vec<String> = r.outputs.iter().map(ToString::to_string).collect();
+        assert_eq!(outs, ["[0, -1, -1, -1]", "[0, -1, -1, -1]", "[]"]);
+    }
+}
