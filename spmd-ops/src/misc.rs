@@ -2,7 +2,9 @@
 //! rules `replicated` and `default_data_parallel`, and the registration of
 //! this family (reductions, axis ops, `where`).
 
-use spmd_core::{Call, DimsMapping, Einsum, Registry, RuleResult, Sharding, SpmdError, spmd_rule};
+use spmd_core::{
+    Call, DimsMapping, Einsum, Registry, RuleInfo, RuleResult, Sharding, SpmdError, spmd_rule,
+};
 
 use crate::index::{
     ArgMax, ArgMin, ArgSort, Cummax, Cummin, Cumsum, OneHot, Pad, Roll, TopK, TrilTriu, Triu,
@@ -242,7 +244,10 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<NonZero>()?
         .register::<Unique>()?
         .register::<Replicated>()?
-        .register::<DefaultDataParallel>()?;
+        .register::<DefaultDataParallel>()?
+        // Paddle 3.3.1 registers the data-parallel fallback under this
+        // second name too (checked with the oracle).
+        .insert(RuleInfo::of::<DefaultDataParallel>().renamed("default_"))?;
     Ok(())
 }
 
