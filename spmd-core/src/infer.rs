@@ -996,11 +996,36 @@ impl<'r, 'a> Cx<'r, 'a> {
         let contracted = axes.minus(out_axes);
         let mut owner = [u8::MAX; MAX_MESH_RANK];
 
+        // The axis each dim of each input carries, resolved once: the passes
+        // below ask "which dim of input i carries axis a" many times (the
+        // batch order's sort key asks it per comparison).
+        let mut carriers = [[u8::MAX; 8]; 8];
+        for (i, spec) in inputs.iter().enumerate().take(n_in) {
+            let rank = spec.shape.len();
+            if absent.input(i) || rank > 8 {
+                continue;
+            }
+            for (dim, c) in carriers[i].iter_mut().enumerate().take(rank) {
+                let slot = self.slot(plan.input(i), rank, dim);
+                *c = self.carrier(slot, Some(spec.shape[dim])).unwrap_or(u8::MAX);
+            }
+        }
+        let given_on = |cx: &Self, i: usize, a: u8| -> Option<(usize, Sharding)> {
+            let spec = &inputs[i];
+            if spec.shape.len() > 8 {
+                return cx.given_on(plan.input(i), spec, a);
+            }
+            let dim = carriers[i][..spec.shape.len()]
+                .iter()
+                .position(|&c| c == a)?;
+            Some((dim, spec.attr.dims_mapping[dim]))
+        };
+
         // Gives axis `a` the mesh dims input `i` shards it with that no axis
         // owns yet, in order; reports each merge and each loss.
         let take =
             |cx: &mut Self, owner: &mut [u8; MAX_MESH_RANK], a: u8, i: usize, trace: &mut T| {
-                let Some((dim, given)) = cx.given_on(plan.input(i), &inputs[i], a) else {
+                let Some((dim, given)) = given_on(cx, i, a) else {
                     return;
                 };
                 let before = cx.map.sharding[a as usize];
@@ -1028,7 +1053,7 @@ impl<'r, 'a> Cx<'r, 'a> {
         let shards = |i: usize| -> (usize, u32) {
             let n = batch
                 .iter()
-                .filter_map(|a| self.given_on(plan.input(i), &inputs[i], a))
+                .filter_map(|a| given_on(self, i, a))
                 .map(|(_, s)| s.len())
                 .sum();
             (n, carried[i].intersect(batch).len())
@@ -1064,13 +1089,7 @@ impl<'r, 'a> Cx<'r, 'a> {
         for a in contracted.iter() {
             let mut order: SmallVec<[(usize, usize); 8]> = (0..n_in)
                 .filter(|&i| carried[i].contains(a))
-                .map(|i| {
-                    (
-                        i,
-                        self.given_on(plan.input(i), &inputs[i], a)
-                            .map_or(0, |(_, s)| s.len()),
-                    )
-                })
+                .map(|i| (i, given_on(self, i, a).map_or(0, |(_, s)| s.len())))
                 .collect();
             order.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
             for (i, _) in order {
