@@ -35,8 +35,19 @@ const CAPACITY: usize = 4096;
 /// (forward: inputs, then the output shapes it was given; backward: input
 /// shapes, then outputs; grad: the grad op's inputs, then output grads). Inline for up to 32 numbers, so building it for a
 /// lookup does not allocate for ordinary ops.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShapeKey(SmallVec<[usize; 32]>);
+
+impl Hash for ShapeKey {
+    // Word by word: the derived form hashes the slice as bytes, which the
+    // Fx hasher would re-chunk into words.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_usize(self.0.len());
+        for &n in &self.0 {
+            state.write_usize(n);
+        }
+    }
+}
 
 impl ShapeKey {
     /// The key of `call`.
