@@ -198,7 +198,7 @@ impl<'g> Propagator<'g> {
     /// unknown input (its requirement) and output.
     fn forward(&mut self, o: OpId) -> Result<bool, GraphError> {
         let graph = self.graph;
-        let (inputs, outputs) = graph.io(o);
+        let inputs = graph.io(o).0;
         if self.check_done(o) || !self.any_known(inputs) {
             return Ok(false);
         }
@@ -211,18 +211,7 @@ impl<'g> Propagator<'g> {
             .memo
             .forward(graph, o, &self.attrs, keep)
             .map_err(|e| rule_error(graph, o, e))?;
-        let r = self.memo.result(i);
-        let mut st = State {
-            graph,
-            attrs: &mut self.attrs,
-            known: &mut self.known,
-            fixed: &self.fixed,
-            origins: &mut self.origins,
-        };
-        let learned =
-            st.learn(o, true, inputs, &r.inputs)? | st.learn(o, true, outputs, &r.outputs)?;
-        self.check_done(o);
-        Ok(learned)
+        self.learn_answer(o, true, i)
     }
 
     /// From the outputs (forward ops only: a grad op has no reverse rule):
@@ -230,7 +219,7 @@ impl<'g> Propagator<'g> {
     /// output.
     fn backward(&mut self, o: OpId) -> Result<bool, GraphError> {
         let graph = self.graph;
-        let (inputs, outputs) = graph.io(o);
+        let outputs = graph.io(o).1;
         if graph.op(o).kind != OpKind::Forward || self.check_done(o) || !self.any_known(outputs) {
             return Ok(false);
         }
@@ -239,6 +228,14 @@ impl<'g> Propagator<'g> {
             .memo
             .backward(graph, o, &self.attrs)
             .map_err(|e| rule_error(graph, o, e))?;
+        self.learn_answer(o, false, i)
+    }
+
+    /// Fixes the unknown tensors of op `o` from the memo's answer `i` (a
+    /// forward answer when `forward`, a reverse one otherwise).
+    fn learn_answer(&mut self, o: OpId, forward: bool, i: usize) -> Result<bool, GraphError> {
+        let graph = self.graph;
+        let (inputs, outputs) = graph.io(o);
         let r = self.memo.result(i);
         let mut st = State {
             graph,
@@ -248,7 +245,7 @@ impl<'g> Propagator<'g> {
             origins: &mut self.origins,
         };
         let learned =
-            st.learn(o, false, inputs, &r.inputs)? | st.learn(o, false, outputs, &r.outputs)?;
+            st.learn(o, forward, inputs, &r.inputs)? | st.learn(o, forward, outputs, &r.outputs)?;
         self.check_done(o);
         Ok(learned)
     }

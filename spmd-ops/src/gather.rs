@@ -133,17 +133,7 @@ impl GatherNd {
     /// For x of rank 3 and index `[i, j, 2]`: `11c,AB1->ABc`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         const OP: &str = "gather_nd";
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let index = call.input_shape(1).unwrap_or(&[]);
-        let k = index.last().copied().unwrap_or(0);
-        if k > rank {
-            return Err(SpmdError::Rejected {
-                op: OP,
-                message: format!(
-                    "input 1 (index) holds {k}-tuples of coordinates, and input 0 (x) has only {rank} dims"
-                ),
-            });
-        }
+        let (rank, index, k) = crate::notation::nd_index(OP, call)?;
         let batch = index.len().saturating_sub(1);
         let names = labels(OP, rank + batch)?;
         let rest: String = names[k..rank].iter().collect();

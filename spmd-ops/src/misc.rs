@@ -45,11 +45,7 @@ pub struct MeanAll {}
 impl MeanAll {
     /// `abc->`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let term: String = crate::notation::labels("mean_all", rank)?
-            .into_iter()
-            .collect();
-        Einsum::new(&format!("{term}->"))
+        crate::notation::all_reduced("mean_all", call)
     }
 }
 
@@ -64,11 +60,7 @@ pub struct Numel {}
 impl Numel {
     /// `abc->`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let term: String = crate::notation::labels("numel", rank)?
-            .into_iter()
-            .collect();
-        Einsum::new(&format!("{term}->"))
+        crate::notation::all_reduced("numel", call)
     }
 }
 

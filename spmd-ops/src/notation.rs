@@ -9,6 +9,38 @@ pub(crate) fn input_rank(call: &Call<'_>, i: usize) -> Option<usize> {
 }
 
 /// Paddle's axis (negative counts from the end) as an index below `rank`.
+/// `abc->`: every dim of input 0 reduced to a 0-d output (`mean_all`,
+/// `numel`).
+pub(crate) fn all_reduced(
+    op: &'static str,
+    call: &Call<'_>,
+) -> Result<spmd_core::Einsum, SpmdError> {
+    let rank = input_rank(call, 0).unwrap_or(0);
+    let term: String = labels(op, rank)?.into_iter().collect();
+    spmd_core::Einsum::new(&format!("{term}->"))
+}
+
+/// For the `_nd` index ops (`gather_nd`, `scatter_nd_add`): x's rank, the
+/// index's shape and the length `k` of its coordinate tuples (its last dim),
+/// which cannot exceed x's rank.
+pub(crate) fn nd_index<'c>(
+    op: &'static str,
+    call: &Call<'c>,
+) -> Result<(usize, &'c [usize], usize), SpmdError> {
+    let rank = input_rank(call, 0).unwrap_or(0);
+    let index = call.input_shape(1).unwrap_or(&[]);
+    let k = index.last().copied().unwrap_or(0);
+    if k > rank {
+        return Err(SpmdError::Rejected {
+            op,
+            message: format!(
+                "input 1 (index) holds {k}-tuples of coordinates, and input 0 (x) has only {rank} dims"
+            ),
+        });
+    }
+    Ok((rank, index, k))
+}
+
 pub(crate) fn normalize_axis(
     op: &'static str,
     attr: &str,

@@ -153,17 +153,7 @@ impl ScatterNdAdd {
     /// For x of rank 3 and index `[i, j, 2]`: `11c,111,11c->11c`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         const OP: &str = "scatter_nd_add";
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let index = call.input_shape(1).unwrap_or(&[]);
-        let k = index.last().copied().unwrap_or(0);
-        if k > rank {
-            return Err(SpmdError::Rejected {
-                op: OP,
-                message: format!(
-                    "input 1 (index) holds {k}-tuples of coordinates, and input 0 (x) has only {rank} dims"
-                ),
-            });
-        }
+        let (rank, index, k) = crate::notation::nd_index(OP, call)?;
         let rest: String = labels(OP, rank)?[k..].iter().collect();
         let x = format!("{}{rest}", "1".repeat(k));
         let batch = index.len().saturating_sub(1);
