@@ -199,3 +199,48 @@ fn builtin_ops_take_absent_optional_inputs() {
     assert_eq!(strs(&r.inputs), ["[1, -1]", "[-1]", "[-1]"]);
     assert_eq!(strs(&r.outputs), ["[1, -1]", "[1]", "[1]"]);
 }
+
+/// A grad op's slots follow its declared signature; whether a slot may be
+/// absent is declared on the forward tensor it stands for. flash_attention's
+/// grad takes (q, k, v, out, softmax_lse, seed_offset, attn_mask; out_grad):
+/// slot 6 is the forward input `attn_mask` (optional), slot 3 the forward
+/// output `out` (not optional).
+#[test]
+fn grad_slots_are_checked_against_the_forward_tensors_they_stand_for() {
+    let rule = spmd_ops::builtins()
+        .build("flash_attention", &Attrs::new())
+        .unwrap();
+    let mesh = Mesh::new(&[2, 2]).unwrap();
+    let (qkv, out, lse) = (
+        attr(&[0, 1, -1, -1]),
+        attr(&[0, -1, 1, -1]),
+        attr(&[0, 1, -1]),
+    );
+    let seed = attr(&[]);
+    let shape = [2usize, 256, 2, 128];
+    let spec = |a| Some(Spec::new(&shape, a));
+    let mut inputs = vec![
+        spec(&qkv),
+        spec(&qkv),
+        spec(&qkv),
+        spec(&out),
+        Some(Spec::new(&[2, 2, 256], &lse)),
+        Some(Spec::new(&[], &seed)),
+        None, // attn_mask, optional in forward
+    ];
+    let dout = attr(&[-1, -1, -1, -1]);
+    let grads = [spec(&dout)];
+    let r = rule.grad_optional(&mesh, &inputs, &grads).unwrap();
+    // As the suite's vector with a 0-d mask: out's heads sharding wins.
+    assert_eq!(r.inputs[0], attr(&[0, -1, 1, -1]));
+    assert_eq!(r.outputs[0], attr(&[0, -1, 1, -1]));
+
+    // `out` (slot 3) is a forward output no signature makes optional.
+    inputs[3] = None;
+    inputs[6] = Some(Spec::new(&[], &seed));
+    let e = rule.grad_optional(&mesh, &inputs, &grads).unwrap_err();
+    assert!(
+        matches!(e, SpmdError::AbsentTensor { tensor, .. } if tensor == TensorRef::output(0)),
+        "{e}"
+    );
+}

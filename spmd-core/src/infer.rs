@@ -309,7 +309,24 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         sig.n_grads(plan.n_outputs()),
         output_grads.len(),
     )?;
-    check_absent(rule, absent.mask())?;
+    // A grad call's slots follow its signature; which tensors may be absent
+    // is declared on the forward tensors they stand for.
+    let mask = absent.mask();
+    let mut forward_mask = Absent::NONE;
+    for k in 0..inputs.len().min(64) {
+        if mask.input(k) {
+            match sig.tensor(k) {
+                GradTensor::Input(i) => forward_mask.inputs |= bit(i.into()),
+                GradTensor::Output(o) => forward_mask.outputs |= bit(o.into()),
+            }
+        }
+    }
+    for g in 0..output_grads.len().min(64) {
+        if mask.output(g) {
+            forward_mask.outputs |= bit(sig.grad_of(g));
+        }
+    }
+    check_absent(rule, forward_mask)?;
     let present = |t: TensorRef| match t.role {
         Role::Input => !absent.input(t.index),
         Role::Output => !absent.output(t.index),
@@ -469,6 +486,15 @@ pub(crate) fn grad<T: Trace + ?Sized>(
 #[inline(always)]
 fn has_bit(mask: u64, i: usize) -> bool {
     i < 64 && mask & (1u64 << i) != 0
+}
+
+/// Bit `i` of a tensor mask; tensors past the 64th have none (masks name
+/// at most 64).
+fn bit(i: usize) -> u64 {
+    u32::try_from(i)
+        .ok()
+        .and_then(|i| 1u64.checked_shl(i))
+        .unwrap_or(0)
 }
 
 /// Fails on an absent tensor the rule does not declare optional.
