@@ -420,6 +420,11 @@ impl Reshape {
         let Some(x) = inputs.first() else {
             return Ok(());
         };
+        // Most reshapes (merges, no-ops) split nothing: answer them without
+        // resolving the target shape or its runs, which allocate.
+        if !may_split(x.shape, &self.shape) {
+            return Ok(());
+        }
         let to = target_shape(x.shape, &self.shape)?;
         let runs = reshape_runs("reshape", x.shape, &to)?;
         if runs.splits.is_empty() {
@@ -457,6 +462,53 @@ impl Reshape {
 
 /// Paddle's target shape: `0` copies the input dim at that index, one `-1`
 /// is inferred from the volume.
+/// Whether reshaping `from` by the `shape` attribute can split an input dim
+/// across several output dims: some prefix product of the output is not a
+/// prefix product of the input. `true` also when the answer needs the full
+/// analysis (a zero or invalid dim, an overflow), which then reports it.
+/// Allocation-free, unlike [`target_shape`] and [`reshape_runs`].
+fn may_split(from: &[usize], shape: &[i64]) -> bool {
+    let Some(volume) = from.iter().try_fold(1usize, |a, &b| a.checked_mul(b)) else {
+        return true;
+    };
+    let dim = |j: usize, inferred: usize| -> Option<usize> {
+        match shape[j] {
+            -1 => Some(inferred),
+            0 => from.get(j).copied(),
+            d if d > 0 => usize::try_from(d).ok(),
+            _ => None,
+        }
+    };
+    let mut known = 1usize;
+    for (j, &d) in shape.iter().enumerate() {
+        if d != -1 {
+            match dim(j, 1).and_then(|d| known.checked_mul(d)) {
+                Some(k) => known = k,
+                None => return true,
+            }
+        }
+    }
+    if volume == 0 || known == 0 || !volume.is_multiple_of(known) {
+        return true;
+    }
+    let inferred = volume / known;
+    let (mut p_in, mut i, mut p_out) = (1usize, 0, 1usize);
+    for j in 0..shape.len() {
+        let Some(next) = dim(j, inferred).and_then(|d| p_out.checked_mul(d)) else {
+            return true;
+        };
+        p_out = next;
+        while i < from.len() && p_in < p_out {
+            p_in *= from[i];
+            i += 1;
+        }
+        if p_in != p_out {
+            return true;
+        }
+    }
+    false
+}
+
 fn target_shape(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, SpmdError> {
     let bad = |message: String| SpmdError::InvalidAttr {
         op: "reshape",
@@ -634,7 +686,55 @@ pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdErr
 
 #[cfg(test)]
 mod tests {
-    use super::reshape_notation;
+    use super::{may_split, reshape_notation, reshape_runs, target_shape};
+
+    /// The allocation-free pre-check never hides a split the full run
+    /// analysis finds, and clears merges and no-ops (what it is for). A run
+    /// that merges and splits at once (`[6, 4] -> [2, 12]`) has no split in
+    /// the runs (no compound form); the pre-check sends it to them.
+    #[test]
+    fn may_split_agrees_with_the_runs() {
+        let cases: &[(&[usize], &[i64])] = &[
+            (&[8, 1024, 16, 32], &[8, 1024, 512]),
+            (&[8, 1024, 512], &[8, 1024, 16, 32]),
+            (&[8], &[2, 4]),
+            (&[8], &[-1, 4]),
+            (&[4, 1, 6], &[4, 6]),
+            (&[4, 6], &[4, 1, 6]),
+            (&[6, 4], &[2, 12]),
+            (&[6, 4], &[0, -1]),
+            (&[2, 3, 4], &[6, 4]),
+            (&[2, 3, 4], &[24]),
+            (&[24], &[2, 3, 4]),
+            (&[1, 1], &[1]),
+        ];
+        for &(from, shape) in cases {
+            let to = target_shape(from, shape).unwrap();
+            let splits = !reshape_runs("reshape", from, &to)
+                .unwrap()
+                .splits
+                .is_empty();
+            assert!(!splits || may_split(from, shape), "{from:?} -> {shape:?}");
+        }
+        for &(from, shape) in cases {
+            let pure_merge_or_same = matches!(
+                (from, shape),
+                ([8, 1024, 16, 32], [8, 1024, 512])
+                    | ([4, 1, 6], [4, 6])
+                    | ([4, 6], [4, 1, 6])
+                    | ([2, 3, 4], [6, 4])
+                    | ([2, 3, 4], [24])
+                    | ([1, 1], [1])
+            );
+            if pure_merge_or_same {
+                assert!(!may_split(from, shape), "{from:?} -> {shape:?}");
+            }
+        }
+        // Inputs the full analysis rejects are left to it.
+        assert!(may_split(&[6], &[-1, -1]));
+        assert!(may_split(&[6], &[4]) || target_shape(&[6], &[4]).is_err());
+        assert!(may_split(&[0, 3], &[3, 0]));
+    }
     use spmd_core::{Attrs, DistAttr, Mesh, Spec};
 
     /// The head split of attention, `[b, s, h] -> [b, s, heads, head_dim]`:
