@@ -244,3 +244,51 @@ fn grad_slots_are_checked_against_the_forward_tensors_they_stand_for() {
         "{e}"
     );
 }
+
+/// Optional tensors the library declares: an absent one takes no part, and
+/// the others get what they get when it is given replicated.
+#[test]
+fn library_optional_tensors_can_be_left_out() {
+    let reg = spmd_ops::builtins();
+    let mesh = Mesh::new(&[2, 2]).unwrap();
+
+    // label_smooth without its prior: the label keeps its sharding.
+    let ls = reg
+        .build("label_smooth", &Attrs::new().with("epsilon", 0.1_f64))
+        .unwrap();
+    let label = attr(&[0, 1]);
+    let r = ls
+        .forward_optional(&mesh, &[Some(Spec::new(&[8, 10], &label)), None])
+        .unwrap();
+    assert_eq!(r.inputs[0], label);
+    assert_eq!(r.inputs[1], attr(&[]));
+    assert_eq!(r.outputs[0], label);
+
+    // roi_align without boxes_num: the channels stay sharded as with it.
+    let ra = reg.build("roi_align", &Attrs::new()).unwrap();
+    let (x, boxes, num) = (attr(&[-1, 1, -1, -1]), attr(&[-1, -1]), attr(&[-1]));
+    let given = ra
+        .forward(
+            &mesh,
+            &[
+                Spec::new(&[2, 8, 16, 16], &x),
+                Spec::new(&[5, 4], &boxes),
+                Spec::new(&[2], &num),
+            ],
+        )
+        .unwrap();
+    let absent = ra
+        .forward_optional(
+            &mesh,
+            &[
+                Some(Spec::new(&[2, 8, 16, 16], &x)),
+                Some(Spec::new(&[5, 4], &boxes)),
+                None,
+            ],
+        )
+        .unwrap();
+    assert_eq!(absent.inputs[..2], given.inputs[..2]);
+    assert_eq!(absent.outputs, given.outputs);
+    assert_eq!(absent.inputs[2], attr(&[-1]));
+    assert_eq!(given.outputs[0], attr(&[-1, 1, -1, -1]));
+}

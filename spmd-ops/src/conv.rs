@@ -233,13 +233,15 @@ conv!(
 /// `[N]` → `out` `[R, C, ph, pw]`): each box pools a window of its image.
 /// Only the channels can stay sharded (a box may read any image and any
 /// pixel); the boxes are replicated. Paddle 3.3.1's `RoiAlignInferSpmd`.
-/// The boxes have no gradient.
+/// The boxes have no gradient; `boxes_num` is optional (absent, it takes
+/// no part and is answered `[-1]`).
 #[spmd_rule(
     name = "roi_align",
     einsum = "1c11,11,1->1c11",
     inputs(x, boxes, boxes_num),
     outputs(out),
-    no_grad(boxes, boxes_num)
+    no_grad(boxes, boxes_num),
+    optional(boxes_num)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RoiAlign {}

@@ -74,14 +74,15 @@ impl AddN {
 /// epsilon) * label + epsilon * prior_dist`, elementwise with numpy
 /// broadcasting (the prior is one distribution over the last, class dim).
 /// Paddle 3.3.1's `LabelSmoothInferSpmd` answers so. The prior has no
-/// gradient.
+/// gradient and is optional (absent: a uniform prior, answered `[]`).
 #[spmd_rule(
     name = "label_smooth",
     einsum = "...,...->...",
     backward_partial = "reset",
     inputs(label, prior_dist),
     outputs(out),
-    no_grad(prior_dist)
+    no_grad(prior_dist),
+    optional(prior_dist)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LabelSmooth {
