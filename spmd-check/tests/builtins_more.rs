@@ -504,25 +504,33 @@ fn flatten_forward_backward_grad() {
 #[derive(Clone, Debug)]
 struct ReshapeCase {
     name: &'static str,
-    /// The finest dims; the run `run.0..run.1` is one dim on one side.
+    /// The finest dims; each side merges at most one run `i..j` of them
+    /// into one dim.
     atoms: Vec<usize>,
-    run: (usize, usize),
-    /// Split (the input holds the run merged) or merge (the output does).
-    split: bool,
+    /// The input's merged run: a split when only the input has one, a
+    /// merge and split when both do (`(ab)c -> a(bc)`).
+    in_run: Option<(usize, usize)>,
+    out_run: Option<(usize, usize)>,
     /// Paddle's target `shape` (with `0` copies and a `-1`).
     target: Vec<i64>,
     l: Layout,
 }
 
-fn merged_shape(atoms: &[usize], (i, j): (usize, usize)) -> Vec<usize> {
+fn merged_shape(atoms: &[usize], run: Option<(usize, usize)>) -> Vec<usize> {
+    let Some((i, j)) = run else {
+        return atoms.to_vec();
+    };
     let mut s = atoms[..i].to_vec();
     s.push(atoms[i..j].iter().product());
     s.extend(&atoms[j..]);
     s
 }
 
-fn merged_term(atoms: &[usize], (i, j): (usize, usize)) -> String {
+fn merged_term(atoms: &[usize], run: Option<(usize, usize)>) -> String {
     let n = atoms.len();
+    let Some((i, j)) = run else {
+        return plain(&LABELS[..n], atoms);
+    };
     format!(
         "{}{}{}",
         plain(&LABELS[..i], &atoms[..i]),
@@ -533,24 +541,17 @@ fn merged_term(atoms: &[usize], (i, j): (usize, usize)) -> String {
 
 impl ReshapeCase {
     fn shapes(&self) -> (Vec<usize>, Vec<usize>) {
-        let merged = merged_shape(&self.atoms, self.run);
-        if self.split {
-            (merged, self.atoms.clone())
-        } else {
-            (self.atoms.clone(), merged)
-        }
+        (
+            merged_shape(&self.atoms, self.in_run),
+            merged_shape(&self.atoms, self.out_run),
+        )
     }
     fn notation(&self) -> String {
-        let n = self.atoms.len();
-        let (atoms, merged) = (
-            plain(&LABELS[..n], &self.atoms),
-            merged_term(&self.atoms, self.run),
-        );
-        if self.split {
-            format!("{merged}->{atoms}")
-        } else {
-            format!("{atoms}->{merged}")
-        }
+        format!(
+            "{}->{}",
+            merged_term(&self.atoms, self.in_run),
+            merged_term(&self.atoms, self.out_run)
+        )
     }
     fn check(&self) -> EinsumCheck {
         self.atoms
@@ -563,29 +564,56 @@ impl ReshapeCase {
     }
 }
 
+/// What a reshape case's two sides merge.
+#[derive(Clone, Copy, Debug)]
+enum RunKind {
+    Split,
+    Merge,
+    /// `..(ab)c.. -> ..a(bc)..`: a run that merges and splits.
+    MergeAndSplit,
+}
+
 fn reshape_case() -> impl Strategy<Value = ReshapeCase> {
     (
         prop::sample::select(vec!["reshape", "reshape2"]),
-        shape(2..=4),
-        any::<bool>(),
+        prop::sample::select(vec![RunKind::Split, RunKind::Merge, RunKind::MergeAndSplit]),
     )
-        .prop_flat_map(|(name, atoms, split)| {
+        .prop_flat_map(|(name, kind)| {
+            let min = if matches!(kind, RunKind::MergeAndSplit) {
+                3
+            } else {
+                2
+            };
+            (Just((name, kind)), shape(min..=4))
+        })
+        .prop_flat_map(|((name, kind), atoms)| {
             let n = atoms.len();
-            let run = (0..n - 1).prop_flat_map(move |i| (Just(i), i + 2..=n));
-            let n_out = if split { n } else { n - 1 };
+            let runs = match kind {
+                RunKind::MergeAndSplit => (0..n - 2)
+                    .prop_map(|k| (Some((k, k + 2)), Some((k + 1, k + 3))))
+                    .boxed(),
+                RunKind::Split | RunKind::Merge => (0..n - 1)
+                    .prop_flat_map(move |i| (Just(i), i + 2..=n))
+                    .prop_map(move |run| match kind {
+                        RunKind::Split => (Some(run), None),
+                        _ => (None, Some(run)),
+                    })
+                    .boxed(),
+            };
+            // At most n output dims; picks past the output's rank are unused.
             (
-                Just((name, atoms, split)),
-                run,
-                prop::collection::vec(prop::bool::weighted(0.3), n_out),
-                prop::option::weighted(0.3, 0..n_out),
+                Just((name, atoms)),
+                runs,
+                prop::collection::vec(prop::bool::weighted(0.3), n),
+                prop::option::weighted(0.3, 0..n),
             )
         })
-        .prop_flat_map(|((name, atoms, split), run, zeros, infer)| {
+        .prop_flat_map(|((name, atoms), (in_run, out_run), zeros, infer)| {
             let mut c = ReshapeCase {
                 name,
                 atoms,
-                run,
-                split,
+                in_run,
+                out_run,
                 target: vec![],
                 l: Layout {
                     mesh: vec![],
@@ -600,7 +628,7 @@ fn reshape_case() -> impl Strategy<Value = ReshapeCase> {
                 .map(|(k, &e)| {
                     if infer == Some(k) {
                         -1
-                    } else if zeros[k] && input.get(k) == Some(&e) {
+                    } else if zeros.get(k) == Some(&true) && input.get(k) == Some(&e) {
                         0
                     } else {
                         e as i64
@@ -626,7 +654,9 @@ fn reshape_forward_backward_grad() {
         let (input, _) = c.shapes();
         // Both directions, splits included: forward hands a split dim's
         // sharding to the major factor (known_unsound.rs,
-        // `reshape_split_forward_learns_compound_extents_from_the_target_shape`).
+        // `reshape_split_forward_learns_compound_extents_from_the_target_shape`),
+        // and a run that merges and splits carries its first dims' sharding
+        // in every direction.
         check_unary_einsum(&T, &*rule, Some(&*rule), &c.check(), &input, &c.l, true)
     });
     T.assert_meaningful("reshape", true);

@@ -193,6 +193,11 @@ impl DimsMapping {
     pub fn as_slice(&self) -> &[Sharding] {
         &self.0
     }
+    /// The sharding of `dim`, to change in place (a hook adjusting a rule's
+    /// answer); keeping each mesh dim at most once is the caller's job.
+    pub fn get_mut(&mut self, dim: usize) -> Option<&mut Sharding> {
+        self.0.get_mut(dim)
+    }
     pub fn get(&self, dim: usize) -> Option<&Sharding> {
         self.0.get(dim)
     }

@@ -3,7 +3,7 @@
 //! `expand_as`. Each builds its notation from its attributes and the input's
 //! shape; size-1 dims are `1` (splitting a size-1 dim splits nothing).
 
-use spmd_core::{Call, DimsMapping, Einsum, RuleResult, Sharding, SpmdError, spmd_rule};
+use spmd_core::{Call, DimsMapping, Einsum, Mesh, RuleResult, Sharding, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, labels, normalize_axis};
 
@@ -255,29 +255,13 @@ fn merged(names: &[char], shape: &[usize], group: &[usize]) -> String {
 /// the output (`ab->(ab)`); an input dim splitting into several output dims
 /// is a compound on the input (`(ab)->ab`); either way only the major factor
 /// carries a sharding (DESIGN §3). A run that both merges and splits has no
-/// compound form and is replicated. Size-1 dims are `1`.
+/// compound form: its dims are `1` here, and [`Reshape`]'s hook carries the
+/// run's sharding (see [`for_each_carrying_run`]). Size-1 dims are `1`.
 pub(crate) fn reshape_notation(
     op: &'static str,
     from: &[usize],
     to: &[usize],
 ) -> Result<String, SpmdError> {
-    reshape_runs(op, from, to).map(|r| r.notation)
-}
-
-/// A reshape's notation and its splits: `(input dim, output dim)` for each
-/// input dim that splits into several output dims, the output dim being the
-/// split's major factor (the one that may carry the input dim's sharding).
-pub(crate) struct ReshapeRuns {
-    pub notation: String,
-    pub splits: Vec<(usize, usize)>,
-}
-
-/// [`reshape_notation`] with the splits it writes as an input compound.
-pub(crate) fn reshape_runs(
-    op: &'static str,
-    from: &[usize],
-    to: &[usize],
-) -> Result<ReshapeRuns, SpmdError> {
     let volume = |s: &[usize]| s.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
     if volume(from) != volume(to) || volume(from) == Some(0) {
         return Err(SpmdError::Rejected {
@@ -293,7 +277,6 @@ pub(crate) fn reshape_runs(
         })
     };
     let (mut input, mut output) = (String::new(), String::new());
-    let mut splits = Vec::new();
     let (mut i, mut o) = (0, 0);
     while i < from.len() || o < to.len() {
         let s = from.get(i).copied().unwrap_or(1);
@@ -346,10 +329,6 @@ pub(crate) fn reshape_runs(
             term(from, i, ie, &cs, &mut input);
             output.push_str(&compound(&cs));
         } else if ns == 1 {
-            let big_dim = |shape: &[usize], a: usize, b: usize| (a..b).find(|&d| shape[d] != 1);
-            if let (Some(x), Some(y)) = (big_dim(from, i, ie), big_dim(to, o, oe)) {
-                splits.push((x, y));
-            }
             let cs: Vec<char> = (0..nt).map(|_| label()).collect::<Result<_, _>>()?;
             input.push_str(&compound(&cs));
             term(to, o, oe, &cs, &mut output);
@@ -360,10 +339,74 @@ pub(crate) fn reshape_runs(
         i = ie;
         o = oe;
     }
-    Ok(ReshapeRuns {
-        notation: format!("{input}->{output}"),
-        splits,
-    })
+    Ok(format!("{input}->{output}"))
+}
+
+/// One run of a reshape (the shortest groups of dims of equal volume, dims
+/// of size 1 left out) that splits: the first dims larger than 1 on each
+/// side, and whether the input side is several dims (a run that merges and
+/// splits, `[6, 12] -> [3, 24]`) rather than one (`[48] -> [6, 8]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CarryingRun {
+    from_dim: usize,
+    to_dim: usize,
+    merges_too: bool,
+}
+
+/// Calls `f` for each run of `from -> to` whose output side is several dims,
+/// without allocating. Such a run's elements, in row-major order, are one
+/// contiguous block on both sides, so splitting its first input dim `n` ways
+/// and its first output dim `n` ways gives each device the same elements
+/// when `n` divides both extents (Paddle's `Flatten` then `Split`): that is
+/// the one sharding a run can carry. Stops at a volume mismatch (the
+/// notation reports it).
+fn for_each_carrying_run(from: &[usize], to: &[usize], mut f: impl FnMut(CarryingRun)) {
+    let big = |shape: &[usize], mut k: usize| {
+        while shape.get(k) == Some(&1) {
+            k += 1;
+        }
+        k
+    };
+    let (mut i, mut o) = (big(from, 0), big(to, 0));
+    while i < from.len() && o < to.len() {
+        let (from_dim, to_dim) = (i, o);
+        let (mut vs, mut vt) = (from[i], to[o]);
+        let (mut ns, mut nt) = (1, 1);
+        i = big(from, i + 1);
+        o = big(to, o + 1);
+        while vs != vt {
+            let (next, n, k, shape) = if vs < vt {
+                (&mut vs, &mut ns, &mut i, from)
+            } else {
+                (&mut vt, &mut nt, &mut o, to)
+            };
+            let Some(&d) = shape.get(*k) else { return };
+            let Some(v) = next.checked_mul(d) else { return };
+            *next = v;
+            *n += 1;
+            *k = big(shape, *k + 1);
+        }
+        if nt > 1 {
+            f(CarryingRun {
+                from_dim,
+                to_dim,
+                merges_too: ns > 1,
+            });
+        }
+    }
+}
+
+/// `s` with trailing mesh dims dropped until their product divides every
+/// extent of `extents`.
+fn divisible(mesh: &Mesh, mut s: Sharding, extents: &[usize]) -> Sharding {
+    while !s.is_empty() {
+        let product: usize = s.as_slice().iter().map(|&m| mesh.dim(m)).product();
+        if extents.iter().all(|e| e.is_multiple_of(product)) {
+            break;
+        }
+        s = s.without_last();
+    }
+    s
 }
 
 /// Paddle's `reshape` / `reshape2`: the notation of
@@ -377,12 +420,14 @@ pub(crate) fn reshape_runs(
 /// sees no output shape). The target shape knows it, so an `adjust` hook
 /// hands the input dim's sharding to the major factor when the factor's
 /// extent is divisible by it (dropping trailing mesh dims until it is), as
-/// Paddle does.
+/// Paddle does. A run that merges and splits (`[6, 12] -> [3, 24]`) has no
+/// compound form; the same hook carries its first dim's sharding across,
+/// in every direction, when it divides both first dims.
 #[spmd_rule(
     name = "reshape",
     build = Self::notation,
     cache,
-    adjust = Self::keep_split_sharding,
+    adjust = Self::carry_run_shardings,
     partial_inputs = "linear",
     inputs(x),
     outputs(out)
@@ -408,55 +453,147 @@ impl Reshape {
         Einsum::new(&reshape_notation("reshape", from, &to)?)
     }
 
-    /// Forward: each split's major factor takes the input dim's sharding.
-    fn keep_split_sharding(
+    /// Hands each run's sharding across where the notation cannot: forward,
+    /// a split's major factor (whose extent only the target shape knows) and
+    /// a run that merges and splits, whose first dims carry it both ways
+    /// ([`for_each_carrying_run`]); backward and grad, the latter only (the
+    /// notation's compounds carry a split there, the output shape being
+    /// known).
+    fn carry_run_shardings(
         &self,
         call: &Call<'_>,
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
-        let Call::Forward { mesh, inputs, .. } = *call else {
-            return Ok(());
-        };
-        let Some(x) = inputs.first() else {
-            return Ok(());
-        };
-        // Most reshapes (merges, no-ops) split nothing: answer them without
-        // resolving the target shape or its runs, which allocate.
-        if !may_split(x.shape, &self.shape) {
-            return Ok(());
-        }
-        let to = target_shape(x.shape, &self.shape)?;
-        let runs = reshape_runs("reshape", x.shape, &to)?;
-        if runs.splits.is_empty() {
-            return Ok(());
-        }
-        let (Some(required), Some(out)) = (result.inputs.first_mut(), result.outputs.first_mut())
-        else {
-            return Ok(());
-        };
-        let mut req: Vec<Sharding> = required.dims_mapping.as_slice().to_vec();
-        let mut res: Vec<Sharding> = out.dims_mapping.as_slice().to_vec();
-        for (from_dim, to_dim) in runs.splits {
-            let (Some(&given), Some(&extent)) = (x.attr.dims_mapping.get(from_dim), to.get(to_dim))
-            else {
-                continue;
-            };
-            let mut s = given;
-            while !s.is_empty() {
-                let product: usize = s.as_slice().iter().map(|&m| mesh.dim(m)).product();
-                if extent.is_multiple_of(product) {
-                    break;
+        let RuleResult { inputs, outputs } = result;
+        match *call {
+            Call::Forward {
+                mesh,
+                inputs: given,
+                ..
+            } => {
+                let Some(x) = given.first() else {
+                    return Ok(());
+                };
+                // Most reshapes (merges, no-ops) split nothing: answer them
+                // without resolving the target shape, which allocates.
+                if !may_split(x.shape, &self.shape) {
+                    return Ok(());
                 }
-                s = s.without_last();
+                let to = target_shape(x.shape, &self.shape)?;
+                if let (Some(x_req), Some(out)) = (inputs.first_mut(), outputs.first_mut()) {
+                    let runs = Runs {
+                        mesh,
+                        from: x.shape,
+                        to: &to,
+                        merging_only: false,
+                    };
+                    runs.carry(
+                        Side::Input(&x.attr.dims_mapping),
+                        &mut x_req.dims_mapping,
+                        &mut out.dims_mapping,
+                    );
+                }
             }
-            if let (Some(r), Some(o)) = (req.get_mut(from_dim), res.get_mut(to_dim)) {
-                *r = s;
+            Call::Backward {
+                mesh,
+                input_shapes,
+                outputs: given,
+                ..
+            } => {
+                if let (Some(from), Some(out), Some(x_req), Some(out_res)) = (
+                    input_shapes.first(),
+                    given.first(),
+                    inputs.first_mut(),
+                    outputs.first_mut(),
+                ) {
+                    let runs = Runs {
+                        mesh,
+                        from,
+                        to: out.shape,
+                        merging_only: true,
+                    };
+                    runs.carry(
+                        Side::Output(&out.attr.dims_mapping),
+                        &mut x_req.dims_mapping,
+                        &mut out_res.dims_mapping,
+                    );
+                }
+            }
+            Call::Grad {
+                mesh,
+                inputs: given,
+                output_grads,
+                ..
+            } => {
+                // The grad op's operands are (x, out_grad), its output x_grad.
+                if let (Some(x), Some(dy), Some(dy_req), Some(dx)) = (
+                    given.first(),
+                    output_grads.first(),
+                    inputs.get_mut(1),
+                    outputs.first_mut(),
+                ) {
+                    let runs = Runs {
+                        mesh,
+                        from: x.shape,
+                        to: dy.shape,
+                        merging_only: true,
+                    };
+                    runs.carry(
+                        Side::Output(&dy.attr.dims_mapping),
+                        &mut dx.dims_mapping,
+                        &mut dy_req.dims_mapping,
+                    );
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The runs of one reshape call whose sharding the hook carries.
+struct Runs<'a> {
+    mesh: &'a Mesh,
+    from: &'a [usize],
+    to: &'a [usize],
+    /// Only runs that merge and split (backward and grad, where the
+    /// notation's compounds handle plain splits).
+    merging_only: bool,
+}
+
+/// The tensor whose mapping a run's sharding is read from.
+enum Side<'a> {
+    Input(&'a DimsMapping),
+    Output(&'a DimsMapping),
+}
+
+impl Runs<'_> {
+    /// For each run, the given sharding of its first dim on the `given`
+    /// side, trimmed until it divides both first dims' extents, is written
+    /// to the first dim of the input-side and the output-side mappings.
+    fn carry(&self, given: Side<'_>, input_side: &mut DimsMapping, output_side: &mut DimsMapping) {
+        for_each_carrying_run(self.from, self.to, |run| {
+            if self.merging_only && !run.merges_too {
+                return;
+            }
+            let s = match given {
+                Side::Input(m) => m.get(run.from_dim),
+                Side::Output(m) => m.get(run.to_dim),
+            };
+            let Some(&s) = s else { return };
+            let s = divisible(
+                self.mesh,
+                s,
+                &[self.from[run.from_dim], self.to[run.to_dim]],
+            );
+            if let (Some(i), Some(o)) = (
+                input_side.get_mut(run.from_dim),
+                output_side.get_mut(run.to_dim),
+            ) {
+                *i = s;
                 *o = s;
             }
-        }
-        required.dims_mapping = DimsMapping::from_shardings(&req);
-        out.dims_mapping = DimsMapping::from_shardings(&res);
-        Ok(())
+        });
     }
 }
 
@@ -686,12 +823,38 @@ pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdErr
 
 #[cfg(test)]
 mod tests {
-    use super::{may_split, reshape_notation, reshape_runs, target_shape};
+    use super::{CarryingRun, for_each_carrying_run, may_split, reshape_notation, target_shape};
+
+    fn carrying_runs(from: &[usize], to: &[usize]) -> Vec<(usize, usize, bool)> {
+        let mut runs = vec![];
+        for_each_carrying_run(from, to, |r: CarryingRun| {
+            runs.push((r.from_dim, r.to_dim, r.merges_too))
+        });
+        runs
+    }
+
+    /// The runs that split, with their first dims on each side (size-1
+    /// dims skipped) and whether they merge too.
+    #[test]
+    fn carrying_runs_are_the_runs_that_split() {
+        // The suite's case: [6, 12] -> [3, 24] merges and splits, 48 splits.
+        assert_eq!(
+            carrying_runs(&[6, 12, 48, 24], &[3, 24, 6, 8, 24]),
+            [(0, 0, true), (2, 2, false)]
+        );
+        // Merges and no-ops carry nothing across a run boundary.
+        assert_eq!(carrying_runs(&[2, 3, 4], &[6, 4]), []);
+        assert_eq!(carrying_runs(&[4, 6], &[4, 6]), []);
+        // Size-1 dims are never a run's first dim.
+        assert_eq!(carrying_runs(&[1, 4, 6], &[1, 1, 6, 4]), [(1, 2, true)]);
+        assert_eq!(carrying_runs(&[24], &[1, 2, 1, 12]), [(0, 1, false)]);
+        // A volume mismatch stops the walk (the notation reports it).
+        assert_eq!(carrying_runs(&[4, 5], &[2, 3]), []);
+    }
 
     /// The allocation-free pre-check never hides a split the full run
-    /// analysis finds, and clears merges and no-ops (what it is for). A run
-    /// that merges and splits at once (`[6, 4] -> [2, 12]`) has no split in
-    /// the runs (no compound form); the pre-check sends it to them.
+    /// analysis finds (a run that merges and splits, `[6, 4] -> [2, 12]`,
+    /// included), and clears merges and no-ops (what it is for).
     #[test]
     fn may_split_agrees_with_the_runs() {
         let cases: &[(&[usize], &[i64])] = &[
@@ -710,10 +873,7 @@ mod tests {
         ];
         for &(from, shape) in cases {
             let to = target_shape(from, shape).unwrap();
-            let splits = !reshape_runs("reshape", from, &to)
-                .unwrap()
-                .splits
-                .is_empty();
+            let splits = !carrying_runs(from, &to).is_empty();
             assert!(!splits || may_split(from, shape), "{from:?} -> {shape:?}");
         }
         for &(from, shape) in cases {
@@ -760,6 +920,64 @@ mod tests {
         assert_eq!(
             run(&[4, 8, 2, 32]),
             ("[0, -1, -1]".into(), "[0, -1, -1, -1]".into())
+        );
+    }
+
+    /// A run that merges and splits (`[6, 4] -> [4, 6]`) keeps its first
+    /// dim's sharding when the mesh dim divides both first dims, so each
+    /// device's block is one contiguous range of the run on both sides;
+    /// otherwise it is gathered. Answers checked against Paddle 3.3.1.
+    #[test]
+    fn a_run_that_merges_and_splits_carries_its_first_dim() {
+        let run = |mesh: &[usize], from: &[usize], mapping: &[i64], shape: &[i64]| {
+            let mesh = Mesh::new(mesh).unwrap();
+            let x = DistAttr::from_paddle(mapping).unwrap();
+            let attrs = Attrs::new().with("shape", shape);
+            let rule = crate::builtins().build("reshape", &attrs).unwrap();
+            let r = rule.forward(&mesh, &[Spec::new(from, &x)]).unwrap();
+            (r.inputs[0].to_string(), r.outputs[0].to_string())
+        };
+        let pair = |x: &str, out: &str| (x.to_string(), out.to_string());
+        assert_eq!(
+            run(&[2], &[6, 4], &[0, -1], &[4, 6]),
+            pair("[0, -1]", "[0, -1]")
+        );
+        assert_eq!(
+            run(&[3], &[6, 4], &[0, -1], &[4, 6]),
+            pair("[-1, -1]", "[-1, -1]")
+        );
+        // 5 rows do not split evenly in two, though the output's 4 would.
+        assert_eq!(
+            run(&[2], &[5, 4], &[0, -1], &[4, 5]),
+            pair("[-1, -1]", "[-1, -1]")
+        );
+        // Only the run's first dim carries: the minor dim's sharding is gathered.
+        assert_eq!(
+            run(&[2, 2], &[4, 6], &[1, 0], &[6, 4]),
+            pair("[1, -1]", "[1, -1]")
+        );
+        assert_eq!(
+            run(&[2], &[4, 12], &[0, -1], &[2, 6, 4]),
+            pair("[0, -1]", "[0, -1, -1]")
+        );
+
+        // Backward: the output's first dim carries back to the input.
+        let back = |mesh: &[usize], from: &[usize], to: &[usize], mapping: &[i64]| {
+            let mesh = Mesh::new(mesh).unwrap();
+            let out = DistAttr::from_paddle(mapping).unwrap();
+            let rule = crate::builtins().build("reshape", &Attrs::new()).unwrap();
+            let r = rule
+                .backward(&mesh, &[from], &[Spec::new(to, &out)])
+                .unwrap();
+            (r.inputs[0].to_string(), r.outputs[0].to_string())
+        };
+        assert_eq!(
+            back(&[2, 2], &[4, 6], &[6, 4], &[0, -1]),
+            pair("[0, -1]", "[0, -1]")
+        );
+        assert_eq!(
+            back(&[3], &[4, 6], &[6, 4], &[0, -1]),
+            pair("[-1, -1]", "[-1, -1]")
         );
     }
 
