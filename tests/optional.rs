@@ -291,4 +291,71 @@ fn library_optional_tensors_can_be_left_out() {
     assert_eq!(absent.outputs, given.outputs);
     assert_eq!(absent.inputs[2], attr(&[-1]));
     assert_eq!(given.outputs[0], attr(&[-1, 1, -1, -1]));
+
+    // moe_gate_dispatch without corr_bias: x's token sharding is still
+    // dropped, its hidden dim still carried to y.
+    let moe = reg
+        .build("moe_gate_dispatch", &Attrs::new().with("k", 2_i64))
+        .unwrap();
+    let (x, logits, bias) = (attr(&[0, 1]), attr(&[-1, -1]), attr(&[-1]));
+    let given = moe
+        .forward(
+            &mesh,
+            &[
+                Spec::new(&[16, 8], &x),
+                Spec::new(&[16, 4], &logits),
+                Spec::new(&[4], &bias),
+            ],
+        )
+        .unwrap();
+    let absent = moe
+        .forward_optional(
+            &mesh,
+            &[
+                Some(Spec::new(&[16, 8], &x)),
+                Some(Spec::new(&[16, 4], &logits)),
+                None,
+            ],
+        )
+        .unwrap();
+    assert_eq!(absent.inputs[..2], given.inputs[..2]);
+    assert_eq!(absent.outputs, given.outputs);
+    assert_eq!(given.inputs[0], attr(&[-1, 1]));
+    assert_eq!(given.outputs[0], attr(&[-1, 1]));
+
+    // fused_linear_param_grad_add's first step: no dweight or dbias to add
+    // to. The batch's mesh dim 0 leaves both outputs partial, as with
+    // replicated accumulators, and the absent ones get no partial status.
+    let fl = reg
+        .build("fused_linear_param_grad_add", &Attrs::new())
+        .unwrap();
+    let (x, dout) = (attr(&[0, -1, -1]), attr(&[0, -1, 1]));
+    let (w, b) = (attr(&[-1, -1]), attr(&[-1]));
+    let given = fl
+        .forward(
+            &mesh,
+            &[
+                Spec::new(&[4, 6, 8], &x),
+                Spec::new(&[4, 6, 10], &dout),
+                Spec::new(&[8, 10], &w),
+                Spec::new(&[10], &b),
+            ],
+        )
+        .unwrap();
+    let absent = fl
+        .forward_optional(
+            &mesh,
+            &[
+                Some(Spec::new(&[4, 6, 8], &x)),
+                Some(Spec::new(&[4, 6, 10], &dout)),
+                None,
+                None,
+            ],
+        )
+        .unwrap();
+    assert_eq!(absent.inputs[..2], given.inputs[..2]);
+    assert_eq!(absent.outputs, given.outputs);
+    assert!(given.outputs[0].partial.is_partial() && given.outputs[1].partial.is_partial());
+    assert!(given.inputs[2].partial.is_partial());
+    assert!(!absent.inputs[2].partial.is_partial() && !absent.inputs[3].partial.is_partial());
 }

@@ -17,7 +17,7 @@
 
 use spmd_core::{Call, Einsum, MeshSet, Partial, ReduceType, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::{forward_with_fixed_dims_freed, input_rank};
+use crate::notation::input_rank;
 
 /// How the filter's dims line up with the channels.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -141,6 +141,7 @@ macro_rules! conv {
             name = $name,
             build = Self::notation,
             cache,
+            unsharded_claims = "ignore",
             adjust = Self::linear_in_output_grad,
             inputs(input, filter),
             outputs(out)
@@ -174,10 +175,7 @@ macro_rules! conv {
                 result: &mut RuleResult,
             ) -> Result<(), SpmdError> {
                 keep_partial_output_grad(call, result);
-                // Paddle replicates x's channels (grouped) before merging,
-                // leaving their mesh dims to the filter's output channels.
-                let notation = self.notation(call)?;
-                forward_with_fixed_dims_freed(self, call, notation.notation().plan().source, result)
+                Ok(())
             }
         }
     };

@@ -6,9 +6,7 @@ use spmd_core::{
     Call, DimsMapping, DistAttr, Einsum, RuleResult, Sharding, Spec, SpmdError, SpmdRule, spmd_rule,
 };
 
-use crate::notation::{
-    forward_with_fixed_dims_freed, input_rank, labels, normalize_axis, not_partial,
-};
+use crate::notation::{input_rank, labels, normalize_axis, not_partial};
 
 /// Paddle's `gather`: `out = x` with dim `axis` replaced by `index`'s dim
 /// (or removed, for a 0-D index). The gathered axis of `x` is never sharded;
@@ -120,7 +118,7 @@ impl Gather {
     name = "gather_nd",
     build = Self::notation,
     cache,
-    adjust = Self::free_indexed_dims,
+    unsharded_claims = "ignore",
     inputs(x, index),
     outputs(out),
     no_grad(index),
@@ -145,13 +143,6 @@ impl GatherNd {
             format!("{tuples}1")
         };
         Einsum::new(&format!("{x},{index}->{tuples}{rest}"))
-    }
-
-    /// Paddle replicates x's indexed dims before the merge: their mesh dims
-    /// are free for the index's batch dims.
-    fn free_indexed_dims(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        let notation = self.notation(call)?;
-        forward_with_fixed_dims_freed(self, call, notation.notation().plan().source, result)
     }
 }
 
@@ -211,7 +202,7 @@ pub(crate) fn along_axis_term(
 #[spmd_rule(
     name = "moe_combine",
     einsum = "1h,sk,sk->sh",
-    adjust = Self::free_rows,
+    unsharded_claims = "ignore",
     inputs(x, combine_weights, scatter_index),
     outputs(y),
     no_grad(scatter_index)
@@ -219,31 +210,24 @@ pub(crate) fn along_axis_term(
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MoeCombine {}
 
-impl MoeCombine {
-    /// x's given row sharding is dropped before the merge, leaving its mesh
-    /// dims to the tokens.
-    fn free_rows(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        let notation = <Self as spmd_core::Op>::NOTATIONS[0];
-        forward_with_fixed_dims_freed(self, call, notation, result)
-    }
-}
-
 /// Paddle's `moe_gate_dispatch` (`x` `[S, H]`, `gate_logits` `[S, E]`,
 /// `corr_bias` `[E]` → `y`, `combine_weights` `[S, K]`, `scatter_index`,
 /// `expert_offset` `[E]`, `expert_id` `[S, K]`): routes each token to its
 /// top-`k` experts and packs them by expert (`y` is `[E, capacity, H]` with
 /// `use_pad`, else `[S·K, H]`). Where a token lands depends on every
 /// token's routing, so tokens and experts are never sharded; the hidden dim
-/// keeps its sharding from `x` to `y`. (Paddle 3.3.1's rule takes `int64`
+/// keeps its sharding from `x` to `y`. `corr_bias` is optional. (Paddle 3.3.1's rule takes `int64`
 /// attributes its Python binding cannot pass, so this rule was not compared
 /// with it.)
 #[spmd_rule(
     name = "moe_gate_dispatch",
     einsum = "1h,11,1->1h,11,11,1,11",
     case(when = self.use_pad, einsum = "1h,11,1->11h,11,11,1,11"),
-    adjust = Self::free_rows,
+    unsharded_claims = "ignore",
+    adjust = Self::routing_not_partial,
     inputs(x, gate_logits, corr_bias),
-    outputs(y, combine_weights, scatter_index, expert_offset, expert_id)
+    outputs(y, combine_weights, scatter_index, expert_offset, expert_id),
+    optional(corr_bias)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MoeGateDispatch {
@@ -256,11 +240,12 @@ pub struct MoeGateDispatch {
 }
 
 impl MoeGateDispatch {
-    /// The routing outputs are not sums over the hidden dim they lack; x's
-    /// given token sharding is dropped before the merge.
-    fn free_rows(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        let notation = <Self as spmd_core::Op>::NOTATIONS[usize::from(self.use_pad)];
-        forward_with_fixed_dims_freed(self, call, notation, result)?;
+    /// The routing outputs are not sums over the hidden dim they lack.
+    fn routing_not_partial(
+        &self,
+        call: &Call<'_>,
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
         for o in 1..5 {
             not_partial(call, result, o);
         }

@@ -208,15 +208,17 @@ impl FusedGemmEpilogue {
 /// it stays a correct partial). `dbias_out` sums `dout` only, so it is
 /// never partial over `x`'s `k`. Paddle 3.3.1's
 /// `FusedLinearParamGradAddInferSpmd` answers so, and rejects accumulators
-/// laid out otherwise where this rule asks for a reshard. (Without a bias
-/// Paddle passes `dbias` as an absent optional tensor, which the rule does
-/// not take yet.)
+/// laid out otherwise where this rule asks for a reshard. Without a bias
+/// (`has_bias = false`) Paddle passes `dbias` and `dbias_out` as absent
+/// optional tensors; so may the first step of an accumulation, with no
+/// `dweight` yet.
 #[spmd_rule(
     name = "fused_linear_param_grad_add",
     einsum = "...k,...n,kn,n->kn,n",
     adjust = Self::accumulate,
     inputs(x, dout, dweight, dbias),
-    outputs(dweight_out, dbias_out)
+    outputs(dweight_out, dbias_out),
+    optional(dweight, dbias, dbias_out)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FusedLinearParamGradAdd {
@@ -233,13 +235,20 @@ impl FusedLinearParamGradAdd {
         }
         // dweight_out's partial dims are exactly the batch's mesh dims.
         let batch = result.outputs.first().map(|w| w.partial);
-        if let (Some(batch), Some(bias)) = (batch, result.outputs.get_mut(1)) {
+        let absent = call.absent();
+        if let (Some(batch), Some(bias)) = (batch, result.outputs.get_mut(1))
+            && !absent.output(1)
+        {
             let mut p = batch;
             p.remove(bias.dims_mapping.mesh_set());
             bias.partial = p;
         }
-        for (o, out) in result.outputs.clone().iter().enumerate() {
-            if let Some(acc) = result.inputs.get_mut(2 + o) {
+        let RuleResult { inputs, outputs } = result;
+        for (o, out) in outputs.iter().enumerate() {
+            // An absent accumulator keeps its placeholder answer.
+            if let Some(acc) = inputs.get_mut(2 + o)
+                && !absent.input(2 + o)
+            {
                 acc.partial = out.partial;
             }
         }

@@ -85,8 +85,10 @@ pub(crate) fn keep_first_grads(call: &Call<'_>, result: &mut spmd_core::RuleResu
 /// `attr` with `dims` replicated, or `None` when none of them was sharded.
 /// Paddle replicates the dims a rule never shards *before* its merge, so
 /// the mesh dims they held stay free for other axes; in DESIGN §4's merge a
-/// never-sharded dim's sharding still claims its mesh dim. Rules that follow
-/// Paddle here re-run inference on inputs freed with this.
+/// never-sharded dim's sharding still claims its mesh dim. Rules whose
+/// fixed dims are all `1` dims choose `UnshardedClaims::Ignore` instead; the
+/// few that free only some dims, or only in some directions, re-run
+/// inference on inputs freed with this.
 pub(crate) fn replicate_dims(
     attr: &spmd_core::DistAttr,
     dims: &[usize],
@@ -113,48 +115,6 @@ pub(crate) fn replicate_dims(
         dims_mapping: spmd_core::DimsMapping::from_shardings(&freed),
         partial: attr.partial,
     })
-}
-
-/// Forward inference again with every `1` dim of the inputs replicated,
-/// when one of them was sharded (see [`replicate_dims`]): the answer Paddle
-/// gives for rules that replicate such dims before merging. `notation` is
-/// the rule's notation for this call; terms with `...` or compound dims are
-/// left as given.
-pub(crate) fn forward_with_fixed_dims_freed<R: spmd_core::SpmdRule + ?Sized>(
-    rule: &R,
-    call: &Call<'_>,
-    notation: &str,
-    result: &mut spmd_core::RuleResult,
-) -> Result<(), SpmdError> {
-    let Call::Forward { mesh, inputs, .. } = *call else {
-        return Ok(());
-    };
-    let operands = notation.split("->").next().unwrap_or("");
-    let freed: Vec<Option<spmd_core::DistAttr>> = operands
-        .split(',')
-        .zip(inputs)
-        .map(|(term, spec)| {
-            let term = term.trim();
-            if term.contains(['.', '(']) {
-                return None;
-            }
-            let fixed: Vec<usize> = term
-                .chars()
-                .enumerate()
-                .filter_map(|(i, c)| (c == '1').then_some(i))
-                .collect();
-            replicate_dims(spec.attr, &fixed)
-        })
-        .collect();
-    if freed.iter().any(Option::is_some) {
-        let specs: Vec<spmd_core::Spec<'_>> = inputs
-            .iter()
-            .zip(freed.iter().chain(std::iter::repeat(&None)))
-            .map(|(s, f)| f.as_ref().map_or(*s, |a| spmd_core::Spec::new(s.shape, a)))
-            .collect();
-        *result = rule.forward(mesh, &specs)?;
-    }
-    Ok(())
 }
 
 /// Forward: output `o` is not partial. For an output that lacks an axis
