@@ -125,6 +125,10 @@ pub(crate) fn forward<T: Trace + ?Sized>(
         let rank = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
         let mapping = cx.project(term, rank, None, derived);
         let mut partial = Partial::NONE;
+        if has_bit(rule.not_partial, o) {
+            result.outputs.push(DistAttr::new(mapping));
+            continue;
+        }
         for a in input_axes.minus(cx.term_axes(term)).iter() {
             let dims = given[a as usize].mesh_set();
             if dims.is_empty() {

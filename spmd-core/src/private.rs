@@ -29,6 +29,7 @@ pub struct RuntimeOptions<'o> {
     pub grad_ignores: u64,
     pub follows: u64,
     pub optional: Absent,
+    pub not_partial: u64,
     pub grad_signature: GradSignature<'static>,
 }
 
@@ -63,6 +64,7 @@ pub fn runtime_rule<R>(
         .with_grad_ignores(o.grad_ignores)
         .with_follows(o.follows)
         .with_optional(o.optional)
+        .with_not_partial(o.not_partial)
         .with_grad_signature(o.grad_signature);
     f(&rule)
 }

@@ -50,6 +50,11 @@ pub struct EinsumRule<'a> {
     /// The tensors that may be absent (optional inputs, and outputs that
     /// exist only with them); see [`Absent`].
     pub optional: Absent,
+    /// Outputs (bit `o` = output `o`) that forward never marks partial:
+    /// outputs that lack a sharded contracted axis without being a sum over
+    /// it (a loss the kernel reduces across shards itself, a seed, a
+    /// reserve buffer, routing indices).
+    pub not_partial: u64,
     /// The tensors the grad op takes (default: forward inputs, one grad per
     /// output).
     pub grad_signature: GradSignature<'a>,
@@ -70,6 +75,7 @@ impl<'a> EinsumRule<'a> {
             grad_ignores: 0,
             follows: 0,
             optional: Absent::NONE,
+            not_partial: 0,
             grad_signature: GradSignature::DERIVED,
         }
     }
@@ -99,6 +105,13 @@ impl<'a> EinsumRule<'a> {
     /// [`EinsumRule::follows`]).
     pub const fn with_follows(mut self, inputs: u64) -> Self {
         self.follows = inputs;
+        self
+    }
+
+    /// Declares the outputs forward never marks partial (see
+    /// [`EinsumRule::not_partial`]).
+    pub const fn with_not_partial(mut self, outputs: u64) -> Self {
+        self.not_partial = outputs;
         self
     }
 

@@ -39,6 +39,7 @@ struct RawArgs {
     grad_ignores: Option<darling::util::PathList>,
     follows: Option<darling::util::PathList>,
     optional: Option<darling::util::PathList>,
+    not_partial: Option<darling::util::PathList>,
     grad_inputs: Option<darling::util::PathList>,
     grads_for: Option<darling::util::PathList>,
     #[darling(default)]
@@ -122,6 +123,8 @@ pub struct Rule {
     pub grad_ignores: u64,
     /// Inputs left out of the forward merge (`follows(..)`).
     pub follows: u64,
+    /// Outputs forward never marks partial (`not_partial(..)`).
+    pub not_partial: u64,
     /// Bit masks over inputs and outputs: tensors that may be absent.
     pub optional_inputs: u64,
     pub optional_outputs: u64,
@@ -364,6 +367,18 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         raw.inputs.as_ref(),
     );
 
+    let not_partial = raw.not_partial.as_ref().map_or(0, |names| {
+        tensor_positions(
+            &mut errors,
+            "not_partial",
+            names,
+            None,
+            raw.outputs.as_ref(),
+        )
+        .into_iter()
+        .fold(0u64, |m, (_, o)| m | 1 << o)
+    });
+
     let (optional_inputs, optional_outputs) = optional_masks(
         &mut errors,
         raw.optional.as_ref(),
@@ -412,6 +427,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         no_grad,
         grad_ignores,
         follows,
+        not_partial,
         optional_inputs,
         optional_outputs,
         needs_output_shapes: raw.needs_output_shapes,
@@ -430,7 +446,8 @@ fn tensor_positions(
     inputs: Option<&darling::util::PathList>,
     outputs: Option<&darling::util::PathList>,
 ) -> Vec<(bool, u8)> {
-    let declare = if option == "grads_for" {
+    let outputs_only = matches!(option, "grads_for" | "not_partial");
+    let declare = if outputs_only {
         "`outputs(...)`"
     } else {
         "`inputs(...)` and `outputs(...)`"
@@ -463,7 +480,7 @@ fn tensor_positions(
                     .flat_map(|l| l.iter())
                     .map(|p| p.to_token_stream().to_string())
                     .collect();
-                let among = if option == "grads_for" {
+                let among = if outputs_only {
                     "the outputs"
                 } else {
                     "the inputs or outputs"

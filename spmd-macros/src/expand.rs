@@ -106,7 +106,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         }
         Source::Build { path, cache } => {
             let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
-            let follows = rule.follows;
+            let (follows, not_partial) = (rule.follows, rule.not_partial);
             let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
             let never = &rule.never_sharded;
             let overrides = rule
@@ -164,6 +164,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                                 grad_ignores: #grad_ignores,
                                 follows: #follows,
                                 optional: __spmd::Absent::new(#oi, #oo),
+                                not_partial: #not_partial,
                                 grad_signature: __GRAD_SIGNATURE,
                             },
                             einsum.notation().plan(),
@@ -463,7 +464,7 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
 /// `EinsumRule::new(..)` with every option, over the literal's plan.
 fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
-    let follows = rule.follows;
+    let (follows, not_partial) = (rule.follows, rule.not_partial);
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let plan_expr = plan(&l.notation, l.lit.span());
     let plan = l.notation.plan();
@@ -489,6 +490,7 @@ fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
             .with_grad_ignores(#grad_ignores)
             .with_follows(#follows)
             .with_optional(__spmd::Absent::new(#oi, #oo))
+            .with_not_partial(#not_partial)
             .with_grad_signature(__GRAD_SIGNATURE)
     }
 }

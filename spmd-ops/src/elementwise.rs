@@ -98,25 +98,14 @@ pub struct LabelSmooth {
 #[spmd_rule(
     name = "fused_dropout_add",
     einsum = "...,...->...,1",
-    adjust = Self::seed_not_partial,
     backward_partial = "reset",
     inputs(x, y),
-    outputs(out, seed_offset)
+    outputs(out, seed_offset),
+    // The seed pair is not a sum over the dims it lacks.
+    not_partial(seed_offset)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FusedDropoutAdd {}
-
-impl FusedDropoutAdd {
-    /// The seed pair is not a sum over the dims it lacks.
-    fn seed_not_partial(
-        &self,
-        call: &Call<'_>,
-        result: &mut spmd_core::RuleResult,
-    ) -> Result<(), SpmdError> {
-        crate::notation::not_partial(call, result, 1);
-        Ok(())
-    }
-}
 
 /// Paddle's names for ops that use the unary rule. Paddle 3.3.1 registers
 /// `dropout`, `fill`, `bernoulli` and `poisson` with it too: under those

@@ -6,7 +6,7 @@ use spmd_core::{
     Call, DimsMapping, DistAttr, Einsum, RuleResult, Sharding, Spec, SpmdError, SpmdRule, spmd_rule,
 };
 
-use crate::notation::{input_rank, labels, normalize_axis, not_partial};
+use crate::notation::{input_rank, labels, normalize_axis};
 
 /// Paddle's `gather`: `out = x` with dim `axis` replaced by `index`'s dim
 /// (or removed, for a 0-D index). The gathered axis of `x` is never sharded;
@@ -224,10 +224,11 @@ pub struct MoeCombine {}
     einsum = "1h,11,1->1h,11,11,1,11",
     case(when = self.use_pad, einsum = "1h,11,1->11h,11,11,1,11"),
     unsharded_claims = "ignore",
-    adjust = Self::routing_not_partial,
     inputs(x, gate_logits, corr_bias),
     outputs(y, combine_weights, scatter_index, expert_offset, expert_id),
-    optional(corr_bias)
+    optional(corr_bias),
+    // The routing outputs are not sums over the hidden dim they lack.
+    not_partial(combine_weights, scatter_index, expert_offset, expert_id)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MoeGateDispatch {
@@ -237,18 +238,4 @@ pub struct MoeGateDispatch {
     pub capacity: i64,
     #[spmd(default)]
     pub use_pad: bool,
-}
-
-impl MoeGateDispatch {
-    /// The routing outputs are not sums over the hidden dim they lack.
-    fn routing_not_partial(
-        &self,
-        call: &Call<'_>,
-        result: &mut RuleResult,
-    ) -> Result<(), SpmdError> {
-        for o in 1..5 {
-            not_partial(call, result, o);
-        }
-        Ok(())
-    }
 }

@@ -4,7 +4,7 @@
 
 use spmd_core::{Call, Einsum, MeshSet, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
 
-use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis, not_partial};
+use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis};
 
 /// Which dims the softmax axis takes in each term.
 fn axis_info(ce: &CrossEntropyWithSoftmax, call: &Call<'_>) -> Result<(usize, usize), SpmdError> {
@@ -30,7 +30,9 @@ fn axis_info(ce: &CrossEntropyWithSoftmax, call: &Call<'_>) -> Result<(usize, us
     validate = Self::check,
     adjust = Self::finish,
     inputs(logits, label),
-    outputs(softmax, loss)
+    outputs(softmax, loss),
+    // The kernel reduces the loss across the class dim's shards itself.
+    not_partial(loss)
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CrossEntropyWithSoftmax {
@@ -202,7 +204,9 @@ impl LossFirst {
     cache,
     adjust = Self::finish,
     inputs(logits, label),
-    outputs(softmax, loss)
+    outputs(softmax, loss),
+    // The kernel reduces the loss across the class dim's shards itself.
+    not_partial(loss)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CSoftmaxWithCrossEntropy {
@@ -215,10 +219,8 @@ impl CSoftmaxWithCrossEntropy {
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         c_softmax_notation(call, 1)
     }
-    /// The kernel reduces the loss across the class dim's shards itself:
-    /// not partial. The grad's arguments after `softmax` have no gradient.
+    /// The grad's arguments after `softmax` have no gradient.
     fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        not_partial(call, result, 1);
         keep_first_grads(call, result, 1);
         Ok(())
     }
@@ -247,7 +249,9 @@ fn c_softmax_notation(call: &Call<'_>, labels: usize) -> Result<Einsum, SpmdErro
     cache,
     adjust = Self::finish,
     inputs(logits, label, smooth_weight),
-    outputs(softmax, loss)
+    outputs(softmax, loss),
+    // The kernel reduces the loss across the class dim's shards itself.
+    not_partial(loss)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CSoftmaxWithMultiLabelCrossEntropy {
@@ -262,10 +266,8 @@ impl CSoftmaxWithMultiLabelCrossEntropy {
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         c_softmax_notation(call, 2)
     }
-    /// The kernel reduces the loss across the class dim's shards itself:
-    /// not partial. The grad's arguments after `softmax` have no gradient.
+    /// The grad's arguments after `softmax` have no gradient.
     fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        not_partial(call, result, 1);
         keep_first_grads(call, result, 1);
         Ok(())
     }

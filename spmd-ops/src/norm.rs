@@ -6,7 +6,7 @@ use spmd_core::{
     Call, DimsMapping, DistAttr, Einsum, MeshDim, RuleResult, Sharding, SpmdError, spmd_rule,
 };
 
-use crate::notation::{input_rank, keep_first_grads, labels, not_partial};
+use crate::notation::{input_rank, keep_first_grads, labels};
 
 /// `lead` leading labels, then `norm` dims written `1` (never sharded).
 fn split_term(op: &'static str, lead: usize, norm: usize) -> Result<String, SpmdError> {
@@ -191,7 +191,9 @@ fn channels_last(op: &'static str, data_format: &str) -> Result<bool, SpmdError>
     build = Self::notation,
     adjust = Self::grads,
     inputs(x, mean, variance, scale, bias),
-    outputs(out, mean_out, variance_out, saved_mean, saved_variance, reserve_space)
+    outputs(out, mean_out, variance_out, saved_mean, saved_variance, reserve_space),
+    // reserve_space is a buffer, not a sum.
+    not_partial(reserve_space)
 )]
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchNorm {
@@ -228,8 +230,6 @@ impl BatchNorm {
     }
     /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
     fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        // reserve_space is a buffer, not a sum.
-        not_partial(call, result, 5);
         keep_first_grads(call, result, 3);
         Ok(())
     }

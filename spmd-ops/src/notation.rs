@@ -116,13 +116,3 @@ pub(crate) fn replicate_dims(
         partial: attr.partial,
     })
 }
-
-/// Forward: output `o` is not partial. For an output that lacks an axis
-/// other outputs carry without summing over it (a loss the kernel reduces
-/// itself, a seed, a reserve buffer), which the notation would mark partial
-/// over that axis's mesh dims.
-pub(crate) fn not_partial(call: &Call<'_>, result: &mut spmd_core::RuleResult, o: usize) {
-    if let (true, Some(out)) = (call.is_forward(), result.outputs.get_mut(o)) {
-        out.partial = spmd_core::Partial::NONE;
-    }
-}
