@@ -5,7 +5,7 @@
 
 use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis};
+use crate::notation::{axis_flags, input_rank, keep_first_grads, labels, normalize_axis};
 
 /// The labels of a rank-`rank` tensor whose dim `axis` is `a` (the others
 /// are `b`, `c`, ...): for rank 3 and axis 1, `bac`.
@@ -374,10 +374,7 @@ impl Roll {
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         const OP: &str = "roll";
         let rank = input_rank(call, 0).unwrap_or(0);
-        let mut rolled = vec![self.axis.is_empty(); rank];
-        for &a in &self.axis {
-            rolled[normalize_axis(OP, "axis", a, rank)?] = true;
-        }
+        let rolled = axis_flags(OP, "axis", &self.axis, rank, true)?;
         let term: String = labels(OP, rank)?
             .into_iter()
             .zip(rolled)

@@ -4,7 +4,7 @@
 
 use spmd_core::{Call, Einsum, Partial, ReduceType, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, labels, normalize_axis};
+use crate::notation::{axis_flags, input_rank, labels};
 
 /// The notation of a reduction of a rank-`rank` tensor over `axis` (every
 /// axis when empty); kept dims become `1`.
@@ -29,10 +29,7 @@ fn reduce_notation_with(
 ) -> Result<Einsum, SpmdError> {
     let rank = input_rank(call, 0).unwrap_or(0);
     let names = labels(op, rank)?;
-    let mut reduced = vec![axis.is_empty(); rank];
-    for &a in axis {
-        reduced[normalize_axis(op, "axis", a, rank)?] = true;
-    }
+    let reduced = axis_flags(op, "axis", axis, rank, true)?;
     let input: String = names
         .iter()
         .zip(&reduced)

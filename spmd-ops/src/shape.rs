@@ -5,7 +5,7 @@
 
 use spmd_core::{Call, DimsMapping, Einsum, Mesh, RuleResult, Sharding, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, labels, normalize_axis};
+use crate::notation::{axis_flags, input_rank, labels, normalize_axis};
 
 /// The shape of input `i`, or an error naming the op when the call lacks it.
 pub(crate) fn input_shape<'c>(
@@ -111,10 +111,7 @@ impl Squeeze {
         let shape = input_shape("squeeze", call, 0)?;
         let rank = shape.len();
         let names = labels("squeeze", rank)?;
-        let mut listed = vec![self.axis.is_empty(); rank];
-        for &a in &self.axis {
-            listed[normalize_axis("squeeze", "axis", a, rank)?] = true;
-        }
+        let listed = axis_flags("squeeze", "axis", &self.axis, rank, true)?;
         let input = plain_term(&names, shape);
         let output: String = input
             .chars()

@@ -5,7 +5,7 @@
 
 use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
 
-use crate::notation::{labels, normalize_axis};
+use crate::notation::{axis_flags, labels, normalize_axis};
 use crate::shape::{input_shape, plain_term};
 
 /// How many inputs a call has, whichever the direction.
@@ -101,7 +101,13 @@ impl Unbind {
             .filter(|&(d, _)| d != axis)
             .map(|(_, c)| c)
             .collect();
-        let outs = vec![out.as_str(); shape[axis].max(1)].join(",");
+        // A 0-d tensor takes axis 0 but has nothing to unbind.
+        let n = shape.get(axis).ok_or_else(|| SpmdError::InvalidAttr {
+            op: "unbind",
+            attr: "axis".into(),
+            message: "a 0-d tensor has no dim to unbind".into(),
+        })?;
+        let outs = vec![out.as_str(); (*n).max(1)].join(",");
         Einsum::new(&format!("{input}->{outs}"))
     }
 }
@@ -117,14 +123,8 @@ fn slice_notation(
     let shape = input_shape(op, call, 0)?;
     let rank = shape.len();
     let names = labels(op, rank)?;
-    let mut cut = vec![false; rank];
-    for &a in axes {
-        cut[normalize_axis(op, "axes", a, rank)?] = true;
-    }
-    let mut dropped = vec![false; rank];
-    for &a in decrease_axis {
-        dropped[normalize_axis(op, "decrease_axis", a, rank)?] = true;
-    }
+    let cut = axis_flags(op, "axes", axes, rank, false)?;
+    let dropped = axis_flags(op, "decrease_axis", decrease_axis, rank, false)?;
     let input: String = plain_term(&names, shape)
         .chars()
         .zip(&cut)
