@@ -209,6 +209,28 @@ fn grad_notes(req: &Request, result: &RuleResult) -> Vec<String> {
     notes
 }
 
+/// Forward outputs answered `[]` when a tensor is absent: an output that
+/// exists only with an absent input (rotary embedding's `out_k`) gets that
+/// placeholder, and the core does not say which outputs those are.
+fn placeholder_note(req: &Request, result: &RuleResult) -> Option<String> {
+    if req.direction != Direction::Forward || !req.has_absent() {
+        return None;
+    }
+    let empty: Vec<String> = result
+        .outputs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.dims_mapping.rank() == 0 && !r.partial.is_partial())
+        .map(|(o, _)| format!("output {o}"))
+        .collect();
+    (!empty.is_empty()).then(|| {
+        format!(
+            "{} answered `[]`, which is also what a rule answers for an output that exists only with an absent input (the core does not say which of the two this is)",
+            empty.join(", ")
+        )
+    })
+}
+
 impl Report {
     /// Builds the report of a successful call.
     pub fn new(
@@ -222,7 +244,8 @@ impl Report {
             Direction::Backward => backward_rows(req, &result),
             Direction::Grad => grad_rows(req, &result),
         };
-        let notes = grad_notes(req, &result);
+        let mut notes = grad_notes(req, &result);
+        notes.extend(placeholder_note(req, &result));
         let _ = rule;
         Report {
             title: req.source.title(),
