@@ -55,6 +55,9 @@ impl Expectation {
     }
 }
 
+/// One tensor position of a call: `None` is an absent optional tensor.
+pub type Slot = Option<TensorArg>;
+
 /// One call, checked and ready to run.
 #[derive(Clone, Debug)]
 pub struct Request {
@@ -63,14 +66,17 @@ pub struct Request {
     pub mesh: Mesh,
     pub direction: Direction,
     /// Forward and grad: the inputs; backward: the inputs (shapes; mappings optional).
-    pub inputs: Vec<TensorArg>,
+    pub inputs: Vec<Slot>,
     /// Backward: the given outputs; grad: the output grads.
-    pub outputs: Vec<TensorArg>,
+    pub outputs: Vec<Slot>,
     pub expectation: Option<Expectation>,
 }
 
 /// Owned tensors: (shape, dist attr) per tensor.
 pub type Parts = Vec<(Vec<usize>, spmd_core::DistAttr)>;
+
+/// Owned tensors, `None` where one is absent.
+pub type Slots = Vec<Option<(Vec<usize>, spmd_core::DistAttr)>>;
 
 /// Whether `op` is an einsum notation rather than an op name.
 pub fn is_notation(op: &str) -> bool {
@@ -121,11 +127,11 @@ impl Request {
         })?;
         let mesh = parse::mesh(mesh_text).map_err(|e| CliError::usage(format!("--mesh: {e}")))?;
         let direction = direction(call);
-        let tensors = |flag: &str, list: &[String]| -> Result<Vec<TensorArg>> {
+        let tensors = |flag: &str, list: &[String]| -> Result<Vec<Slot>> {
             list.iter()
                 .enumerate()
                 .map(|(i, text)| {
-                    parse::tensor(text)
+                    parse::slot(text)
                         .map_err(|e| CliError::usage(format!("{flag} #{i} `{text}`: {e}")))
                 })
                 .collect()
@@ -166,6 +172,7 @@ impl Request {
     fn check_tensors(&self, in_prefix: &str, out_prefix: &str) -> Result<()> {
         for (prefix, list) in [(in_prefix, &self.inputs), (out_prefix, &self.outputs)] {
             for (i, t) in list.iter().enumerate() {
+                let Some(t) = t else { continue };
                 t.check(&self.mesh)
                     .map_err(|e| CliError::usage(format!("{prefix}{i} `{}`: {e}", t.text)))?;
             }
@@ -228,24 +235,11 @@ impl Request {
         };
         let mesh =
             Mesh::new(&call.mesh_shape).map_err(|e| CliError::usage(format!("mesh_shape: {e}")))?;
-        let tensors = |role: &str, list: &[Option<Tensor>]| -> Result<Vec<TensorArg>> {
+        let tensors = |role: &str, list: &[Option<Tensor>]| -> Result<Vec<Slot>> {
             list.iter()
                 .enumerate()
                 .map(|(i, t)| {
-                    let t = t.as_ref().ok_or_else(|| {
-                        CliError::usage(format!(
-                            "{role} {i} is null (an absent optional tensor), which the CLI cannot pass to a rule"
-                        ))
-                    })?;
-                    let (shape, attr) = t
-                        .to_parts()
-                        .map_err(|e| CliError::usage(format!("{role} {i}: {e}")))?;
-                    Ok(TensorArg {
-                        text: serde_json::to_string(t).unwrap_or_default(),
-                        shape,
-                        mapping: t.dims_mapping.as_ref().map(|_| attr.dims_mapping.clone()),
-                        partial: attr.partial,
-                    })
+                    json_slot(t.as_ref()).map_err(|e| CliError::usage(format!("{role} {i}: {e}")))
                 })
                 .collect()
         };
@@ -277,32 +271,60 @@ impl Request {
         }
     }
 
-    /// The inputs and outputs as owned (shape, attr) pairs.
-    pub fn parts(&self) -> (Parts, Parts) {
-        let p = |l: &[TensorArg]| l.iter().map(|t| (t.shape.clone(), t.attr())).collect();
+    /// Whether some input or output is absent.
+    pub fn has_absent(&self) -> bool {
+        self.inputs.iter().chain(&self.outputs).any(Option::is_none)
+    }
+
+    /// The inputs and outputs as owned (shape, attr) pairs, `None` when a
+    /// tensor is absent (see [`Request::slots`]).
+    pub fn parts(&self) -> Option<(Parts, Parts)> {
+        let (ins, outs) = self.slots();
+        let all = |l: Slots| l.into_iter().collect::<Option<Parts>>();
+        Some((all(ins)?, all(outs)?))
+    }
+
+    /// The inputs and outputs as owned (shape, attr) pairs, `None` where absent.
+    pub fn slots(&self) -> (Slots, Slots) {
+        let p = |l: &[Slot]| {
+            l.iter()
+                .map(|t| t.as_ref().map(|t| (t.shape.clone(), t.attr())))
+                .collect()
+        };
         (p(&self.inputs), p(&self.outputs))
     }
 
-    /// Runs the call. `Err` when the rule cannot be built or rejects the call.
+    /// Runs the call. `Err` when the rule rejects it (an absent tensor the
+    /// rule does not declare optional among the reasons).
     pub fn run(&self, rule: &Built) -> std::result::Result<RuleResult, SpmdError> {
-        self.run_traced(rule, &mut NoTrace)
+        let (rule, mesh) = (rule.as_rule(), &self.mesh);
+        match self.parts() {
+            Some((ins, outs)) => run_parts(rule, mesh, self.direction, &ins, &outs),
+            // Absent tensors go through the rule's `*_optional` entry points.
+            None => {
+                let (ins, outs) = self.slots();
+                run_optional(rule, mesh, self.direction, &ins, &outs)
+            }
+        }
     }
 
     /// [`Request::run`], reporting each step of the inference to `trace`.
+    /// `None` when a tensor is absent: the core traces only calls whose
+    /// tensors are all present.
     pub fn run_traced(
         &self,
         rule: &Built,
         trace: &mut dyn Trace,
-    ) -> std::result::Result<RuleResult, SpmdError> {
-        let (ins, outs) = self.parts();
-        run_traced(
+    ) -> Option<std::result::Result<RuleResult, SpmdError>> {
+        let (ins, outs) = self.parts()?;
+        Some(run_traced(
             rule.as_rule(),
             &self.mesh,
             self.direction,
             &ins,
             &outs,
             trace,
-        )
+        ))
     }
 }
 
@@ -445,6 +467,21 @@ struct JsonCall {
     expected: Option<Expected>,
     #[serde(default)]
     alternatives: Vec<Alternative>,
+}
+
+/// A tensor of a JSON case as a slot: `null`, or a `null` shape, is absent
+/// (as the conformance schema reads them).
+fn json_slot(t: Option<&Tensor>) -> std::result::Result<Slot, spmd_core::json::JsonError> {
+    let Some(t) = t.filter(|t| t.shape.is_some()) else {
+        return Ok(None);
+    };
+    let (shape, attr) = t.to_parts()?;
+    Ok(Some(TensorArg {
+        text: serde_json::to_string(t).unwrap_or_default(),
+        shape,
+        mapping: t.dims_mapping.as_ref().map(|_| attr.dims_mapping.clone()),
+        partial: attr.partial,
+    }))
 }
 
 /// A file's text, or stdin's for `-`.

@@ -16,6 +16,15 @@ Quote tensors in the shell if they contain brackets or parentheses:
 Attributes (--attr NAME=VALUE): true/false, integers, numbers, lists [0,1],
 strings (quotes optional): --attr trans_x=true --attr axis=[-1] --attr keep_dim=false";
 
+const ABSENT_SYNTAX: &str = "\
+Absent optional tensors: `absent` (exactly, lowercase) in place of an --in or --out
+TENSOR leaves that slot empty, for tensors the rule declares optional (layer_norm's
+scale and bias, flash_attention's attn_mask); in --json-input, `null` does the same.
+The report shows the slot as absent. Leaving out a tensor the rule does not declare
+optional is an error naming it:
+  spmd infer layer_norm --mesh 2x2 --in '8x16x32:[0,-1,1]' --in absent --in absent \\
+      --attr begin_norm_axis=2";
+
 const INFER_EXAMPLES: &str = "\
 Examples:
   spmd infer matmul --mesh 2x4 --in 64x32:[1,0] --in 32x48:[-1,-1]
@@ -37,7 +46,10 @@ const EXPLAIN_EXAMPLES: &str = "\
 Examples:
   spmd explain matmul --mesh 2x4 --in 64x32:[1,0] --in 32x48:[-1,-1]
   spmd explain 'mk,kn->mn' --mesh 2x4 --in '64x32:[0,1]' --in '32x48:[1,0]'
-  spmd explain embedding --mesh 2x4 --in '16x128:[0,-1]' --in '1000x64:[1,-1]'";
+  spmd explain embedding --mesh 2x4 --in '16x128:[0,-1]' --in '1000x64:[1,-1]'
+
+Absent optional tensors (`absent`, or `null` in --json-input) are not supported: the core
+traces only calls whose tensors are all present. `spmd infer` runs such calls.";
 
 const SHOW_EXAMPLES: &str = "\
 Examples:
@@ -120,7 +132,7 @@ pub enum ColorWhen {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a registered op's rule: input requirements, outputs, reshards.
-    #[command(after_help = format!("{TENSOR_SYNTAX}\n\n{INFER_EXAMPLES}"))]
+    #[command(after_help = format!("{TENSOR_SYNTAX}\n\n{ABSENT_SYNTAX}\n\n{INFER_EXAMPLES}"))]
     Infer(InferArgs),
 
     /// Run the rule of any einsum notation (no registered op needed).
@@ -156,11 +168,11 @@ pub struct CallArgs {
     #[arg(long, value_name = "SHAPE")]
     pub mesh: Option<String>,
 
-    /// An input tensor, in order (forward: SHAPE:MAPPING; backward: SHAPE, any mapping is ignored by the rule).
+    /// An input tensor, in order (forward: SHAPE:MAPPING; backward: SHAPE, any mapping is ignored by the rule; `absent` for an absent optional one).
     #[arg(long = "in", value_name = "TENSOR", allow_hyphen_values = true)]
     pub inputs: Vec<String>,
 
-    /// An output tensor, in order (backward: the given outputs; grad: the output grads).
+    /// An output tensor, in order (backward: the given outputs; grad: the output grads; `absent` for an absent optional one).
     #[arg(long = "out", value_name = "TENSOR", allow_hyphen_values = true)]
     pub outputs: Vec<String>,
 

@@ -41,6 +41,54 @@ fn err<T>(msg: impl Into<String>) -> Result<T, SyntaxError> {
 pub const TENSOR_HINT: &str =
     "expected SHAPE[:MAPPING][:partial(...)] like 64x32:[1,-1] or 8:[[0,1]]:partial(2:max)";
 
+/// The `--in` / `--out` keyword for an absent optional tensor.
+pub const ABSENT: &str = "absent";
+
+/// Words other tools use for "no tensor": read as tries at [`ABSENT`].
+const ABSENT_LOOKALIKES: &[&str] = &["none", "null", "nil", "missing", "empty", "_", "-"];
+
+/// A `--in` / `--out` value: a tensor, or `None` for [`ABSENT`].
+pub fn slot(text: &str) -> Result<Option<TensorArg>, SyntaxError> {
+    let t = text.trim();
+    if t == ABSENT {
+        return Ok(None);
+    }
+    // Only the shape part can be a try at the keyword (`absent:[0]`).
+    let head = t.split(':').next().unwrap_or(t);
+    if near_absent(head) {
+        return err(format!(
+            "`{t}` is not a tensor; an absent optional tensor is written `{ABSENT}` exactly (lowercase, nothing after it)"
+        ));
+    }
+    tensor(text).map(Some)
+}
+
+/// Whether `word` looks like a try at [`ABSENT`]. Never true of a valid
+/// shape: those are digits and `x`, empty, or `scalar`.
+fn near_absent(word: &str) -> bool {
+    let lower = word.trim().to_ascii_lowercase();
+    if lower.is_empty() || lower == "scalar" {
+        return false;
+    }
+    ABSENT_LOOKALIKES.contains(&lower.as_str())
+        || (lower.chars().all(|c| c.is_ascii_alphabetic()) && edit_distance(&lower, ABSENT) <= 2)
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions), on chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            let substitute = prev[j] + usize::from(ca != cb);
+            cur.push(substitute.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 /// A mesh: `2x4`, `8`, also `[2,4]` and `2,4`.
 pub fn mesh(text: &str) -> Result<Mesh, SyntaxError> {
     let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
@@ -532,6 +580,37 @@ mod tests {
 
     fn t(s: &str) -> TensorArg {
         tensor(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn absent_slots_and_near_misses() {
+        assert_eq!(slot("absent"), Ok(None));
+        assert_eq!(slot(" absent "), Ok(None));
+        assert_eq!(slot("8x4:[0,-1]").unwrap().unwrap().shape, [8, 4]);
+        assert!(slot("scalar").unwrap().unwrap().shape.is_empty());
+        assert!(slot("").unwrap().unwrap().shape.is_empty());
+        for miss in [
+            "Absent",
+            "ABSENT",
+            "absnet",
+            "absen",
+            "absence",
+            "none",
+            "None",
+            "null",
+            "-",
+            "absent:[0]",
+            "absent:partial(0)",
+        ] {
+            let e = slot(miss).unwrap_err().0;
+            assert!(e.contains("written `absent` exactly"), "{miss}: {e}");
+        }
+        // Far from the keyword: the plain shape error.
+        let e = slot("banana").unwrap_err().0;
+        assert!(e.contains("is not an extent"), "{e}");
+        assert_eq!(edit_distance("absent", "absent"), 0);
+        assert_eq!(edit_distance("absnet", "absent"), 2);
+        assert_eq!(edit_distance("", "absent"), 6);
     }
 
     #[test]

@@ -4,12 +4,12 @@
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use spmd_core::json::{Agreement, Direction, Expect, Mismatch};
+use spmd_core::json::{Agreement, Direction, Expect, Mismatch, Outcome};
 use spmd_core::{DistAttr, Mesh, RuleResult};
 
-use crate::call::{Built, Request};
+use crate::call::{Built, Request, Slot};
 use crate::layout;
-use crate::parse::shape_text;
+use crate::parse::{TensorArg, shape_text};
 use crate::reshard::{self, Step};
 use crate::shapes;
 use crate::style::{self, COMM, DIM, HEADER, LOCAL, OK, PARTIAL, Table, paint};
@@ -28,6 +28,23 @@ pub struct TensorRow {
     pub reshard: Vec<Step>,
     /// What finishes a partial `result` (all-reduces).
     pub pending: Vec<Step>,
+    /// An absent optional tensor: its row says so and nothing more (the
+    /// rule's answer for it is a placeholder, never shown).
+    pub absent: bool,
+}
+
+impl TensorRow {
+    fn absent(label: String) -> TensorRow {
+        TensorRow {
+            label,
+            shape: None,
+            given: None,
+            result: DistAttr::default(),
+            reshard: Vec::new(),
+            pending: Vec::new(),
+            absent: true,
+        }
+    }
 }
 
 /// The answer of one call.
@@ -64,7 +81,154 @@ fn row(
         pending: reshard::finish_partial(result),
         result: result.clone(),
         reshard,
+        absent: false,
     }
+}
+
+/// The row of a tensor slot the caller filled: absent, or the tensor with
+/// its attr as given (when `with_given`) and the rule's answer.
+fn slot_row(
+    label: String,
+    slot: Option<&TensorArg>,
+    with_given: bool,
+    result: &DistAttr,
+) -> TensorRow {
+    match slot {
+        None => TensorRow::absent(label),
+        Some(t) => row(
+            label,
+            Some(t.shape.clone()),
+            with_given.then(|| t.attr()),
+            result,
+        ),
+    }
+}
+
+type Rows = (Vec<TensorRow>, Vec<TensorRow>);
+
+fn forward_rows(req: &Request, result: &RuleResult, out_shapes: Option<Vec<Vec<usize>>>) -> Rows {
+    let inputs = req
+        .inputs
+        .iter()
+        .zip(&result.inputs)
+        .enumerate()
+        .map(|(i, (t, r))| slot_row(format!("input {i}"), t.as_ref(), true, r))
+        .collect();
+    let outputs = result
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(o, r)| {
+            let shape = out_shapes.as_ref().and_then(|s| s.get(o).cloned());
+            row(format!("output {o}"), shape, None, r)
+        })
+        .collect();
+    (inputs, outputs)
+}
+
+/// Backward inputs count as given only with a mapping (the rule reads
+/// their shapes alone).
+fn backward_rows(req: &Request, result: &RuleResult) -> Rows {
+    let inputs = req
+        .inputs
+        .iter()
+        .zip(&result.inputs)
+        .enumerate()
+        .map(|(i, (t, r))| {
+            let mapped = t.as_ref().is_some_and(|t| t.mapping.is_some());
+            slot_row(format!("input {i}"), t.as_ref(), mapped, r)
+        })
+        .collect();
+    let outputs = req
+        .outputs
+        .iter()
+        .zip(&result.outputs)
+        .enumerate()
+        .map(|(o, (t, r))| slot_row(format!("output {o}"), t.as_ref(), true, r))
+        .collect();
+    (inputs, outputs)
+}
+
+/// Grad: the grad op's inputs (forward inputs, then output grads), and the
+/// input grads, tied to their inputs only when there is one per input.
+fn grad_rows(req: &Request, result: &RuleResult) -> Rows {
+    let n_in = req.inputs.len();
+    let given: Vec<&Slot> = req.inputs.iter().chain(&req.outputs).collect();
+    let inputs = result
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, r)| {
+            let label = if k < n_in {
+                format!("input {k}")
+            } else {
+                format!("out_grad {}", k - n_in)
+            };
+            match given.get(k) {
+                Some(t) => slot_row(label, t.as_ref(), true, r),
+                // Past the given tensors: the rule answers more than it took.
+                None => row(label, None, None, r),
+            }
+        })
+        .collect();
+    let aligned = result.outputs.len() == n_in;
+    let outputs = result
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(o, r)| match req.inputs.get(o) {
+            // An absent input has no grad: the answer is a placeholder.
+            Some(None) if aligned => TensorRow::absent(format!("input {o} grad")),
+            Some(Some(t)) if aligned => {
+                row(format!("input {o} grad"), Some(t.shape.clone()), None, r)
+            }
+            _ => row(format!("grad {o}"), None, None, r),
+        })
+        .collect();
+    (inputs, outputs)
+}
+
+/// Why the report's input grads are not tied to inputs, when they are not.
+fn grad_notes(req: &Request, result: &RuleResult) -> Vec<String> {
+    let n_in = req.inputs.len();
+    if req.direction != Direction::Grad || result.outputs.is_empty() || result.outputs.len() == n_in
+    {
+        return Vec::new();
+    }
+    let mut notes = vec![format!(
+        "the rule returns {} grad(s) for {} input(s) (inputs without a gradient are skipped); the core does not say which input each belongs to",
+        result.outputs.len(),
+        n_in
+    )];
+    if req.has_absent() {
+        notes.push(
+            "an absent input has no grad: the rule answers a placeholder in its place, and which grad above that is cannot be told here"
+                .into(),
+        );
+    }
+    notes
+}
+
+/// Forward outputs answered `[]` when a tensor is absent: an output that
+/// exists only with an absent input (rotary embedding's `out_k`) gets that
+/// placeholder, and the core does not say which outputs those are.
+fn placeholder_note(req: &Request, result: &RuleResult) -> Option<String> {
+    if req.direction != Direction::Forward || !req.has_absent() {
+        return None;
+    }
+    let empty: Vec<String> = result
+        .outputs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.dims_mapping.rank() == 0 && !r.partial.is_partial())
+        .map(|(o, _)| format!("output {o}"))
+        .collect();
+    (!empty.is_empty()).then(|| {
+        format!(
+            "{} answered `[]`, which is also what a rule answers for an output that exists only with an absent input (the core does not say which of the two this is)",
+            empty.join(", ")
+        )
+    })
 }
 
 impl Report {
@@ -75,75 +239,13 @@ impl Report {
         result: RuleResult,
         out_shapes: Option<Vec<Vec<usize>>>,
     ) -> Report {
-        let mut inputs = Vec::new();
-        let mut outputs = Vec::new();
-        let n_in = req.inputs.len();
-        match req.direction {
-            Direction::Forward => {
-                for (i, (t, r)) in req.inputs.iter().zip(&result.inputs).enumerate() {
-                    inputs.push(row(
-                        format!("input {i}"),
-                        Some(t.shape.clone()),
-                        Some(t.attr()),
-                        r,
-                    ));
-                }
-                for (o, r) in result.outputs.iter().enumerate() {
-                    let shape = out_shapes.as_ref().and_then(|s| s.get(o).cloned());
-                    outputs.push(row(format!("output {o}"), shape, None, r));
-                }
-            }
-            Direction::Backward => {
-                for (i, (t, r)) in req.inputs.iter().zip(&result.inputs).enumerate() {
-                    let given = t.mapping.is_some().then(|| t.attr());
-                    inputs.push(row(format!("input {i}"), Some(t.shape.clone()), given, r));
-                }
-                for (o, (t, r)) in req.outputs.iter().zip(&result.outputs).enumerate() {
-                    outputs.push(row(
-                        format!("output {o}"),
-                        Some(t.shape.clone()),
-                        Some(t.attr()),
-                        r,
-                    ));
-                }
-            }
-            Direction::Grad => {
-                let given: Vec<_> = req.inputs.iter().chain(&req.outputs).collect();
-                for (k, r) in result.inputs.iter().enumerate() {
-                    let (label, t) = if k < n_in {
-                        (format!("input {k}"), given.get(k))
-                    } else {
-                        (format!("out_grad {}", k - n_in), given.get(k))
-                    };
-                    inputs.push(row(
-                        label,
-                        t.map(|t| t.shape.clone()),
-                        t.map(|t| t.attr()),
-                        r,
-                    ));
-                }
-                let aligned = result.outputs.len() == n_in;
-                for (o, r) in result.outputs.iter().enumerate() {
-                    let (label, shape) = if aligned {
-                        (format!("input {o} grad"), Some(req.inputs[o].shape.clone()))
-                    } else {
-                        (format!("grad {o}"), None)
-                    };
-                    outputs.push(row(label, shape, None, r));
-                }
-            }
-        }
-        let mut notes = Vec::new();
-        if req.direction == Direction::Grad
-            && !result.outputs.is_empty()
-            && result.outputs.len() != n_in
-        {
-            notes.push(format!(
-                "the rule returns {} grad(s) for {} input(s) (inputs without a gradient are skipped); the core does not say which input each belongs to",
-                result.outputs.len(),
-                n_in
-            ));
-        }
+        let (inputs, outputs) = match req.direction {
+            Direction::Forward => forward_rows(req, &result, out_shapes),
+            Direction::Backward => backward_rows(req, &result),
+            Direction::Grad => grad_rows(req, &result),
+        };
+        let mut notes = grad_notes(req, &result);
+        notes.extend(placeholder_note(req, &result));
         let _ = rule;
         Report {
             title: req.source.title(),
@@ -237,6 +339,10 @@ impl Report {
         let width = header.len();
         t.row(header);
         for r in rows {
+            if r.absent {
+                t.row(absent_cells(r, width));
+                continue;
+            }
             let mut cells = vec![
                 r.label.clone(),
                 r.shape.as_deref().map_or("?".into(), shape_text),
@@ -295,8 +401,12 @@ impl Report {
         let rows = |rows: &[TensorRow]| -> Vec<Value> {
             rows.iter()
                 .map(|r| {
+                    if r.absent {
+                        return absent_json(r);
+                    }
                     json!({
                         "name": r.label,
+                        "absent": false,
                         "shape": r.shape,
                         "given": r.given.as_ref().map(Expect::from_attr),
                         "result": Expect::from_attr(&r.result),
@@ -317,7 +427,7 @@ impl Report {
             "direction": self.direction,
             "mesh_shape": self.mesh.shape(),
             "attrs": attrs,
-            "result": self.result,
+            "result": self.result_json(),
             "inputs": rows(&self.inputs),
             "outputs": rows(&self.outputs),
         });
@@ -332,6 +442,45 @@ impl Report {
         }
         v
     }
+
+    /// The answer in the conformance schema's `expected` form, `null` in the
+    /// slots of absent tensors (the schema's absent), not their placeholders.
+    fn result_json(&self) -> Value {
+        let mut outcome = Outcome::from_result(&self.result);
+        for (slots, rows) in [
+            (&mut outcome.inputs, &self.inputs),
+            (&mut outcome.outputs, &self.outputs),
+        ] {
+            // Rows are in the result's order, from its first entry.
+            for (slot, r) in slots.iter_mut().zip(rows) {
+                if r.absent {
+                    *slot = None;
+                }
+            }
+        }
+        json!(outcome)
+    }
+}
+
+/// A table row saying the tensor is absent: no shape, attr, local block or
+/// reshard to show.
+fn absent_cells(r: &TensorRow, width: usize) -> Vec<String> {
+    let mut cells = vec![r.label.clone(), paint(DIM, "absent")];
+    cells.resize(width, paint(DIM, "-"));
+    cells
+}
+
+fn absent_json(r: &TensorRow) -> Value {
+    json!({
+        "name": r.label,
+        "absent": true,
+        "shape": null,
+        "given": null,
+        "result": null,
+        "local_shape": null,
+        "reshard": [],
+        "pending": [],
+    })
 }
 
 /// `expected: matches` / `expected: differs: ...`.
@@ -353,7 +502,8 @@ pub fn check_json(check: &std::result::Result<Agreement, Mismatch>) -> Value {
     }
 }
 
-/// Output shapes, when a notation for the call is known.
+/// Output shapes, when a notation for the call is known and every input is
+/// present (a notation's shapes need all its inputs).
 pub fn output_shapes(
     req: &Request,
     rule: &Built,
@@ -362,7 +512,11 @@ pub fn output_shapes(
     if req.direction != Direction::Forward {
         return None;
     }
-    let shapes: Vec<&[usize]> = req.inputs.iter().map(|t| t.shape.as_slice()).collect();
+    let shapes: Vec<&[usize]> = req
+        .inputs
+        .iter()
+        .map(|t| t.as_ref().map(|t| t.shape.as_slice()))
+        .collect::<Option<_>>()?;
     match rule {
         Built::Einsum(e) => shapes::output_shapes(&e.notation().plan(), &shapes),
         Built::Registered(..) => {

@@ -1424,3 +1424,444 @@ fn propagate_rejects_bad_graphs_with_one_error_line() {
         "unknown dtype",
     );
 }
+
+// Absent optional tensors: `absent` on the command line, `null` in JSON.
+
+const LAYER_NORM: [&str; 8] = [
+    "infer",
+    "layer_norm",
+    "--mesh",
+    "2x2",
+    "--attr",
+    "begin_norm_axis=2",
+    "--in",
+    "8x16x32:[0,-1,1]",
+];
+
+/// `args` followed by `--in SLOT` for each slot.
+fn with_ins<'a>(args: &[&'a str], slots: &[&'a str]) -> Vec<&'a str> {
+    let mut v = args.to_vec();
+    for s in slots {
+        v.extend(["--in", s]);
+    }
+    v
+}
+
+/// The report's row of `label` (its first column).
+fn row_of<'a>(out: &'a str, label: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.split("  ").next() == Some(label))
+        .unwrap_or_else(|| panic!("no row {label:?} in\n{out}"))
+}
+
+#[test]
+fn absent_layer_norm_scale_and_bias_answer_as_replicated_ones() {
+    let mut absent = with_ins(&LAYER_NORM, &["absent", "absent"]);
+    let (code, out, err) = run(&absent);
+    assert_eq!(code, 0, "{err}");
+    let x = row_of(&out, "input 0");
+    assert!(
+        x.contains("[0, -1, -1]") && x.contains("all-gather along dim 2 over mesh dim 1"),
+        "{x}"
+    );
+    // The absent rows say so and show no attr, local block or reshard (the
+    // rule's placeholder answer for them is `[-1]`).
+    for label in ["input 1", "input 2"] {
+        let r = row_of(&out, label);
+        let cells: Vec<&str> = r.split_whitespace().skip(2).collect();
+        assert_eq!(cells[0], "absent", "{r}");
+        assert!(cells[1..].iter().all(|c| *c == "-"), "{r}");
+    }
+
+    absent.push("--json");
+    let a = json(&absent);
+    let mut present = with_ins(&LAYER_NORM, &["32:[-1]", "32:[-1]"]);
+    present.push("--json");
+    let p = json(&present);
+    // The other slots get the answer present, replicated tensors get.
+    assert_eq!(a["result"]["inputs"][0], p["result"]["inputs"][0]);
+    assert_eq!(a["result"]["outputs"], p["result"]["outputs"]);
+    assert_eq!(
+        a["result"]["inputs"][0]["dims_mapping"],
+        serde_json::json!([0, -1, -1])
+    );
+    // `null` in the absent slots, as in the conformance schema.
+    assert_eq!(a["result"]["inputs"][1], Value::Null);
+    assert_eq!(a["result"]["inputs"][2], Value::Null);
+    assert_eq!(
+        p["result"]["inputs"][1]["dims_mapping"],
+        serde_json::json!([-1])
+    );
+    let row = &a["inputs"][1];
+    assert_eq!(row["name"], "input 1");
+    assert_eq!(row["absent"], true);
+    assert_eq!(row["shape"], Value::Null);
+    assert_eq!(row["result"], Value::Null);
+    assert_eq!(row["local_shape"], Value::Null);
+    assert_eq!(a["inputs"][0]["absent"], false);
+
+    // Only the bias absent: the scale keeps its row.
+    let (code, out, err) = run(&with_ins(&LAYER_NORM, &["32", "absent"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(row_of(&out, "input 1").contains("32  "), "{out}");
+    assert!(row_of(&out, "input 2").contains("absent"), "{out}");
+}
+
+#[test]
+fn backward_with_absent_tensors() {
+    let args = |scale: &'static str, bias: &'static str| {
+        vec![
+            "infer",
+            "layer_norm",
+            "--mesh",
+            "2x2",
+            "--backward",
+            "--attr",
+            "begin_norm_axis=2",
+            "--in",
+            "8x16x32",
+            "--in",
+            scale,
+            "--in",
+            bias,
+            "--out",
+            "8x16x32:[0,1,-1]",
+            "--out",
+            "8x16:[0,1]",
+            "--out",
+            "8x16:[0,1]",
+            "--json",
+        ]
+    };
+    let a = json(&args("absent", "absent"));
+    let p = json(&args("32", "32"));
+    assert_eq!(a["direction"], "backward");
+    assert_eq!(a["result"]["inputs"][0], p["result"]["inputs"][0]);
+    assert_eq!(
+        a["result"]["inputs"][0]["dims_mapping"],
+        serde_json::json!([0, 1, -1])
+    );
+    assert_eq!(a["result"]["outputs"], p["result"]["outputs"]);
+    assert_eq!(a["result"]["inputs"][1], Value::Null);
+    assert_eq!(a["inputs"][2]["absent"], true);
+
+    // An absent output the rule declares optional (rotary embedding's
+    // out_k and out_v exist only with k and v).
+    let mut rope = vec![
+        "infer",
+        "fused_rotary_position_embedding",
+        "--mesh",
+        "2x2",
+        "--backward",
+        "--in",
+        "4x8x2x16",
+    ];
+    rope.extend(["--in", "absent"].repeat(5));
+    rope.extend([
+        "--out",
+        "4x8x2x16:[0,1,-1,-1]",
+        "--out",
+        "absent",
+        "--out",
+        "absent",
+    ]);
+    let (code, out, err) = run(&rope);
+    assert_eq!(code, 0, "{err}");
+    let q = row_of(&out, "output 0");
+    assert!(
+        q.contains("corrected: all-gather along dim 1 over mesh dim 1"),
+        "{q}"
+    );
+    assert!(row_of(&out, "output 2").contains("absent"), "{out}");
+    rope.push("--json");
+    let v = json(&rope);
+    assert_eq!(v["result"]["outputs"][1], Value::Null);
+    assert_eq!(v["outputs"][1]["absent"], true);
+    assert_eq!(
+        v["result"]["inputs"][0]["dims_mapping"],
+        serde_json::json!([0, -1, -1, -1])
+    );
+}
+
+#[test]
+fn grad_with_an_absent_input() {
+    // swiglu without y: one grad per input, so the grad of the absent y is
+    // known to be absent too.
+    // Without y, out has half of x's last dim.
+    let grad = |y: &'static str, out_grad: &'static str| {
+        vec![
+            "infer",
+            "swiglu",
+            "--mesh",
+            "2x2",
+            "--grad",
+            "--in",
+            "8x16:[0,1]",
+            "--in",
+            y,
+            "--out",
+            out_grad,
+        ]
+    };
+    let (code, out, err) = run(&grad("absent", "8x8:[0,-1]"));
+    assert_eq!(code, 0, "{err}");
+    assert!(row_of(&out, "input 1").contains("absent"), "{out}");
+    let g = row_of(&out, "input 1 grad");
+    assert!(g.contains("absent") && !g.contains('['), "{g}");
+    let x = row_of(&out, "input 0 grad");
+    assert!(x.contains("8x16") && x.contains("[0, -1]"), "{x}");
+    let mut args = grad("absent", "8x8:[0,-1]");
+    args.push("--json");
+    let v = json(&args);
+    assert_eq!(v["direction"], "grad");
+    assert_eq!(v["result"]["inputs"][1], Value::Null);
+    assert_eq!(v["result"]["outputs"][1], Value::Null);
+    assert_eq!(
+        v["result"]["outputs"][0]["dims_mapping"],
+        serde_json::json!([0, -1])
+    );
+    assert_eq!(v["outputs"][1]["name"], "input 1 grad");
+    assert_eq!(v["outputs"][1]["absent"], true);
+    // y present: its grad is a real row.
+    let (code, out, err) = run(&grad("8x16", "8x16:[0,-1]"));
+    assert_eq!(code, 0, "{err}");
+    // With y the op is elementwise: x's last dim stays sharded.
+    let y = row_of(&out, "input 1 grad");
+    assert!(y.contains("8x16") && y.contains("[0, 1]"), "{y}");
+
+    // layer_norm's grad op takes 5 tensors and returns 3 grads: the report
+    // cannot tie them to inputs, and says an absent input's grad is among them.
+    let (code, out, err) = run(&[
+        "infer",
+        "layer_norm",
+        "--mesh",
+        "2x2",
+        "--grad",
+        "--attr",
+        "begin_norm_axis=2",
+        "--in",
+        "8x16x32:[0,-1,-1]",
+        "--in",
+        "absent",
+        "--in",
+        "32",
+        "--in",
+        "8x16:[0,-1]",
+        "--in",
+        "8x16:[0,-1]",
+        "--out",
+        "8x16x32:[0,1,-1]",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(row_of(&out, "input 1").contains("absent"), "{out}");
+    assert!(
+        out.contains("an absent input has no grad: the rule answers a placeholder"),
+        "{out}"
+    );
+}
+
+#[test]
+fn json_input_with_null_tensors() {
+    let case = r#"{"id": "ln_no_bias", "op": "layer_norm", "attrs": {"begin_norm_axis": 2},
+        "mesh_shape": [2, 2],
+        "inputs": [{"shape": [8, 16, 32], "dims_mapping": [0, -1, 1]}, {"shape": [32]}, null],
+        "expected": {"inputs": [{"dims_mapping": [0, -1, -1]}, {"dims_mapping": [-1]}, null],
+                     "outputs": [{"dims_mapping": [0, -1, -1]}, {"dims_mapping": [0, -1]},
+                                 {"dims_mapping": [0, -1]}]}}"#;
+    let path = temp_file("null.json", case);
+    let (code, out, err) = run(&["infer", "--json-input", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ln_no_bias: layer_norm forward"), "{out}");
+    assert!(row_of(&out, "input 2").contains("absent"), "{out}");
+    assert!(row_of(&out, "input 1").contains("none"), "{out}");
+    assert!(out.contains("expected: matches"), "{out}");
+    let v = json(&["infer", "--json-input", path.to_str().unwrap(), "--json"]);
+    assert_eq!(v["result"]["inputs"][2], Value::Null);
+    assert_eq!(v["check"]["passed"], true);
+
+    // A `null` shape is absent too; a wrong expectation still fails the case.
+    let wrong = case
+        .replace(
+            "{\"shape\": [32]}, null",
+            "{\"shape\": [32]}, {\"shape\": null}",
+        )
+        .replace(
+            "[0, -1, -1]}, {\"dims_mapping\": [-1]}",
+            "[0, -1, 1]}, {\"dims_mapping\": [-1]}",
+        );
+    let path = temp_file("null-shape.json", &wrong);
+    let (code, out, _) = run(&["infer", "--json-input", path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(row_of(&out, "input 2").contains("absent"), "{out}");
+    assert!(out.contains("expected: differs: input 0"), "{out}");
+
+    // From stdin, an op that does not declare the tensor optional.
+    let out = spmd()
+        .args(["infer", "--json-input", "-"])
+        .write_stdin(r#"{"op": "matmul", "mesh_shape": [2], "inputs": [{"shape": [4, 6]}, null]}"#)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err.trim_end(),
+        "error: matmul: input 1 is absent, but the rule does not declare it optional"
+    );
+}
+
+#[test]
+fn absent_where_the_rule_takes_no_absent_tensor() {
+    bad(
+        &with_ins(
+            &["infer", "matmul", "--mesh", "2x4"],
+            &["64x32:[1,0]", "absent"],
+        ),
+        "matmul: input 1 is absent, but the rule does not declare it optional",
+    );
+    // layer_norm's mean is not optional.
+    bad(
+        &[
+            "infer",
+            "layer_norm",
+            "--mesh",
+            "2x2",
+            "--backward",
+            "--in",
+            "8x16x32",
+            "--in",
+            "32",
+            "--in",
+            "32",
+            "--out",
+            "8x16x32:[0,1,-1]",
+            "--out",
+            "absent",
+            "--out",
+            "8x16:[0,1]",
+            "--attr",
+            "begin_norm_axis=2",
+        ],
+        "layer_norm: output 1 is absent, but the rule does not declare it optional",
+    );
+    // An einsum declares no optional tensor.
+    bad(
+        &[
+            "einsum",
+            "ab,b->ab",
+            "--mesh",
+            "2",
+            "--in",
+            "4x8:[0,-1]",
+            "--in",
+            "absent",
+        ],
+        "einsum: input 1 is absent",
+    );
+}
+
+#[test]
+fn near_misses_of_absent_are_rejected_with_a_hint() {
+    for (slot, flag) in [
+        ("Absent", "--in #1"),
+        ("ABSENT", "--in #1"),
+        ("absnet", "--in #1"),
+        ("none", "--in #1"),
+        ("null", "--in #1"),
+        ("absent:[0]", "--in #1"),
+    ] {
+        let err = bad(&with_ins(&LAYER_NORM, &[slot, "absent"]), flag);
+        assert!(
+            err.contains(&format!("`{slot}` is not a tensor"))
+                && err.contains("written `absent` exactly"),
+            "{slot}: {err}"
+        );
+    }
+    bad(
+        &[
+            "infer",
+            "matmul",
+            "--mesh",
+            "2x4",
+            "--backward",
+            "--in",
+            "64x32",
+            "--in",
+            "32x48",
+            "--out",
+            "Absent",
+        ],
+        "--out #0 `Absent`: `Absent` is not a tensor",
+    );
+    // A word far from the keyword gets the shape error.
+    bad(
+        &with_ins(&LAYER_NORM, &["bias", "absent"]),
+        "`bias` in shape `bias` is not an extent",
+    );
+}
+
+#[test]
+fn explain_refuses_absent_tensors() {
+    let mut args = with_ins(&LAYER_NORM, &["absent", "absent"]);
+    args[0] = "explain";
+    bad(
+        &args,
+        "`spmd explain` does not support absent tensors: the core traces only calls whose tensors are all present",
+    );
+    let case = r#"{"id": "c1", "op": "layer_norm", "mesh_shape": [2],
+        "inputs": [{"shape": [8, 16]}, null, null]}"#;
+    let path = temp_file("explain-null.json", case);
+    bad(
+        &["explain", "--json-input", path.to_str().unwrap()],
+        "c1: `spmd explain` does not support absent tensors",
+    );
+    // The same call with present tensors is explained.
+    let mut args = with_ins(&LAYER_NORM, &["32", "32"]);
+    args[0] = "explain";
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("projection"), "{out}");
+}
+
+#[test]
+fn help_documents_absent() {
+    spmd()
+        .args(["infer", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "spmd infer layer_norm --mesh 2x2 --in '8x16x32:[0,-1,1]' --in absent --in absent",
+        ))
+        .stdout(predicate::str::contains("`null` does the same"));
+    spmd()
+        .args(["explain", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "Absent optional tensors (`absent`, or `null` in --json-input) are not supported",
+        ));
+}
+
+#[test]
+fn forward_outputs_that_may_be_placeholders_are_flagged() {
+    // Rotary embedding with q alone: out_k and out_v exist only with k and
+    // v, and the rule answers `[]` for them.
+    let mut args = vec![
+        "infer",
+        "fused_rotary_position_embedding",
+        "--mesh",
+        "2x2",
+        "--in",
+        "4x8x2x16:[0,1,-1,-1]",
+    ];
+    args.extend(["--in", "absent"].repeat(5));
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("note: output 1, output 2 answered `[]`, which is also what a rule answers for an output that exists only with an absent input"),
+        "{out}"
+    );
+    // No such note when no output is answered `[]`.
+    let (code, out, err) = run(&with_ins(&LAYER_NORM, &["absent", "absent"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("note:"), "{out}");
+}

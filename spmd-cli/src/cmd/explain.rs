@@ -81,8 +81,8 @@ fn notation(rule: &Built) -> (Option<String>, Option<String>) {
 
 /// Whether the tensors a direction merges carry any sharding.
 fn merges_something(req: &Request) -> bool {
-    let sharded = |l: &[crate::parse::TensorArg]| {
-        l.iter().any(|t| {
+    let sharded = |l: &[crate::call::Slot]| {
+        l.iter().flatten().any(|t| {
             t.attr()
                 .dims_mapping
                 .as_slice()
@@ -105,6 +105,7 @@ fn changes(req: &Request, result: &spmd_core::RuleResult, labels: &Labels) -> Ve
         return lines;
     }
     for (i, (t, r)) in req.inputs.iter().zip(&result.inputs).enumerate() {
+        let Some(t) = t else { continue };
         let given = t.attr();
         for (d, (g, q)) in given
             .dims_mapping
@@ -126,10 +127,25 @@ fn changes(req: &Request, result: &spmd_core::RuleResult, labels: &Labels) -> Ve
     lines
 }
 
+/// Why a call with absent tensors is not explained: the core traces only
+/// its plain entry points, and an untraced answer would be no explanation.
+fn untraceable(req: &Request) -> CliError {
+    let id = req
+        .id
+        .as_deref()
+        .map(|i| format!("{i}: "))
+        .unwrap_or_default();
+    CliError::usage(format!(
+        "{id}`spmd explain` does not support absent tensors: the core traces only calls whose tensors are all present (run `spmd infer` with the same arguments for the answer)"
+    ))
+}
+
 fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Option<CliError>)> {
     let rule = req.rule(registry)?;
     let mut rec = Recorder::default();
-    let answer = req.run_traced(&rule, &mut rec);
+    let Some(answer) = req.run_traced(&rule, &mut rec) else {
+        return Err(untraceable(req));
+    };
     let events = rec.events;
     let labels = match &rule {
         Built::Registered(_, info) => Labels::of(info, req.direction),
@@ -266,7 +282,11 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
                 rows.push(match req.direction {
                     Direction::Grad if aligned => {
                         let j = grads[o];
-                        r.shape = req.inputs.get(j).map(|t| t.shape.clone());
+                        r.shape = req
+                            .inputs
+                            .get(j)
+                            .and_then(Option::as_ref)
+                            .map(|t| t.shape.clone());
                         (labels.grad(j), term(TensorRef::input(j)))
                     }
                     Direction::Grad => (format!("grad {o}"), String::new()),

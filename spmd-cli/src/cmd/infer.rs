@@ -125,7 +125,9 @@ pub fn output_shapes(
     match rule {
         Built::Einsum(_) => report::output_shapes(req, rule, None),
         Built::Registered(_, info) => {
-            let (ins, outs) = req.parts();
+            // A call with absent tensors: the classic notations cannot
+            // reproduce it, so its output shapes stay unknown.
+            let (ins, outs) = req.parts()?;
             let found = matching_notations(
                 info,
                 &req.mesh,
