@@ -501,6 +501,61 @@ fn flatten_forward_backward_grad() {
     T.assert_meaningful("flatten", true);
 }
 
+/// `Compounds::Absorb` on purpose: flatten `[a, b, c]` over dims 0..=1 with
+/// `a` and `b` both sharded (on different mesh dims), so the minor's mesh
+/// dim moves onto the major exactly when the major's extent is divisible by
+/// both, and backward from a co-sharded merged dim. The random layouts of
+/// `flatten_forward_backward_grad` rarely shard both factors.
+#[test]
+fn flatten_absorbs_minor_factor_shardings() {
+    static T: Tallies = Tallies::new();
+    let extent = || prop::sample::select(vec![2usize, 3, 4, 6, 8]);
+    let strategy = (
+        extent(),
+        extent(),
+        prop::sample::select(vec![1usize, 2, 3]),
+        prop::sample::select(vec![2usize, 3, 4]),
+        prop::sample::select(vec![2usize, 3, 4]),
+        any::<bool>(),
+    );
+    run(CASES, strategy, |(a, b, c, m0, m1, swap)| {
+        let shape = vec![a, b, c];
+        let (major, minor) = if swap { (1u8, 0u8) } else { (0, 1) };
+        let given = DistAttr::new(DimsMapping::from_shardings(&[
+            Sharding::on(major),
+            Sharding::on(minor),
+            Sharding::REPLICATED,
+        ]));
+        let merged = DistAttr::new(DimsMapping::from_shardings(&[
+            Sharding::co(&[major, minor]).unwrap(),
+            Sharding::REPLICATED,
+        ]));
+        let l = Layout {
+            mesh: vec![m0, m1],
+            inputs: vec![given],
+            outputs: vec![merged],
+        };
+        let rule = build(
+            "flatten",
+            &Attrs::new()
+                .with("start_axis", 0_i64)
+                .with("stop_axis", 1_i64),
+        );
+        let notation = format!(
+            "{}->{}{}",
+            plain("abc", &shape),
+            compound("ab", &shape[..2]),
+            plain("c", &shape[2..])
+        );
+        let check = EinsumCheck::new(&notation)
+            .unwrap()
+            .size('a', a)
+            .size('b', b);
+        check_unary_einsum(&T, &*rule, Some(&*rule), &check, &shape, &l, true)
+    });
+    T.assert_meaningful("flatten absorbing", true);
+}
+
 #[derive(Clone, Debug)]
 struct ReshapeCase {
     name: &'static str,

@@ -7,7 +7,7 @@
 //! (`SmallVec`s sized for common ranks): no allocation, no string work.
 
 use smallvec::SmallVec;
-use spmd_notation::{AxisSet, Dim, Plan, Term};
+use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
 
 use crate::attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
@@ -15,7 +15,8 @@ use crate::merge::{AxisClash, AxisMap, MeshDimClash, UNSHARDED};
 use crate::mesh::{MAX_MESH_RANK, Mesh, MeshSet};
 use crate::optional::{Absent, Presence};
 use crate::policy::{
-    BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs, UnshardedClaims,
+    BackwardPartial, Compounds, Conflicts, Divisibility, MissingAxis, PartialInputs,
+    UnshardedClaims,
 };
 use crate::rule::{EinsumRule, RuleResult};
 use crate::signature::GradTensor;
@@ -52,6 +53,24 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         cx.learn_compound_extents(TensorRef::input(i), plan.input(i), spec.shape)?;
     }
+    // Compounds::Absorb: the given inputs with minor factors' mesh dims
+    // moved onto their majors; they are what the rule then reads.
+    let absorbed: SmallVec<[Option<DistAttr>; 2]> = if rule.policy.compounds == Compounds::Absorb {
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| present(i).then(|| cx.absorbed(plan.input(i), s)).flatten())
+            .collect()
+    } else {
+        SmallVec::new()
+    };
+    let absorbed_specs: SmallVec<[Spec<'_>; 8]>;
+    let inputs: &[Spec<'_>] = if absorbed.iter().any(Option::is_some) {
+        absorbed_specs = with_attrs(inputs, &absorbed);
+        &absorbed_specs
+    } else {
+        inputs
+    };
     // Conflicts::Align: the partial status every input shares, kept.
     let mut aligned_partial = Partial::NONE;
     let derived_table = if rule.policy.conflicts == Conflicts::RolePriority {
@@ -228,6 +247,34 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     for (o, spec) in present_outputs() {
         cx.learn_compound_extents(TensorRef::output(o), plan.output(o), spec.shape)?;
     }
+    // Compounds::Absorb: the given outputs with minor factors' mesh dims
+    // moved onto their majors, as in forward.
+    let absorbed: SmallVec<[Option<DistAttr>; 2]> = if rule.policy.compounds == Compounds::Absorb {
+        outputs
+            .iter()
+            .enumerate()
+            .map(|(o, s)| {
+                output_present(o)
+                    .then(|| cx.absorbed(plan.output(o), s))
+                    .flatten()
+            })
+            .collect()
+    } else {
+        SmallVec::new()
+    };
+    let absorbed_specs: SmallVec<[Spec<'_>; 8]>;
+    let outputs: &[Spec<'_>] = if absorbed.iter().any(Option::is_some) {
+        absorbed_specs = with_attrs(outputs, &absorbed);
+        &absorbed_specs
+    } else {
+        outputs
+    };
+    let present_outputs = || {
+        outputs
+            .iter()
+            .enumerate()
+            .filter(move |(o, _)| output_present(*o))
+    };
     for (o, spec) in present_outputs() {
         cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
     }
@@ -501,6 +548,18 @@ fn bit(i: usize) -> u64 {
         .unwrap_or(0)
 }
 
+/// `specs` with the attrs of `replaced` where it has one.
+fn with_attrs<'s>(specs: &[Spec<'s>], replaced: &'s [Option<DistAttr>]) -> SmallVec<[Spec<'s>; 8]> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(k, s)| match replaced.get(k) {
+            Some(Some(a)) => Spec::new(s.shape, a),
+            _ => *s,
+        })
+        .collect()
+}
+
 /// Fails on an absent tensor the rule does not declare optional.
 fn check_absent(rule: &EinsumRule<'_>, absent: Absent) -> Result<(), SpmdError> {
     let stray = Absent::new(
@@ -763,6 +822,65 @@ impl<'r, 'a> Cx<'r, 'a> {
                 }
             }
         }
+    }
+
+    /// [`Compounds::Absorb`]: `spec`'s attr with, for each compound of the
+    /// notation whose factors `term` holds as dims of their own, the minor
+    /// factors' mesh dims appended to the major's sharding (in order, while
+    /// the major's extent stays divisible; an unsharded minor stops it) and
+    /// the minors replicated. `None` when nothing moves.
+    fn absorbed(&self, term: Term, spec: &Spec<'_>) -> Option<DistAttr> {
+        let plan = &self.rule.plan;
+        let rank = spec.shape.len();
+        let dim_of = |a: AxisId| (0..rank).find(|&d| self.slot(term, rank, d) == Dim::Axis(a));
+        let mut mapping: Option<SmallVec<[Sharding; 8]>> = None;
+        for dim in plan.dims {
+            let Dim::Compound { start, len } = *dim else {
+                continue;
+            };
+            let factors = plan.compound(start, len);
+            let Some(major) = factors.first().and_then(|&a| dim_of(a)) else {
+                continue;
+            };
+            let current = |m: &Option<SmallVec<[Sharding; 8]>>, d: usize| {
+                m.as_ref().map_or(spec.attr.dims_mapping[d], |m| m[d])
+            };
+            let mut s = current(&mapping, major);
+            if s.is_replicated() {
+                continue;
+            }
+            for &f in &factors[1..] {
+                let Some(fd) = dim_of(f) else { break };
+                let minor = current(&mapping, fd);
+                if minor.is_replicated()
+                    || s.as_slice().len() + minor.as_slice().len() > MAX_MESH_RANK
+                {
+                    break;
+                }
+                let mut joined = s;
+                for &m in minor.as_slice() {
+                    joined.push(m);
+                }
+                let product: usize = joined
+                    .as_slice()
+                    .iter()
+                    .map(|&m| self.mesh.dim(m))
+                    .product();
+                if !spec.shape[major].is_multiple_of(product) {
+                    break;
+                }
+                s = joined;
+                let m = mapping.get_or_insert_with(|| {
+                    spec.attr.dims_mapping.as_slice().iter().copied().collect()
+                });
+                m[major] = s;
+                m[fd] = Sharding::REPLICATED;
+            }
+        }
+        mapping.map(|m| DistAttr {
+            dims_mapping: DimsMapping::from_shardings(&m),
+            partial: spec.attr.partial,
+        })
     }
 
     /// Records the extent of every plain axis. An extent of 1 against a larger

@@ -61,7 +61,8 @@ pub use mixed::{
 pub use op::{Call, Op};
 pub use optional::{Absent, fill_shapes, fill_specs};
 pub use policy::{
-    BackwardPartial, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy, UnshardedClaims,
+    BackwardPartial, Compounds, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy,
+    UnshardedClaims,
 };
 pub use registry::{Registry, RuleInfo};
 #[cfg(feature = "std")]

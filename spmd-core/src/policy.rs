@@ -113,6 +113,26 @@ pub enum UnshardedClaims {
     Ignore,
 }
 
+/// What happens to the shardings of a compound dim's minor factors (`b` of
+/// `(ab)`) on a tensor that holds them as dims of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Compounds {
+    /// They are never sharded across the reshape: only the major factor's
+    /// own sharding carries (DESIGN §3).
+    #[default]
+    MajorOnly,
+    /// When the major factor is sharded, the minor factors' mesh dims are
+    /// appended to it, in order, as long as the major's extent stays
+    /// divisible by the mesh dims' product (the first that does not, or an
+    /// unsharded minor, stops it): `x [4, 2, 6]` mapped `[0, 1, -1]`,
+    /// flattened to `[(ab), c]` on a 2x2 mesh, is required
+    /// `[[0, 1], -1, -1]` and gives `[[0, 1], -1]`. Each device's block of
+    /// the merged dim is then one contiguous range, so nothing is gathered
+    /// over the minor's mesh dims (Paddle 3.3.1's reshape and flatten).
+    Absorb,
+}
+
 /// One rule's choice of every policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Policy {
@@ -122,6 +142,7 @@ pub struct Policy {
     pub missing_axis: MissingAxis,
     pub backward_partial: BackwardPartial,
     pub unsharded_claims: UnshardedClaims,
+    pub compounds: Compounds,
 }
 
 impl Policy {
@@ -134,6 +155,7 @@ impl Policy {
         missing_axis: MissingAxis::Replicate,
         backward_partial: BackwardPartial::Keep,
         unsharded_claims: UnshardedClaims::Count,
+        compounds: Compounds::MajorOnly,
     };
 
     /// The classic policy with strict conflicts.
@@ -144,6 +166,10 @@ impl Policy {
 
     pub const fn with_conflicts(mut self, c: Conflicts) -> Policy {
         self.conflicts = c;
+        self
+    }
+    pub const fn with_compounds(mut self, c: Compounds) -> Policy {
+        self.compounds = c;
         self
     }
     pub const fn with_unsharded_claims(mut self, u: UnshardedClaims) -> Policy {

@@ -12,7 +12,7 @@ pub use smallvec::SmallVec;
 pub use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
 
 pub use crate::{
-    Absent, Attrs, BackwardPartial, Call, Conflicts, Divisibility, Einsum, EinsumRule,
+    Absent, Attrs, BackwardPartial, Call, Compounds, Conflicts, Divisibility, Einsum, EinsumRule,
     GradSignature, GradTensor, Mesh, MissingAxis, Op, PartialInputs, Policy, ReduceType,
     RuleResult, Spec, SpmdError, SpmdRule, Trace, UnshardedClaims, fill_shapes, fill_specs,
 };

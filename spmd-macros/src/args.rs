@@ -31,6 +31,7 @@ struct RawArgs {
     backward_partial: Option<LitStr>,
     partial_inputs: Option<LitStr>,
     unsharded_claims: Option<LitStr>,
+    compounds: Option<LitStr>,
     validate: Option<Path>,
     adjust: Option<Path>,
     inputs: Option<darling::util::PathList>,
@@ -113,6 +114,7 @@ pub struct Rule {
     pub backward_partial: Ident,
     pub partial_inputs: Ident,
     pub unsharded_claims: Ident,
+    pub compounds: Ident,
     pub validate: Option<Path>,
     pub adjust: Option<Path>,
     /// Tensor names from `inputs(..)` / `outputs(..)` (empty when not given).
@@ -348,6 +350,14 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         "Count",
     );
 
+    let compounds = choice(
+        &mut errors,
+        raw.compounds.as_ref(),
+        "`compounds` policy",
+        COMPOUNDS,
+        "MajorOnly",
+    );
+
     let no_grad = input_mask(
         &mut errors,
         "no_grad",
@@ -420,6 +430,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         backward_partial,
         partial_inputs,
         unsharded_claims,
+        compounds,
         validate: raw.validate,
         adjust: raw.adjust,
         input_names: names_of(raw.inputs.as_ref()),
@@ -664,6 +675,7 @@ const STRING_OPTIONS: &[(&str, &str)] = &[
     ("backward_partial", "backward_partial = \"reset\""),
     ("partial_inputs", "partial_inputs = \"linear\""),
     ("unsharded_claims", "unsharded_claims = \"ignore\""),
+    ("compounds", "compounds = \"absorb\""),
 ];
 
 /// `einsum = 3` and the like: darling would say only "Unexpected type `int`".
@@ -754,6 +766,7 @@ const MISSING_AXIS: &[(&str, &str)] = &[("replicate", "Replicate"), ("error", "E
 const BACKWARD_PARTIAL: &[(&str, &str)] = &[("keep", "Keep"), ("reset", "Reset")];
 const PARTIAL_INPUTS: &[(&str, &str)] = &[("drop", "Drop"), ("linear", "Linear")];
 const UNSHARDED_CLAIMS: &[(&str, &str)] = &[("count", "Count"), ("ignore", "Ignore")];
+const COMPOUNDS: &[(&str, &str)] = &[("major_only", "MajorOnly"), ("absorb", "Absorb")];
 
 /// A string option with a fixed set of values, as the variant's identifier.
 fn choice(

@@ -59,6 +59,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         let b = &rule.backward_partial;
         let pi = &rule.partial_inputs;
         let uc = &rule.unsharded_claims;
+        let cp = &rule.compounds;
         quote! {
             __spmd::Policy::CLASSIC
                 .with_conflicts(__spmd::Conflicts::#c)
@@ -67,6 +68,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 .with_backward_partial(__spmd::BackwardPartial::#b)
                 .with_partial_inputs(__spmd::PartialInputs::#pi)
                 .with_unsharded_claims(__spmd::UnshardedClaims::#uc)
+                .with_compounds(__spmd::Compounds::#cp)
         }
     };
     let reduce = &rule.reduce;

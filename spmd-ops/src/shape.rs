@@ -189,6 +189,7 @@ impl Unsqueeze {
     cache,
     backward_partial = "reset",
     partial_inputs = "linear",
+    compounds = "absorb",
     inputs(x),
     outputs(out)
 )]
@@ -426,6 +427,7 @@ fn divisible(mesh: &Mesh, mut s: Sharding, extents: &[usize]) -> Sharding {
     cache,
     adjust = Self::carry_run_shardings,
     partial_inputs = "linear",
+    compounds = "absorb",
     inputs(x),
     outputs(out)
 )]
