@@ -55,17 +55,13 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     }
     // Compounds::Absorb: the given inputs with minor factors' mesh dims
     // moved onto their majors; they are what the rule then reads.
-    let absorbed: SmallVec<[Option<DistAttr>; 2]> = if rule.policy.compounds == Compounds::Absorb {
-        inputs
+    let (absorbed, absorbed_specs): (SmallVec<[Option<DistAttr>; 2]>, SmallVec<[Spec<'_>; 8]>);
+    let inputs: &[Spec<'_>] = if absorbs(rule) {
+        absorbed = inputs
             .iter()
             .enumerate()
             .map(|(i, s)| present(i).then(|| cx.absorbed(plan.input(i), s)).flatten())
-            .collect()
-    } else {
-        SmallVec::new()
-    };
-    let absorbed_specs: SmallVec<[Spec<'_>; 8]>;
-    let inputs: &[Spec<'_>] = if absorbed.iter().any(Option::is_some) {
+            .collect();
         absorbed_specs = with_attrs(inputs, &absorbed);
         &absorbed_specs
     } else {
@@ -249,8 +245,9 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     }
     // Compounds::Absorb: the given outputs with minor factors' mesh dims
     // moved onto their majors, as in forward.
-    let absorbed: SmallVec<[Option<DistAttr>; 2]> = if rule.policy.compounds == Compounds::Absorb {
-        outputs
+    let (absorbed, absorbed_specs): (SmallVec<[Option<DistAttr>; 2]>, SmallVec<[Spec<'_>; 8]>);
+    let outputs: &[Spec<'_>] = if absorbs(rule) {
+        absorbed = outputs
             .iter()
             .enumerate()
             .map(|(o, s)| {
@@ -258,12 +255,7 @@ pub(crate) fn backward<T: Trace + ?Sized>(
                     .then(|| cx.absorbed(plan.output(o), s))
                     .flatten()
             })
-            .collect()
-    } else {
-        SmallVec::new()
-    };
-    let absorbed_specs: SmallVec<[Spec<'_>; 8]>;
-    let outputs: &[Spec<'_>] = if absorbed.iter().any(Option::is_some) {
+            .collect();
         absorbed_specs = with_attrs(outputs, &absorbed);
         &absorbed_specs
     } else {
@@ -546,6 +538,13 @@ fn bit(i: usize) -> u64 {
         .ok()
         .and_then(|i| 1u64.checked_shl(i))
         .unwrap_or(0)
+}
+
+/// Whether the rule moves minor factors' shardings onto majors: the
+/// policy, and a notation with a compound (the common case has none, and
+/// skips the work).
+fn absorbs(rule: &EinsumRule<'_>) -> bool {
+    rule.policy.compounds == Compounds::Absorb && !rule.plan.compound_minor.is_empty()
 }
 
 /// `specs` with the attrs of `replaced` where it has one.
