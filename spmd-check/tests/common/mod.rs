@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod nn;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
@@ -103,6 +105,17 @@ impl Tally {
                 Ok(())
             }
             Err(rep) => Err(TestCaseError::fail(format!("\n{rep}"))),
+        }
+    }
+    /// Records a case a test checked by a simulation of its own: `Err` is
+    /// the finding of an unsound answer.
+    pub fn record_own(&self, r: Result<(), String>) -> Result<(), TestCaseError> {
+        match r {
+            Ok(()) => {
+                self.checked.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(finding) => Err(TestCaseError::fail(format!("\n{finding}"))),
         }
     }
     /// At least half of the cases must have been checked, not refused.
