@@ -863,10 +863,9 @@ fn flash_attention_against_the_kernel() {
             let [dq, dk, dv, dmask] = attention_grad(
                 &v[0], &v[1], &v[2], mask, causal, &v[3], &v[4], &dy[0], None,
             );
-            // The grad op takes no fixed_seed_offset, so the rule cannot
-            // know its rank: it answers a 0-d placeholder for its (zero)
-            // grad. An absent mask's grad is its placeholder's too.
-            vec![dq, dk, dv, Tensor::full(&[], 0.0), dmask]
+            // fixed_seed_offset has no grad (`no_grad`); an absent mask's
+            // grad is its placeholder's.
+            vec![dq, dk, dv, dmask]
         };
         let dy = Spec::new(dense[0].shape(), &c.attrs[12]);
         gr.record(
@@ -891,8 +890,8 @@ fn flash_attention_against_the_kernel() {
                 &dy[0],
                 Some((&dy[1], &dy[2])),
             );
-            // The seed takes no part in the values: a zero grad.
-            vec![dq, dk, dv, Tensor::full(v[3].shape(), 0.0), dmask]
+            // fixed_seed_offset has no grad (`no_grad`).
+            vec![dq, dk, dv, dmask]
         };
         let dy_specs: Vec<Spec<'_>> = dense
             .iter()

@@ -306,8 +306,14 @@ pub(crate) fn backward<T: Trace + ?Sized>(
             BackwardPartial::Reset => Partial::NONE,
         };
         // With several outputs, an axis one output carries is sharded on the
-        // inputs and summed away in an output that lacks it, as in forward.
-        for a in input_axes.minus(cx.term_axes(plan.output(o))).iter() {
+        // inputs and summed away in an output that lacks it, as in forward
+        // (but for outputs that are no sum).
+        let summed = if has_bit(rule.not_partial, o) {
+            AxisSet::EMPTY
+        } else {
+            input_axes.minus(cx.term_axes(plan.output(o)))
+        };
+        for a in summed.iter() {
             for m in derived[a as usize].mesh_set().iter() {
                 partial.set(m, rule.reduce_of(a));
             }

@@ -50,10 +50,12 @@ pub struct EinsumRule<'a> {
     /// The tensors that may be absent (optional inputs, and outputs that
     /// exist only with them); see [`Absent`].
     pub optional: Absent,
-    /// Outputs (bit `o` = output `o`) that forward never marks partial:
-    /// outputs that lack a sharded contracted axis without being a sum over
-    /// it (a loss the kernel reduces across shards itself, a seed, a
-    /// reserve buffer, routing indices).
+    /// Outputs (bit `o` = output `o`) that inference never marks partial
+    /// over the axes they lack: outputs that lack a sharded contracted axis
+    /// without being a sum over it (a loss the kernel reduces across shards
+    /// itself, a seed, a reserve buffer, routing indices). Backward still
+    /// returns the partial status they were given, per
+    /// [`BackwardPartial`](crate::BackwardPartial).
     pub not_partial: u64,
     /// The tensors the grad op takes (default: forward inputs, one grad per
     /// output).

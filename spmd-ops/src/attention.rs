@@ -53,6 +53,10 @@ const OP: &str = "flash_attention";
     inputs(q, k, v, fixed_seed_offset, attn_mask),
     outputs(out, softmax, softmax_lse, seed_offset),
     optional(fixed_seed_offset, attn_mask),
+    // An integer seed has no gradient, and the seed and offset the kernel
+    // returns are not a sum over the batch and heads they lack.
+    no_grad(fixed_seed_offset),
+    not_partial(seed_offset),
     grad_inputs(q, k, v, out, softmax_lse, seed_offset, attn_mask),
     grads_for(out)
 )]
@@ -236,8 +240,7 @@ impl FlashAttention {
     /// again on the given tensors with the fixed dims replicated (and, with
     /// grouped-query attention, k's and v's heads counted as q's, so one
     /// heads axis ties them). When the merged heads mesh dim does not divide
-    /// the kv heads, once more with the heads replicated too. Then the seed
-    /// output is made non-partial.
+    /// the kv heads, once more with the heads replicated too.
     fn paddle_merge(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
         if Self::needs_freeing(call) {
             *result = self.rerun(call, false)?;
@@ -256,13 +259,6 @@ impl FlashAttention {
                     *result = self.rerun(call, true)?;
                 }
             }
-            return Ok(());
-        }
-        // The seed and offset the kernel returns (in grad, the seed input's
-        // grad) are not a sum over the batch and heads the notation leaves
-        // out of them.
-        if let Some(seed) = result.outputs.get_mut(3) {
-            seed.partial = Partial::NONE;
         }
         Ok(())
     }
