@@ -329,6 +329,17 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
+/// Fails listing the calls that went wrong (the first 400), if any.
+fn assert_no_failures(kind: &str, calls: usize, failures: &[String]) {
+    let shown: Vec<&str> = failures.iter().take(400).map(String::as_str).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {calls} {kind} calls went wrong:\n{}",
+        failures.len(),
+        shown.join("\n")
+    );
+}
+
 /// `f` under `catch_unwind`, without the default hook printing the panic
 /// (the test reports it with the case that caused it).
 fn quietly<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
@@ -414,17 +425,7 @@ fn mutated_calls_never_panic_and_answers_stay_well_formed() {
         answered > calls / 10 && rejected > calls / 10,
         "{answered} answered, {rejected} rejected of {calls}"
     );
-    assert!(
-        failures.is_empty(),
-        "{} of {calls} mutated calls went wrong:\n{}",
-        failures.len(),
-        failures
-            .iter()
-            .take(400)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_no_failures("mutated", calls, &failures);
 }
 
 /// A random valid tensor: rank `rank`, small extents (1 included), each
@@ -511,15 +512,5 @@ fn synthetic_calls_of_every_registered_op_never_panic() {
     println!("{calls} synthetic calls over {ops} ops: {answered} answered");
     assert!(ops >= 180, "only {ops} ops built without attributes");
     assert!(answered > calls / 10, "{answered} answered of {calls}");
-    assert!(
-        failures.is_empty(),
-        "{} of {calls} synthetic calls went wrong:\n{}",
-        failures.len(),
-        failures
-            .iter()
-            .take(400)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_no_failures("synthetic", calls, &failures);
 }
