@@ -3,10 +3,10 @@
 //! Every benchmark builds its rule once from a parsed notation and prepares the
 //! specs outside the timed closure, so an iteration is exactly one
 //! `forward`/`backward` call plus the drop of its result (as a real caller
-//! would). The result (a ~600-byte `RuleResult`) is dropped inside the closure
+//! would). The result (a ~800-byte `RuleResult`) is dropped inside the closure
 //! rather than returned: returned values are kept in a buffer of one slot per
 //! iteration until the sample ends, and with 1000 iterations per sample that
-//! buffer (~600 KB) would put cache misses into the measurement. Sample size and
+//! buffer (~800 KB) would put cache misses into the measurement. Sample size and
 //! count are fixed because divan's automatic sample size is sometimes 1 here,
 //! which makes the timer's precision (~30 ns) dominate.
 //!

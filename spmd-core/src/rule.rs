@@ -14,10 +14,12 @@ use crate::trace::Trace;
 
 /// What a rule answers: the dist attrs the inputs must have (a requirement that
 /// differs from the given attr means "reshard first") and the outputs' attrs.
+/// Up to four of each are held inline (no allocation): layer_norm's three
+/// outputs and flash attention's four fit.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct RuleResult {
     pub inputs: SmallVec<[DistAttr; 4]>,
-    pub outputs: SmallVec<[DistAttr; 2]>,
+    pub outputs: SmallVec<[DistAttr; 4]>,
 }
 
 /// A notation plus everything a rule decides about it. Const-constructible, so
