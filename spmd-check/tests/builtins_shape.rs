@@ -189,6 +189,8 @@ impl Dirs {
     }
 }
 
+/// An op's kernel (every output), and its grad kernel `(inputs, outputs,
+/// output grads) -> input grads`, as `check_forward` / `check_grad` take them.
 type Kernel<'a> = &'a dyn Fn(&[Tensor]) -> Vec<Tensor>;
 type GradKernel<'a> = &'a dyn Fn(&[Tensor], &[Tensor], &[Tensor]) -> Vec<Tensor>;
 
@@ -310,6 +312,8 @@ fn ids(t: &Tensor) -> Vec<usize> {
 
 // ---------------------------------------------------------------- kernels
 
+/// `xs` joined along `axis` (the other dims must agree: blocks that do not
+/// fail the device).
 fn concat(xs: &[Tensor], axis: usize) -> Tensor {
     let mut shape = xs[0].shape().to_vec();
     for x in xs {
@@ -350,6 +354,7 @@ fn split(x: &Tensor, axis: usize, sizes: &[usize]) -> Vec<Tensor> {
         .collect()
 }
 
+/// `xs` (one shape) joined along a new dim at `axis`.
 fn stack(xs: &[Tensor], axis: usize) -> Tensor {
     for x in xs {
         assert_eq!(x.shape(), xs[0].shape(), "stack of different blocks");
