@@ -5,13 +5,15 @@
 //! the core is fixed it fails, and is turned around (`fixed`) so the case
 //! must then pass. Still unsound, by decision: backward keeping a given
 //! output partial (DESIGN's default, Paddle 3.3.1's behaviour) and the
-//! `DropDerived` policy (Paddle compatibility, used by no built-in); a
-//! direction gap: head splits in forward of a bare einsum rule (the built-in
-//! `reshape` closes it for itself, from its target shape).
+//! `DropDerived` policy (Paddle compatibility, used by no built-in); two
+//! direction gaps: head splits in forward of a bare einsum rule (the built-in
+//! `reshape` closes it for itself, from its target shape), and the `Align`
+//! policy of `concat` / `stack` reordering a co-sharded dim's mesh dims.
 //! Run with `--nocapture` to read the reports.
 
 use spmd_check::{
-    EinsumCheck, Finding, Input, Report, RuleRef, Tensor, Values, check_grad, einsum,
+    EinsumCheck, Finding, Input, Report, RuleRef, Tensor, Values, check_backward, check_grad,
+    einsum,
 };
 use spmd_core::notation::parse;
 use spmd_core::{
@@ -283,4 +285,68 @@ fn reshape_split_forward_learns_compound_extents_from_the_target_shape() {
     // Forward keeps the sharding, on the major factor (not only "sound").
     let r = rule.forward(&mesh, &[Spec::new(&[8], &x)]).unwrap();
     assert_eq!(r.outputs[0], attr(&[0, -1]));
+}
+
+/// Not a value error, a disagreement of the two directions: the `Align`
+/// conflict policy (forward and grad of `concat` and `stack`) rebuilds each
+/// aligned axis's sharding one mesh dim at a time in mesh dim order, so a
+/// co-sharding every operand shares in another order comes back reordered:
+/// inputs `[[1,0], -1]` are required `[[0,1], -1]` (a reshard on a 2x2
+/// mesh: another device holds each block) and the output is `[[0,1], -1]`.
+/// Backward merges first-wins and keeps `[[1,0], -1]`; fed forward, its
+/// requirement comes back with `[[0,1], -1]`. (Forward's own answer is
+/// value-sound, only needlessly resharded.)
+///
+/// spmd-core/src/infer.rs, `Cx::merge_aligned`: `for m in 0..n_mesh { ...
+/// self.map.sharding[a].push(m) }`. Fix: when every operand places a set of
+/// mesh dims on one axis in the same order, push them in that order (the
+/// first live operand's order); only mesh dims moved by the cost rule need
+/// an order of their own.
+#[test]
+fn align_reorders_co_sharded_mesh_dims() {
+    let mesh = Mesh::new(&[2, 2]).unwrap();
+    let co = DistAttr::new(spmd_core::DimsMapping::from_nested(&[&[1, 0], &[]]).unwrap());
+    let (a, b) = (
+        Tensor::probe(&[4, 4], 1, Values::Integers),
+        Tensor::probe(&[4, 4], 2, Values::Integers),
+    );
+    // Joined along dim 1: concat, or stack at axis 1 then read as [4, 2, 4].
+    let join = |t: &[Tensor], stacked: bool| {
+        let n = t[0].shape()[1];
+        let shape: Vec<usize> = if stacked {
+            vec![t[0].shape()[0], 2, n]
+        } else {
+            vec![t[0].shape()[0], 2 * n]
+        };
+        vec![Tensor::from_fn(&shape, |i| {
+            let (k, j) = if stacked {
+                (i[1], i[2])
+            } else {
+                (i[1] / n, i[1] % n)
+            };
+            t[k].get(&[i[0], j])
+        })]
+    };
+    for (op, stacked) in [("concat", false), ("stack", true)] {
+        let rule = spmd_ops::builtins()
+            .build(op, &Attrs::new().with("axis", 1i64))
+            .unwrap();
+        let out = if stacked {
+            DistAttr::new(spmd_core::DimsMapping::from_nested(&[&[1, 0], &[], &[]]).unwrap())
+        } else {
+            co.clone()
+        };
+        let rep = unsound(
+            &format!("{op} backward, out co-sharded [[1,0], ...]"),
+            check_backward(&*rule, &mesh, &[a.clone(), b.clone()], &[out], |t| {
+                join(t, stacked)
+            }),
+        );
+        assert!(matches!(rep.finding(), Finding::Disagree { .. }), "{rep}");
+        // Forward reorders even when every input agrees.
+        let r = rule
+            .forward(&mesh, &[Spec::new(&[4, 4], &co), Spec::new(&[4, 4], &co)])
+            .unwrap();
+        assert_eq!(r.inputs[0].to_string(), "[[0,1], -1]");
+    }
 }
