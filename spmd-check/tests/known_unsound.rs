@@ -5,10 +5,9 @@
 //! the core is fixed it fails, and is turned around (`fixed`) so the case
 //! must then pass. Still unsound, by decision: backward keeping a given
 //! output partial (DESIGN's default, Paddle 3.3.1's behaviour) and the
-//! `DropDerived` policy (Paddle compatibility, used by no built-in); two
-//! direction gaps: head splits in forward of a bare einsum rule (the built-in
-//! `reshape` closes it for itself, from its target shape), and the `Align`
-//! policy of `concat` / `stack` reordering a co-sharded dim's mesh dims.
+//! `DropDerived` policy (Paddle compatibility, used by no built-in); one
+//! direction gap: head splits in forward of a bare einsum rule (the built-in
+//! `reshape` closes it for itself, from its target shape).
 //! Run with `--nocapture` to read the reports.
 
 use spmd_check::{
@@ -287,23 +286,15 @@ fn reshape_split_forward_learns_compound_extents_from_the_target_shape() {
     assert_eq!(r.outputs[0], attr(&[0, -1]));
 }
 
-/// Not a value error, a disagreement of the two directions: the `Align`
-/// conflict policy (forward and grad of `concat` and `stack`) rebuilds each
-/// aligned axis's sharding one mesh dim at a time in mesh dim order, so a
-/// co-sharding every operand shares in another order comes back reordered:
-/// inputs `[[1,0], -1]` are required `[[0,1], -1]` (a reshard on a 2x2
-/// mesh: another device holds each block) and the output is `[[0,1], -1]`.
-/// Backward merges first-wins and keeps `[[1,0], -1]`; fed forward, its
-/// requirement comes back with `[[0,1], -1]`. (Forward's own answer is
-/// value-sound, only needlessly resharded.)
-///
-/// spmd-core/src/infer.rs, `Cx::merge_aligned`: `for m in 0..n_mesh { ...
-/// self.map.sharding[a].push(m) }`. Fix: when every operand places a set of
-/// mesh dims on one axis in the same order, push them in that order (the
-/// first live operand's order); only mesh dims moved by the cost rule need
-/// an order of their own.
+/// Was a disagreement of the two directions: the `Align` conflict policy
+/// (forward and grad of `concat` and `stack`) rebuilt each aligned axis's
+/// sharding one mesh dim at a time in mesh dim order, so a co-sharding every
+/// operand shares in another order came back reordered (inputs `[[1,0], -1]`
+/// required `[[0,1], -1]`, a needless reshard), and backward's requirement,
+/// fed forward, came back reordered. `Cx::merge_aligned` now pushes the
+/// agreed mesh dims in the first operand's order.
 #[test]
-fn align_reorders_co_sharded_mesh_dims() {
+fn align_keeps_the_order_of_co_sharded_mesh_dims() {
     let mesh = Mesh::new(&[2, 2]).unwrap();
     let co = DistAttr::new(spmd_core::DimsMapping::from_nested(&[&[1, 0], &[]]).unwrap());
     let (a, b) = (
@@ -336,17 +327,16 @@ fn align_reorders_co_sharded_mesh_dims() {
         } else {
             co.clone()
         };
-        let rep = unsound(
+        fixed(
             &format!("{op} backward, out co-sharded [[1,0], ...]"),
             check_backward(&*rule, &mesh, &[a.clone(), b.clone()], &[out], |t| {
                 join(t, stacked)
             }),
         );
-        assert!(matches!(rep.finding(), Finding::Disagree { .. }), "{rep}");
-        // Forward reorders even when every input agrees.
+        // Forward keeps the order every input agrees on.
         let r = rule
             .forward(&mesh, &[Spec::new(&[4, 4], &co), Spec::new(&[4, 4], &co)])
             .unwrap();
-        assert_eq!(r.inputs[0].to_string(), "[[0,1], -1]");
+        assert_eq!(r.inputs[0].to_string(), "[[1,0], -1]");
     }
 }

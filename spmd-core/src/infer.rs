@@ -1316,6 +1316,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                 .any(|&i| place(cx, &ops[i], m) != place(cx, &ops[first], m))
         };
         let mut taken = AxisSet::EMPTY;
+        let mut agreed = MeshSet::EMPTY;
         for m in 0..n_mesh {
             if mismatch(self, m) {
                 continue;
@@ -1323,10 +1324,19 @@ impl<'r, 'a> Cx<'r, 'a> {
             match place(self, &ops[first], m) {
                 Place::Axis(a) if aligned.contains(a) => {
                     taken = taken.with(a);
-                    self.map.sharding[a as usize].push(m);
+                    agreed = agreed.with(m);
                 }
                 Place::Partial(r @ (ReduceType::Sum | ReduceType::Avg)) => partial.set(m, r),
                 _ => {}
+            }
+        }
+        // A co-sharded dim's mesh dims are ordered (major first): each axis
+        // takes the ones every operand agrees on in the first operand's order.
+        for &(a, dim) in &order {
+            for &m in spec0.attr.dims_mapping[dim].as_slice() {
+                if agreed.contains(m) {
+                    self.map.sharding[a as usize].push(m);
+                }
             }
         }
         for m in 0..n_mesh {
