@@ -1,0 +1,850 @@
+//! Property tests of more library ops whose kernels are not einsums, built
+//! through the registry and checked against hand-written reference kernels
+//! on random shapes, meshes of at most 4 devices and random mappings (the
+//! helpers of `builtins_nn.rs`, in `common/nn.rs`):
+//!
+//! - along one axis: `argmax`, `argmin` (integer outputs, compared exactly),
+//!   `topk`, `argsort`, `log_softmax`;
+//! - reductions whose partial results need a reduce type or none:
+//!   `p_norm` (`Max` / `Min` / `Sum` partials for p = inf / -inf / 0, 1),
+//!   `frobenius_norm`, `logsumexp`, `squared_l2_norm` (`Sum`), `mean_all`
+//!   (`Avg`);
+//! - elementwise with a twist: `swiglu` (with `y`, broadcast, or without,
+//!   halving the last dim), `label_smooth` (with or without a prior);
+//! - normalizations: `fused_rms_norm`, `group_norm`, `instance_norm`,
+//!   `batch_norm` (training-mode statistics);
+//! - `fused_rotary_position_embedding`.
+//!
+//! Every property checks forward and backward, and the grad in the forms
+//! the rule takes (Paddle's signature where the rule declares one, the
+//! derived `(inputs; one grad per output)` form otherwise or as well). The
+//! arg-reductions' gradient is zero everywhere, which any layout holds:
+//! their grads are not checked. Besides the checked/refused tallies, every
+//! property counts the answers that split work and fails when too few do. A
+//! unit test checks the grad kernels against central differences.
+//!
+//! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
+
+mod common;
+
+use std::cmp::Ordering;
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use spmd_check::{Input, Tensor, Values, check_backward, check_forward, check_grad};
+use spmd_core::{Attrs, DistAttr, Mesh, Registry, Spec, SpmdRule};
+
+use common::attrs;
+use common::nn::{Counts, complete, force, force_split, small, small_mesh, specs};
+use common::run;
+
+const CASES: u32 = 48;
+
+fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(spmd_ops::builtins)
+}
+
+type Kernel<'a> = dyn Fn(&[Tensor]) -> Vec<Tensor> + 'a;
+type GradKernel<'a> = dyn Fn(&[Tensor], &[Tensor], &[Tensor]) -> Vec<Tensor> + 'a;
+
+// ------------------------------------------------------------ cases, runs
+
+/// A random case: op parameters, a small mesh and attrs (what each is for
+/// is the property's business).
+#[derive(Clone, Debug)]
+struct Case<P> {
+    mesh: Vec<usize>,
+    p: P,
+    a: Vec<DistAttr>,
+}
+
+/// What a property's attrs are: their ranks, and for some (by index) the
+/// dims a rule may keep sharded, one of which is forced to shard most of
+/// the time (random mappings alone rarely do).
+type Layout = (Vec<usize>, Vec<(usize, Vec<usize>)>);
+
+fn case<P, S>(params: S, layout: fn(&P) -> Layout) -> impl Strategy<Value = Case<P>>
+where
+    P: Clone + std::fmt::Debug,
+    S: Strategy<Value = P>,
+{
+    (params, small_mesh())
+        .prop_flat_map(move |(p, mesh)| {
+            let (ranks, forced) = layout(&p);
+            let m = mesh.len();
+            let draws = prop::collection::vec(force(), forced.len());
+            (
+                Just(p),
+                Just(mesh),
+                attrs(ranks, m, true),
+                draws,
+                Just(forced),
+            )
+        })
+        .prop_map(|(p, mesh, mut a, draws, forced)| {
+            for ((i, dims), d) in forced.iter().zip(draws) {
+                a[*i] = force_split(&a[*i], &mesh, dims, d);
+            }
+            Case { mesh, p, a }
+        })
+}
+
+/// The counts of a property: forward, backward, and two grad forms.
+struct Dirs {
+    fw: Counts,
+    bw: Counts,
+    gr: Counts,
+    gd: Counts,
+}
+
+impl Dirs {
+    const fn new() -> Dirs {
+        Dirs {
+            fw: Counts::new(),
+            bw: Counts::new(),
+            gr: Counts::new(),
+            gd: Counts::new(),
+        }
+    }
+
+    /// Forward from `inputs`; backward from the outputs laid out as `outs`.
+    fn forward_backward(
+        &self,
+        rule: &dyn SpmdRule,
+        mesh: &Mesh,
+        inputs: &[Input],
+        outs: &[DistAttr],
+        op: &Kernel<'_>,
+    ) -> Result<(), TestCaseError> {
+        self.fw.record(
+            mesh,
+            &rule.forward(mesh, &specs(inputs)),
+            check_forward(rule, mesh, inputs, op),
+        )?;
+        let values: Vec<Tensor> = inputs.iter().map(|x| x.value.clone()).collect();
+        let dense = op(&values);
+        let outs = complete(outs);
+        let out_specs: Vec<Spec<'_>> = dense
+            .iter()
+            .zip(&outs)
+            .map(|(t, a)| Spec::new(t.shape(), a))
+            .collect();
+        let shapes: Vec<&[usize]> = values.iter().map(Tensor::shape).collect();
+        self.bw.record(
+            mesh,
+            &rule.backward(mesh, &shapes, &out_specs),
+            check_backward(rule, mesh, &values, &outs, op),
+        )
+    }
+
+    /// A grad call with `sig` (the grad op's inputs) and output grads laid
+    /// out as `dys`; `derived` picks the count of the derived form.
+    #[allow(clippy::too_many_arguments)]
+    fn grad(
+        &self,
+        derived: bool,
+        rule: &dyn SpmdRule,
+        mesh: &Mesh,
+        sig: &[Input],
+        dys: &[DistAttr],
+        forward: &Kernel<'_>,
+        grad: &GradKernel<'_>,
+    ) -> Result<(), TestCaseError> {
+        let values: Vec<Tensor> = sig.iter().map(|x| x.value.clone()).collect();
+        let outs = forward(&values);
+        let dy_specs: Vec<Spec<'_>> = outs
+            .iter()
+            .zip(dys)
+            .map(|(t, a)| Spec::new(t.shape(), a))
+            .collect();
+        let counts = if derived { &self.gd } else { &self.gr };
+        counts.record(
+            mesh,
+            &rule.grad(mesh, &specs(sig), &dy_specs),
+            check_grad(rule, mesh, sig, dys, forward, grad),
+        )
+    }
+
+    /// Forward and backward, and the grad forms named (`Some`) here.
+    fn assert_meaningful(&self, op: &str, paddle: Option<&str>, derived: bool) {
+        self.fw.assert_meaningful(&format!("{op} forward"));
+        if op == "mean_all" {
+            // Backward from a 0-d output (not partial: see `complete`) has
+            // nothing to shard x by.
+            self.bw.assert_checked("mean_all backward");
+        } else {
+            self.bw.assert_meaningful(&format!("{op} backward"));
+        }
+        if let Some(sig) = paddle {
+            self.gr.assert_meaningful(&format!("{op} grad ({sig})"));
+        }
+        if derived {
+            self.gd
+                .assert_meaningful(&format!("{op} grad (derived form)"));
+        }
+    }
+}
+
+fn inputs(values: &[Tensor], attrs: &[&DistAttr]) -> Vec<Input> {
+    values
+        .iter()
+        .zip(attrs)
+        .map(|(v, a)| Input::new(v.clone(), (*a).clone()))
+        .collect()
+}
+
+/// An axis as an attribute: maybe negative.
+fn axis_attr(axis: usize, rank: usize, negative: bool) -> i64 {
+    axis as i64 - if negative { rank as i64 } else { 0 }
+}
+
+/// A shape of rank in `ranks`, extents 1–4.
+fn shape(ranks: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1usize..=4, ranks)
+}
+
+/// A shape and an axis of it.
+fn shape_axis(
+    ranks: std::ops::RangeInclusive<usize>,
+) -> impl Strategy<Value = (Vec<usize>, usize, bool)> {
+    (shape(ranks), any::<prop::sample::Index>(), any::<bool>()).prop_map(|(s, i, neg)| {
+        let axis = i.index(s.len());
+        (s, axis, neg)
+    })
+}
+
+/// `0..rank` without `axis`.
+fn others(rank: usize, axis: usize) -> Vec<usize> {
+    (0..rank).filter(|&d| d != axis).collect()
+}
+
+// ---------------------------------------------------------- index helpers
+
+fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut i = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        i[d] = flat % shape[d];
+        flat /= shape[d];
+    }
+    i
+}
+
+/// The flat offsets of a tensor's elements grouped by their index on the
+/// dims not `reduced`: groups in row-major order of those dims, each in
+/// row-major order (for one reduced axis, the order along it).
+fn groups(shape: &[usize], reduced: &[bool]) -> Vec<Vec<usize>> {
+    let kept: Vec<usize> = shape
+        .iter()
+        .zip(reduced)
+        .map(|(&n, &r)| if r { 1 } else { n })
+        .collect();
+    let mut out = vec![Vec::new(); kept.iter().product()];
+    for flat in 0..shape.iter().product() {
+        let i = unflatten(flat, shape);
+        let k = i
+            .iter()
+            .zip(&kept)
+            .fold(0, |k, (&i, &n)| k * n + if n == 1 { 0 } else { i });
+        out[k].push(flat);
+    }
+    out
+}
+
+fn one_axis(rank: usize, axis: usize) -> Vec<bool> {
+    (0..rank).map(|d| d == axis).collect()
+}
+
+fn reduced_shape(shape: &[usize], reduced: &[bool], keep: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .zip(reduced)
+        .filter_map(|(&n, &r)| match (r, keep) {
+            (false, _) => Some(n),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+/// `f` of each group of `x`'s values.
+fn reduce(x: &Tensor, reduced: &[bool], keep: bool, f: impl Fn(&[f64]) -> f64) -> Tensor {
+    let data = groups(x.shape(), reduced)
+        .iter()
+        .map(|g| f(&g.iter().map(|&k| x.data()[k]).collect::<Vec<_>>()))
+        .collect();
+    Tensor::new(&reduced_shape(x.shape(), reduced, keep), data)
+}
+
+/// The grad of a reduction: `dx[k] = dout[group of k] · df(group, j,
+/// out[group])` for the `j`-th element of its group. Paddle's grad kernels
+/// read the forward `out` (the whole group's result) rather than recompute
+/// it from the block of x a device holds.
+fn reduce_grad(
+    x: &Tensor,
+    reduced: &[bool],
+    out: &Tensor,
+    dout: &Tensor,
+    df: impl Fn(&[f64], usize, f64) -> f64,
+) -> Tensor {
+    let gs = groups(x.shape(), reduced);
+    assert_eq!(dout.len(), gs.len(), "out_grad does not fit x's block");
+    assert_eq!(out.len(), gs.len(), "out does not fit x's block");
+    let mut dx = Tensor::full(x.shape(), 0.0);
+    for ((g, &d), &o) in gs.iter().zip(dout.data()).zip(out.data()) {
+        let vals: Vec<f64> = g.iter().map(|&k| x.data()[k]).collect();
+        for (j, &k) in g.iter().enumerate() {
+            dx.data_mut()[k] = d * df(&vals, j, o);
+        }
+    }
+    dx
+}
+
+fn logsumexp(v: &[f64]) -> f64 {
+    let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    m + v.iter().map(|a| (a - m).exp()).sum::<f64>().ln()
+}
+
+// ------------------------------------------------------- along one axis
+
+/// argmax / argmin along `axis` (all dims with `flatten`, the index into
+/// the flattened tensor): indices as values.
+fn arg_reduce(x: &Tensor, axis: usize, keepdims: bool, flatten: bool, min: bool) -> Tensor {
+    let rank = x.rank();
+    let reduced = if flatten {
+        vec![true; rank]
+    } else {
+        one_axis(rank, axis)
+    };
+    let pick = |v: &[f64]| {
+        let better = |a: f64, b: f64| if min { a < b } else { a > b };
+        (0..v.len()).fold(0, |best, j| if better(v[j], v[best]) { j } else { best }) as f64
+    };
+    let mut out = reduce(x, &reduced, keepdims, pick);
+    if flatten && !keepdims {
+        out = Tensor::new(&[1], out.data().to_vec());
+    }
+    out
+}
+
+#[derive(Clone, Debug)]
+struct ArgP {
+    x: Vec<usize>,
+    axis: usize,
+    negative: bool,
+    keepdims: bool,
+    flatten: bool,
+}
+
+fn arg_params() -> impl Strategy<Value = ArgP> {
+    (shape_axis(1..=3), any::<bool>(), prop::bool::weighted(0.15)).prop_map(
+        |((x, axis, negative), keepdims, flatten)| ArgP {
+            x,
+            axis,
+            negative,
+            keepdims,
+            flatten,
+        },
+    )
+}
+
+/// x, out.
+fn arg_layout(p: &ArgP) -> Layout {
+    let rank = p.x.len();
+    let (out_rank, out_dims) = match (p.flatten, p.keepdims) {
+        (true, true) => (rank, vec![]),
+        (true, false) => (1, vec![]),
+        (false, true) => (rank, others(rank, p.axis)),
+        (false, false) => (rank - 1, (0..rank - 1).collect()),
+    };
+    let x_dims = if p.flatten {
+        vec![]
+    } else {
+        others(rank, p.axis)
+    };
+    (vec![rank, out_rank], vec![(0, x_dims), (1, out_dims)])
+}
+
+fn arg_property(name: &'static str, min: bool) {
+    let d = Dirs::new();
+    run(CASES, case(arg_params(), arg_layout), |c| {
+        let ArgP {
+            ref x,
+            axis,
+            negative,
+            keepdims,
+            flatten,
+        } = c.p;
+        let attrs = Attrs::new()
+            .with("axis", axis_attr(axis, x.len(), negative))
+            .with("keepdims", keepdims)
+            .with("flatten", flatten);
+        let rule = registry().build(name, &attrs).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let op = move |v: &[Tensor]| vec![arg_reduce(&v[0], axis, keepdims, flatten, min)];
+        let values = [Tensor::probe(x, 1, Values::Integers)];
+        d.forward_backward(&*rule, &mesh, &inputs(&values, &[&c.a[0]]), &c.a[1..], &op)
+    });
+    d.assert_meaningful(name, None, false);
+}
+
+#[test]
+fn argmax_against_the_kernel() {
+    arg_property("argmax", false);
+}
+
+#[test]
+fn argmin_against_the_kernel() {
+    arg_property("argmin", true);
+}
+
+/// The first `k` of each line along `axis` sorted (descending when
+/// `largest`): values and their indices along the axis.
+fn top_k(x: &Tensor, axis: usize, k: usize, largest: bool) -> Vec<Tensor> {
+    let flags = one_axis(x.rank(), axis);
+    let mut shape = x.shape().to_vec();
+    shape[axis] = k;
+    let (mut out, mut idx) = (Tensor::full(&shape, 0.0), Tensor::full(&shape, 0.0));
+    for (line, oline) in groups(x.shape(), &flags).iter().zip(groups(&shape, &flags)) {
+        let v = |j: usize| x.data()[line[j]];
+        let mut order: Vec<usize> = (0..line.len()).collect();
+        order.sort_by(|&a, &b| {
+            let o = v(a).partial_cmp(&v(b)).unwrap_or(Ordering::Equal);
+            if largest { o.reverse() } else { o }
+        });
+        for (j, &o) in oline.iter().enumerate() {
+            // A device holding less than k of a line fails here.
+            out.data_mut()[o] = v(order[j]);
+            idx.data_mut()[o] = order[j] as f64;
+        }
+    }
+    vec![out, idx]
+}
+
+/// The grad of a selection along `axis`: `dout` scattered back to the
+/// positions `indices` name.
+fn scatter_lines(x_shape: &[usize], axis: usize, indices: &Tensor, dout: &Tensor) -> Tensor {
+    assert_eq!(indices.shape(), dout.shape(), "indices and out_grad differ");
+    let flags = one_axis(x_shape.len(), axis);
+    let (xs, os) = (groups(x_shape, &flags), groups(indices.shape(), &flags));
+    assert_eq!(xs.len(), os.len(), "indices do not fit x's block");
+    let mut dx = Tensor::full(x_shape, 0.0);
+    for (xl, ol) in xs.iter().zip(&os) {
+        for &o in ol {
+            let j = indices.data()[o] as usize;
+            dx.data_mut()[xl[j]] += dout.data()[o];
+        }
+    }
+    dx
+}
+
+#[derive(Clone, Debug)]
+struct SelectP {
+    x: Vec<usize>,
+    axis: usize,
+    negative: bool,
+    k: usize,
+    order: bool,
+}
+
+fn select_params() -> impl Strategy<Value = SelectP> {
+    (
+        shape_axis(1..=3),
+        any::<prop::sample::Index>(),
+        any::<bool>(),
+    )
+        .prop_map(|((x, axis, negative), k, order)| SelectP {
+            k: 1 + k.index(x[axis]),
+            x,
+            axis,
+            negative,
+            order,
+        })
+}
+
+/// x, out, indices.
+fn select_layout(p: &SelectP) -> Layout {
+    let (r, keep) = (p.x.len(), others(p.x.len(), p.axis));
+    (
+        vec![r, r, r],
+        vec![(0, keep.clone()), (1, keep.clone()), (2, keep)],
+    )
+}
+
+#[test]
+fn topk_against_the_kernel() {
+    let d = Dirs::new();
+    run(CASES, case(select_params(), select_layout), |c| {
+        let SelectP {
+            ref x,
+            axis,
+            negative,
+            k,
+            order: largest,
+        } = c.p;
+        let attrs = Attrs::new()
+            .with("k", k as i64)
+            .with("axis", axis_attr(axis, x.len(), negative))
+            .with("largest", largest);
+        let rule = registry().build("topk", &attrs).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let op = move |v: &[Tensor]| top_k(&v[0], axis, k, largest);
+        let values = [Tensor::probe(x, 1, Values::Integers)];
+        let ins = inputs(&values, &[&c.a[0]]);
+        d.forward_backward(&*rule, &mesh, &ins, &c.a[1..3], &op)?;
+
+        // Paddle's topk_grad: (x, indices; out_grad).
+        let dense = op(&values);
+        let sig = inputs(&[values[0].clone(), dense[1].clone()], &[&c.a[0], &c.a[2]]);
+        let forward = move |v: &[Tensor]| vec![op(&v[..1]).swap_remove(0)];
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            vec![scatter_lines(v[0].shape(), axis, &v[1], &dy[0])]
+        };
+        d.grad(false, &*rule, &mesh, &sig, &c.a[1..2], &forward, &grad)?;
+
+        // Derived: (x; out_grad, indices_grad), the indices recomputed.
+        let vjp = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let idx = op(v).swap_remove(1);
+            vec![scatter_lines(v[0].shape(), axis, &idx, &dy[0])]
+        };
+        d.grad(true, &*rule, &mesh, &ins, &c.a[1..3], &op, &vjp)
+    });
+    d.assert_meaningful("topk", Some("x, indices; out_grad"), true);
+}
+
+#[test]
+fn argsort_against_the_kernel() {
+    let d = Dirs::new();
+    run(CASES, case(select_params(), select_layout), |c| {
+        let SelectP {
+            ref x,
+            axis,
+            negative,
+            order: descending,
+            ..
+        } = c.p;
+        let attrs = Attrs::new()
+            .with("axis", axis_attr(axis, x.len(), negative))
+            .with("descending", descending);
+        let rule = registry().build("argsort", &attrs).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let op = move |v: &[Tensor]| top_k(&v[0], axis, v[0].shape()[axis], descending);
+        let values = [Tensor::probe(x, 1, Values::Integers)];
+        let ins = inputs(&values, &[&c.a[0]]);
+        d.forward_backward(&*rule, &mesh, &ins, &c.a[1..3], &op)?;
+
+        // Paddle's argsort_grad: (indices, x; out_grad).
+        let dense = op(&values);
+        let sig = inputs(&[dense[1].clone(), values[0].clone()], &[&c.a[2], &c.a[0]]);
+        let forward = move |v: &[Tensor]| vec![op(&v[1..]).swap_remove(0)];
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            vec![scatter_lines(v[1].shape(), axis, &v[0], &dy[0])]
+        };
+        d.grad(false, &*rule, &mesh, &sig, &c.a[1..2], &forward, &grad)?;
+
+        let vjp = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let idx = op(v).swap_remove(1);
+            vec![scatter_lines(v[0].shape(), axis, &idx, &dy[0])]
+        };
+        d.grad(true, &*rule, &mesh, &ins, &c.a[1..3], &op, &vjp)
+    });
+    d.assert_meaningful("argsort", Some("indices, x; out_grad"), true);
+}
+
+fn log_softmax(x: &Tensor, axis: usize) -> Tensor {
+    let mut out = x.clone();
+    for line in groups(x.shape(), &one_axis(x.rank(), axis)) {
+        let v: Vec<f64> = line.iter().map(|&k| x.data()[k]).collect();
+        let lse = logsumexp(&v);
+        for &k in &line {
+            out.data_mut()[k] -= lse;
+        }
+    }
+    out
+}
+
+/// `dx = dout - softmax(x) · Σ dout` along the axis.
+fn log_softmax_grad(x: &Tensor, dout: &Tensor, axis: usize) -> Tensor {
+    assert_eq!(x.shape(), dout.shape(), "x and out_grad blocks differ");
+    let mut dx = dout.clone();
+    for line in groups(x.shape(), &one_axis(x.rank(), axis)) {
+        let v: Vec<f64> = line.iter().map(|&k| x.data()[k]).collect();
+        let (lse, sum) = (
+            logsumexp(&v),
+            line.iter().map(|&k| dout.data()[k]).sum::<f64>(),
+        );
+        for (&k, a) in line.iter().zip(&v) {
+            dx.data_mut()[k] -= (a - lse).exp() * sum;
+        }
+    }
+    dx
+}
+
+#[test]
+fn log_softmax_against_the_kernel() {
+    let d = Dirs::new();
+    let layout = |p: &(Vec<usize>, usize, bool)| {
+        let keep = others(p.0.len(), p.1);
+        (vec![p.0.len(); 2], vec![(0, keep.clone()), (1, keep)])
+    };
+    run(CASES, case(shape_axis(1..=3), layout), |c| {
+        let (ref x, axis, negative) = c.p;
+        let attrs = Attrs::new().with("axis", axis_attr(axis, x.len(), negative));
+        let rule = registry().build("log_softmax", &attrs).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let op = move |v: &[Tensor]| vec![log_softmax(&v[0], axis)];
+        let ins = inputs(&[small(x, 1)], &[&c.a[0]]);
+        d.forward_backward(&*rule, &mesh, &ins, &c.a[1..], &op)?;
+        let vjp = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            vec![log_softmax_grad(&v[0], &dy[0], axis)]
+        };
+        d.grad(true, &*rule, &mesh, &ins, &c.a[1..], &op, &vjp)
+    });
+    d.assert_meaningful("log_softmax", None, true);
+}
+
+// ------------------------------------------------------------- reductions
+
+#[derive(Clone, Debug)]
+struct ReduceP {
+    x: Vec<usize>,
+    /// The reduced dims; all of them when `all` (the op's own flag, or an
+    /// empty axis list).
+    reduced: Vec<bool>,
+    all: bool,
+    keep: bool,
+    /// `p_norm`'s order.
+    p: f64,
+}
+
+impl ReduceP {
+    fn flags(&self) -> Vec<bool> {
+        if self.all {
+            vec![true; self.x.len()]
+        } else {
+            self.reduced.clone()
+        }
+    }
+    fn axis(&self) -> Vec<i64> {
+        if self.all {
+            return Vec::new();
+        }
+        (0..self.x.len() as i64)
+            .filter(|&d| self.reduced[d as usize])
+            .collect()
+    }
+}
+
+fn reduce_params() -> impl Strategy<Value = ReduceP> {
+    (
+        shape(1..=3),
+        prop::collection::vec(prop::bool::weighted(0.4), 3),
+        prop::bool::weighted(0.1),
+        any::<bool>(),
+        prop::sample::select(vec![2.0, 1.0, 0.0, 3.0, f64::INFINITY, f64::NEG_INFINITY]),
+    )
+        .prop_map(|(x, mut reduced, all, keep, p)| {
+            reduced.truncate(x.len());
+            // At least one reduced dim (else the op is the identity).
+            if !reduced.contains(&true) {
+                reduced[x.len() - 1] = true;
+            }
+            ReduceP {
+                x,
+                reduced,
+                all,
+                keep,
+                p,
+            }
+        })
+}
+
+/// x, out: shard a kept dim of each, or (for reductions with partial
+/// results) a reduced dim of x.
+fn reduce_layout(p: &ReduceP) -> Layout {
+    let flags = p.flags();
+    let kept: Vec<usize> = (0..p.x.len()).filter(|&d| !flags[d]).collect();
+    let out_rank = reduced_shape(&p.x, &flags, p.keep).len();
+    let out_dims: Vec<usize> = if p.keep {
+        kept.clone()
+    } else {
+        (0..out_rank).collect()
+    };
+    (vec![p.x.len(), out_rank], vec![(0, kept), (1, out_dims)])
+}
+
+/// Like `reduce_layout`, x forced to shard any dim: reduced dims too, for
+/// the ops whose partial results some reduce type finishes.
+fn partial_layout(p: &ReduceP) -> Layout {
+    let (ranks, mut forced) = reduce_layout(p);
+    forced[0].1 = (0..p.x.len()).collect();
+    (ranks, forced)
+}
+
+/// The derived grad of a reduction: of each element of a group, given the
+/// group's values and result.
+type ReduceGrad = fn(&ReduceP, &[f64], usize, f64) -> f64;
+
+/// A reduction property: `name` built with `attrs(p)`, checked against
+/// `f` of each group and its derived grad `df`. With `ignores_x` (the
+/// rule's `grad_ignores(x)`: the grad kernel reads x for its global shape
+/// only, so the rule leaves x as given) x is not read by the grad kernel,
+/// and every element's grad is `dout · df` of the whole x (all reduced).
+fn reduction_property(
+    name: &'static str,
+    ignores_x: bool,
+    params: impl Strategy<Value = ReduceP>,
+    layout: fn(&ReduceP) -> Layout,
+    attrs: impl Fn(&ReduceP) -> Attrs,
+    f: fn(&ReduceP, &[f64]) -> f64,
+    df: ReduceGrad,
+) {
+    let d = Dirs::new();
+    run(CASES, case(params, layout), |c| {
+        let rule = registry().build(name, &attrs(&c.p)).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let (p, flags, keep) = (c.p.clone(), c.p.flags(), c.p.keep);
+        let op = {
+            let (p, flags) = (p.clone(), flags.clone());
+            move |v: &[Tensor]| vec![reduce(&v[0], &flags, keep, |g| f(&p, g))]
+        };
+        let ins = inputs(&[small(&c.p.x, 1)], &[&c.a[0]]);
+        d.forward_backward(&*rule, &mesh, &ins, &c.a[1..], &op)?;
+        let x = small(&c.p.x, 1);
+        let vjp = move |v: &[Tensor], o: &[Tensor], dy: &[Tensor]| {
+            // Without reading x: the dense x's shape and values.
+            let v = if ignores_x {
+                std::slice::from_ref(&x)
+            } else {
+                v
+            };
+            vec![reduce_grad(&v[0], &flags, &o[0], &dy[0], |g, j, o| {
+                df(&p, g, j, o)
+            })]
+        };
+        d.grad(true, &*rule, &mesh, &ins, &c.a[1..], &op, &vjp)
+    });
+    d.assert_meaningful(name, None, true);
+}
+
+fn p_norm(p: f64, v: &[f64]) -> f64 {
+    let abs = v.iter().map(|a| a.abs());
+    match p {
+        f64::INFINITY => abs.fold(0.0, f64::max),
+        f64::NEG_INFINITY => abs.fold(f64::INFINITY, f64::min),
+        0.0 => abs.filter(|&a| a != 0.0).count() as f64,
+        p => abs.map(|a| a.powf(p)).sum::<f64>().powf(1.0 / p),
+    }
+}
+
+/// Of element `j`, given the norm `n`.
+fn p_norm_grad(p: f64, v: &[f64], j: usize, n: f64) -> f64 {
+    let a = v[j];
+    match p {
+        // Distinct magnitudes: one element attains the extreme.
+        f64::INFINITY | f64::NEG_INFINITY => {
+            if a.abs() == n {
+                a.signum()
+            } else {
+                0.0
+            }
+        }
+        0.0 => 0.0,
+        p => a.signum() * (a.abs() / n).powf(p - 1.0),
+    }
+}
+
+#[test]
+fn p_norm_against_the_kernel() {
+    // Shard reduced dims too: p = inf, -inf, 0, 1 leave partial results.
+    reduction_property(
+        "p_norm",
+        false,
+        (reduce_params(), any::<prop::sample::Index>()).prop_map(|(mut p, axis)| {
+            // One axis (or all, `asvector`).
+            let a = axis.index(p.x.len());
+            p.reduced = one_axis(p.x.len(), a);
+            p
+        }),
+        partial_layout,
+        |p| {
+            let axis = p.reduced.iter().position(|&r| r).unwrap_or(0) as i64;
+            Attrs::new()
+                .with("porder", p.p)
+                .with("axis", axis)
+                .with("keepdim", p.keep)
+                .with("asvector", p.all)
+        },
+        |p, g| p_norm(p.p, g),
+        |p, g, j, n| p_norm_grad(p.p, g, j, n),
+    );
+}
+
+#[test]
+fn frobenius_norm_against_the_kernel() {
+    reduction_property(
+        "frobenius_norm",
+        false,
+        reduce_params(),
+        reduce_layout,
+        |p| {
+            Attrs::new()
+                .with("axis", p.axis())
+                .with("keep_dim", p.keep)
+                .with("reduce_all", p.all)
+        },
+        |_, g| p_norm(2.0, g),
+        |_, g, j, n| p_norm_grad(2.0, g, j, n),
+    );
+}
+
+#[test]
+fn logsumexp_against_the_kernel() {
+    reduction_property(
+        "logsumexp",
+        false,
+        reduce_params(),
+        reduce_layout,
+        |p| {
+            Attrs::new()
+                .with("axis", p.axis())
+                .with("keepdim", p.keep)
+                .with("reduce_all", p.all)
+        },
+        |_, g| logsumexp(g),
+        |_, g, j, lse| (g[j] - lse).exp(),
+    );
+}
+
+#[test]
+fn squared_l2_norm_against_the_kernel() {
+    // Partial sums of squares are finished by a `Sum`: shard reduced dims.
+    reduction_property(
+        "squared_l2_norm",
+        false,
+        reduce_params(),
+        partial_layout,
+        |p| Attrs::new().with("axis", p.axis()).with("keep_dim", p.keep),
+        |_, g| g.iter().map(|a| a * a).sum(),
+        |_, g, j, _| 2.0 * g[j],
+    );
+}
+
+#[test]
+fn mean_all_against_the_kernel() {
+    // Every dim reduced, to a 0-d mean; partial results are `Avg`.
+    reduction_property(
+        "mean_all",
+        true,
+        reduce_params().prop_map(|mut p| {
+            p.all = true;
+            p.keep = false;
+            p
+        }),
+        partial_layout,
+        |_| Attrs::new(),
+        |_, g| g.iter().sum::<f64>() / g.len() as f64,
+        |_, g, _, _| 1.0 / g.len() as f64,
+    );
+}
