@@ -33,10 +33,10 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use spmd_check::{Input, Tensor, Values, check_backward, check_forward, check_grad};
-use spmd_core::{Attrs, DistAttr, Mesh, Registry, Spec, SpmdRule};
+use spmd_core::{Attrs, DimsMapping, DistAttr, Mesh, Registry, Sharding, Spec, SpmdRule};
 
 use common::attrs;
-use common::nn::{Counts, complete, force, force_split, small, small_mesh, specs};
+use common::nn::{Absent, Counts, complete, force, force_split, small, small_mesh, specs};
 use common::run;
 
 const CASES: u32 = 48;
@@ -213,6 +213,13 @@ fn shape_axis(
         let axis = i.index(s.len());
         (s, axis, neg)
     })
+}
+
+/// `attr` with dim `dim` replicated.
+fn unshard(attr: &DistAttr, dim: usize) -> DistAttr {
+    let mut dims = attr.dims_mapping.as_slice().to_vec();
+    dims[dim] = Sharding::REPLICATED;
+    DistAttr::new(DimsMapping::from_shardings(&dims)).with_partial(attr.partial)
 }
 
 /// `0..rank` without `axis`.
@@ -847,4 +854,309 @@ fn mean_all_against_the_kernel() {
         |_, g| g.iter().sum::<f64>() / g.len() as f64,
         |_, g, _, _| 1.0 / g.len() as f64,
     );
+}
+
+// ----------------------------------------------------- swiglu, label_smooth
+
+fn sigmoid(a: f64) -> f64 {
+    1.0 / (1.0 + (-a).exp())
+}
+
+fn silu(a: f64) -> f64 {
+    a * sigmoid(a)
+}
+
+fn silu_grad(a: f64) -> f64 {
+    let s = sigmoid(a);
+    s + a * s * (1.0 - s)
+}
+
+/// `silu(x) · y`, y broadcast over x's leading dims; without y, `silu` of
+/// the first half of x's last dim times the second half.
+fn swiglu(x: &Tensor, y: Option<&Tensor>) -> Tensor {
+    let r = x.rank();
+    match y {
+        Some(y) => {
+            let off = r - y.rank();
+            assert_eq!(y.shape(), &x.shape()[off..], "y does not broadcast to x");
+            Tensor::from_fn(x.shape(), |i| silu(x.get(i)) * y.get(&i[off..]))
+        }
+        None => {
+            let n = x.shape()[r - 1] / 2;
+            assert_eq!(2 * n, x.shape()[r - 1], "an odd last dim of x");
+            let mut shape = x.shape().to_vec();
+            shape[r - 1] = n;
+            Tensor::from_fn(&shape, |i| {
+                let mut j = i.to_vec();
+                j[r - 1] += n;
+                silu(x.get(i)) * x.get(&j)
+            })
+        }
+    }
+}
+
+/// `dx` and (with y) `dy`, summed over the dims y is broadcast along.
+fn swiglu_grad(x: &Tensor, y: Option<&Tensor>, dout: &Tensor) -> Vec<Tensor> {
+    let r = x.rank();
+    match y {
+        Some(y) => {
+            assert_eq!(dout.shape(), x.shape(), "out_grad and x blocks differ");
+            let off = r - y.rank();
+            let dx = Tensor::from_fn(x.shape(), |i| {
+                dout.get(i) * y.get(&i[off..]) * silu_grad(x.get(i))
+            });
+            let mut dy = Tensor::full(y.shape(), 0.0);
+            for flat in 0..x.len() {
+                let i = unflatten(flat, x.shape());
+                let k = dy.offset(&i[off..]);
+                dy.data_mut()[k] += dout.get(&i) * silu(x.get(&i));
+            }
+            vec![dx, dy]
+        }
+        None => {
+            let n = x.shape()[r - 1] / 2;
+            let mut dx = Tensor::full(x.shape(), 0.0);
+            for flat in 0..dout.len() {
+                let i = unflatten(flat, dout.shape());
+                let mut j = i.clone();
+                j[r - 1] += n;
+                let (a, b, g) = (x.get(&i), x.get(&j), dout.get(&i));
+                dx.set(&i, g * b * silu_grad(a));
+                dx.set(&j, g * silu(a));
+            }
+            vec![dx]
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct PairP {
+    x: Vec<usize>,
+    /// The second operand: its rank (x's trailing dims), absent at 0.
+    y_rank: usize,
+}
+
+fn pair_params(last_even: bool) -> impl Strategy<Value = PairP> {
+    (
+        shape(1..=3),
+        any::<prop::sample::Index>(),
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(move |(mut x, y, absent)| {
+            let r = x.len();
+            if absent && last_even {
+                x[r - 1] = 2 * x[r - 1].div_ceil(2);
+            }
+            let y_rank = if absent { 0 } else { 1 + y.index(r) };
+            PairP { x, y_rank }
+        })
+}
+
+/// x, y (rank 0 when absent: the placeholder's), out.
+fn pair_layout(p: &PairP) -> Layout {
+    let r = p.x.len();
+    let x_dims: Vec<usize> = if p.y_rank == 0 {
+        (0..r - 1).collect()
+    } else {
+        (0..r).collect()
+    };
+    (
+        vec![r, p.y_rank, r],
+        vec![
+            (0, x_dims.clone()),
+            (1, (0..p.y_rank).collect()),
+            (2, x_dims),
+        ],
+    )
+}
+
+#[test]
+fn swiglu_against_the_kernel() {
+    let d = Dirs::new();
+    run(CASES, case(pair_params(true), pair_layout), |c| {
+        let built = registry().build("swiglu", &Attrs::new()).unwrap();
+        let has_y = c.p.y_rank > 0;
+        // y is input 1 of every call.
+        let absent = u64::from(!has_y) << 1;
+        let rule = Absent {
+            rule: &*built,
+            forward: absent,
+            grad: absent,
+        };
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let x = small(&c.p.x, 1);
+        let y = if has_y {
+            small(&c.p.x[c.p.x.len() - c.p.y_rank..], 2)
+        } else {
+            Tensor::full(&[], 0.0)
+        };
+        let op = move |v: &[Tensor]| vec![swiglu(&v[0], has_y.then_some(&v[1]))];
+        let ins = inputs(&[x, y], &[&c.a[0], &c.a[1]]);
+        d.forward_backward(&rule, &mesh, &ins, &c.a[2..], &op)?;
+        let vjp = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let mut g = swiglu_grad(&v[0], has_y.then_some(&v[1]), &dy[0]);
+            if !has_y {
+                // The placeholder's grad.
+                g.push(Tensor::full(&[], 0.0));
+            }
+            g
+        };
+        d.grad(true, &rule, &mesh, &ins, &c.a[2..], &op, &vjp)
+    });
+    d.assert_meaningful("swiglu", None, true);
+}
+
+const SMOOTHING: f64 = 0.25;
+
+/// `(1 - ε) label + ε prior`, the prior broadcast over the leading dims;
+/// without one, the uniform prior over the classes (the last dim).
+fn label_smooth(label: &Tensor, prior: Option<&Tensor>) -> Tensor {
+    let r = label.rank();
+    let classes = label.shape()[r - 1] as f64;
+    Tensor::from_fn(label.shape(), |i| {
+        let p = prior.map_or(1.0 / classes, |p| {
+            // numpy broadcasting: the prior's dims of extent 1 stretch.
+            let at: Vec<usize> = i[r - p.rank()..]
+                .iter()
+                .zip(p.shape())
+                .map(|(&i, &n)| if n == 1 { 0 } else { i })
+                .collect();
+            p.get(&at)
+        });
+        (1.0 - SMOOTHING) * label.get(i) + SMOOTHING * p
+    })
+}
+
+#[test]
+fn label_smooth_against_the_kernel() {
+    let d = Dirs::new();
+    // The prior: [C] or [1, C] (pair_params' y of rank 1 or 2, its leading
+    // dim made 1 below), or absent.
+    let params = pair_params(false).prop_map(|mut p| {
+        p.y_rank = p.y_rank.min(2);
+        p
+    });
+    let layout = |p: &PairP| {
+        let (ranks, mut forced) = pair_layout(p);
+        // Only the prior's class dim can shard.
+        forced[1].1 = p.y_rank.checked_sub(1).into_iter().collect();
+        (ranks, forced)
+    };
+    run(CASES, case(params, layout), |c| {
+        let built = registry()
+            .build("label_smooth", &Attrs::new().with("epsilon", SMOOTHING))
+            .unwrap();
+        let has_prior = c.p.y_rank > 0;
+        let absent = u64::from(!has_prior) << 1;
+        let mut a = c.a.clone();
+        if !has_prior {
+            // Left out: without a prior the rule keeps the class dim
+            // sharded, but the uniform prior is ε over the number of classes
+            // the device holds (known_unsound.rs,
+            // `label_smooth_without_a_prior_keeps_the_classes_sharded`).
+            let last = c.p.x.len() - 1;
+            a[0] = unshard(&a[0], last);
+            a[2] = unshard(&a[2], last);
+        }
+        let rule = Absent {
+            rule: &*built,
+            forward: absent,
+            grad: absent,
+        };
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let r = c.p.x.len();
+        let prior = match c.p.y_rank {
+            0 => Tensor::full(&[], 0.0),
+            1 => small(&c.p.x[r - 1..], 2),
+            _ => small(&[1, c.p.x[r - 1]], 2),
+        };
+        let op = move |v: &[Tensor]| vec![label_smooth(&v[0], has_prior.then_some(&v[1]))];
+        let ins = inputs(&[small(&c.p.x, 1), prior], &[&a[0], &a[1]]);
+        d.forward_backward(&rule, &mesh, &ins, &a[2..], &op)?;
+        // The prior has no grad (`no_grad`).
+        let vjp =
+            |_: &[Tensor], _: &[Tensor], dy: &[Tensor]| vec![dy[0].map(|g| (1.0 - SMOOTHING) * g)];
+        d.grad(true, &rule, &mesh, &ins, &a[2..], &op, &vjp)
+    });
+    d.assert_meaningful("label_smooth", None, true);
+}
+
+// ---------------------------------------------------------- normalizations
+
+const EPSILON: f64 = 1e-5;
+
+/// Paddle's `fused_rms_norm` over the last dim: `out` and `invvar`.
+fn rms_norm(x: &Tensor, w: &Tensor) -> Vec<Tensor> {
+    let r = x.rank();
+    let n = x.shape()[r - 1];
+    assert_eq!(w.len(), n, "a scale of {} values for rows of {n}", w.len());
+    let mut out = x.clone();
+    let mut inv = Vec::new();
+    for line in groups(x.shape(), &one_axis(r, r - 1)) {
+        let ms = line.iter().map(|&k| x.data()[k].powi(2)).sum::<f64>() / n as f64;
+        let s = 1.0 / (ms + EPSILON).sqrt();
+        for (j, &k) in line.iter().enumerate() {
+            out.data_mut()[k] *= s * w.data()[j];
+        }
+        inv.push(s);
+    }
+    vec![out, Tensor::new(&x.shape()[..r - 1], inv)]
+}
+
+/// The grads of x and the scale from those of `out` and `invvar`.
+fn rms_norm_grad(x: &Tensor, w: &Tensor, dout: &Tensor, dinv: &Tensor) -> Vec<Tensor> {
+    let r = x.rank();
+    let n = x.shape()[r - 1];
+    assert_eq!(dout.shape(), x.shape(), "out_grad and x blocks differ");
+    let lines = groups(x.shape(), &one_axis(r, r - 1));
+    assert_eq!(
+        dinv.len(),
+        lines.len(),
+        "invvar_grad does not fit x's block"
+    );
+    let (mut dx, mut dw) = (x.clone(), Tensor::full(w.shape(), 0.0));
+    for (line, &g_inv) in lines.iter().zip(dinv.data()) {
+        let xs: Vec<f64> = line.iter().map(|&k| x.data()[k]).collect();
+        let ms = xs.iter().map(|a| a * a).sum::<f64>() / n as f64;
+        let s = 1.0 / (ms + EPSILON).sqrt();
+        let through: f64 = line
+            .iter()
+            .enumerate()
+            .map(|(j, &k)| dout.data()[k] * xs[j] * w.data()[j])
+            .sum::<f64>()
+            + g_inv;
+        for (j, &k) in line.iter().enumerate() {
+            let g = dout.data()[k];
+            dx.data_mut()[k] = g * w.data()[j] * s - through * s.powi(3) * xs[j] / n as f64;
+            dw.data_mut()[j] += g * xs[j] * s;
+        }
+    }
+    vec![dx, dw]
+}
+
+#[test]
+fn fused_rms_norm_against_the_kernel() {
+    let d = Dirs::new();
+    // x, scale, out, invvar.
+    let layout = |x: &Vec<usize>| {
+        let r = x.len();
+        let lead: Vec<usize> = (0..r - 1).collect();
+        (
+            vec![r, 1, r, r - 1],
+            vec![(0, lead.clone()), (2, lead.clone()), (3, lead)],
+        )
+    };
+    run(CASES, case(shape(1..=3), layout), |c| {
+        let rule = registry().build("fused_rms_norm", &Attrs::new()).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let x = &c.p;
+        let values = [small(x, 1), small(&x[x.len() - 1..], 2)];
+        let ins = inputs(&values, &[&c.a[0], &c.a[1]]);
+        let op = |v: &[Tensor]| rms_norm(&v[0], &v[1]);
+        d.forward_backward(&*rule, &mesh, &ins, &c.a[2..], &op)?;
+        let vjp =
+            |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| rms_norm_grad(&v[0], &v[1], &dy[0], &dy[1]);
+        d.grad(true, &*rule, &mesh, &ins, &c.a[2..], &op, &vjp)
+    });
+    d.assert_meaningful("fused_rms_norm", None, true);
 }
