@@ -167,22 +167,25 @@ impl Dirs {
         )
     }
 
-    /// Forward and backward, and the grad forms named (`Some`) here.
-    fn assert_meaningful(&self, op: &str, paddle: Option<&str>, derived: bool) {
-        self.fw.assert_meaningful(&format!("{op} forward"));
-        if op == "mean_all" {
-            // Backward from a 0-d output (not partial: see `complete`) has
-            // nothing to shard x by.
-            self.bw.assert_checked("mean_all backward");
-        } else {
-            self.bw.assert_meaningful(&format!("{op} backward"));
-        }
+    /// Forward and backward, and the grad forms named (`Some`) here, each
+    /// with a share of answers that split work but for the directions in
+    /// `unsplit` (`"backward"`, `"grad"`), whose cases cannot split work
+    /// (the properties say why).
+    fn assert_meaningful(&self, op: &str, paddle: Option<&str>, derived: bool, unsplit: &[&str]) {
+        let check = |counts: &Counts, dir: &str, what: String| {
+            if unsplit.contains(&dir) {
+                counts.assert_checked(&what);
+            } else {
+                counts.assert_meaningful(&what);
+            }
+        };
+        check(&self.fw, "forward", format!("{op} forward"));
+        check(&self.bw, "backward", format!("{op} backward"));
         if let Some(sig) = paddle {
-            self.gr.assert_meaningful(&format!("{op} grad ({sig})"));
+            check(&self.gr, "grad", format!("{op} grad ({sig})"));
         }
         if derived {
-            self.gd
-                .assert_meaningful(&format!("{op} grad (derived form)"));
+            check(&self.gd, "grad", format!("{op} grad (derived form)"));
         }
     }
 }
@@ -393,7 +396,7 @@ fn arg_property(name: &'static str, min: bool) {
         let values = [Tensor::probe(x, 1, Values::Integers)];
         d.forward_backward(&*rule, &mesh, &inputs(&values, &[&c.a[0]]), &c.a[1..], &op)
     });
-    d.assert_meaningful(name, None, false);
+    d.assert_meaningful(name, None, false, &[]);
 }
 
 #[test]
@@ -517,7 +520,7 @@ fn topk_against_the_kernel() {
         };
         d.grad(true, &*rule, &mesh, &ins, &c.a[1..3], &op, &vjp)
     });
-    d.assert_meaningful("topk", Some("x, indices; out_grad"), true);
+    d.assert_meaningful("topk", Some("x, indices; out_grad"), true, &[]);
 }
 
 #[test]
@@ -556,7 +559,7 @@ fn argsort_against_the_kernel() {
         };
         d.grad(true, &*rule, &mesh, &ins, &c.a[1..3], &op, &vjp)
     });
-    d.assert_meaningful("argsort", Some("indices, x; out_grad"), true);
+    d.assert_meaningful("argsort", Some("indices, x; out_grad"), true, &[]);
 }
 
 fn log_softmax(x: &Tensor, axis: usize) -> Tensor {
@@ -608,7 +611,7 @@ fn log_softmax_against_the_kernel() {
         };
         d.grad(true, &*rule, &mesh, &ins, &c.a[1..], &op, &vjp)
     });
-    d.assert_meaningful("log_softmax", None, true);
+    d.assert_meaningful("log_softmax", None, true, &[]);
 }
 
 // ------------------------------------------------------------- reductions
@@ -732,7 +735,14 @@ fn reduction_property(
         };
         d.grad(true, &*rule, &mesh, &ins, &c.a[1..], &op, &vjp)
     });
-    d.assert_meaningful(name, None, true);
+    // Backward of mean_all: from a 0-d output (not partial, see
+    // `complete`) there is nothing to shard x by.
+    let unsplit: &[&str] = if name == "mean_all" {
+        &["backward"]
+    } else {
+        &[]
+    };
+    d.assert_meaningful(name, None, true, unsplit);
 }
 
 fn p_norm(p: f64, v: &[f64]) -> f64 {
@@ -1003,7 +1013,7 @@ fn swiglu_against_the_kernel() {
         };
         d.grad(true, &rule, &mesh, &ins, &c.a[2..], &op, &vjp)
     });
-    d.assert_meaningful("swiglu", None, true);
+    d.assert_meaningful("swiglu", None, true, &[]);
 }
 
 const SMOOTHING: f64 = 0.25;
@@ -1078,7 +1088,7 @@ fn label_smooth_against_the_kernel() {
             |_: &[Tensor], _: &[Tensor], dy: &[Tensor]| vec![dy[0].map(|g| (1.0 - SMOOTHING) * g)];
         d.grad(true, &rule, &mesh, &ins, &a[2..], &op, &vjp)
     });
-    d.assert_meaningful("label_smooth", None, true);
+    d.assert_meaningful("label_smooth", None, true, &[]);
 }
 
 // ---------------------------------------------------------- normalizations
@@ -1158,5 +1168,396 @@ fn fused_rms_norm_against_the_kernel() {
             |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| rms_norm_grad(&v[0], &v[1], &dy[0], &dy[1]);
         d.grad(true, &*rule, &mesh, &ins, &c.a[2..], &op, &vjp)
     });
-    d.assert_meaningful("fused_rms_norm", None, true);
+    d.assert_meaningful("fused_rms_norm", None, true, &[]);
+}
+
+type Index<'a> = &'a dyn Fn(&[usize]) -> usize;
+
+/// Normalizes `x`'s elements in groups (element `i` in group `stat(i)` of
+/// `n_stats`), then scales and shifts each by its channel's (`chan(i)`)
+/// scale and bias: `out`, and each group's mean and (biased) variance.
+fn normalize(
+    x: &Tensor,
+    n_stats: usize,
+    stat: Index<'_>,
+    chan: Index<'_>,
+    scale: &Tensor,
+    bias: &Tensor,
+) -> (Tensor, Vec<f64>, Vec<f64>) {
+    let (mut sum, mut count) = (vec![0.0; n_stats], vec![0.0; n_stats]);
+    let index: Vec<Vec<usize>> = (0..x.len()).map(|k| unflatten(k, x.shape())).collect();
+    for (i, a) in index.iter().zip(x.data()) {
+        sum[stat(i)] += a;
+        count[stat(i)] += 1.0;
+    }
+    let mean: Vec<f64> = sum.iter().zip(&count).map(|(s, n)| s / n).collect();
+    let mut var = vec![0.0; n_stats];
+    for (i, a) in index.iter().zip(x.data()) {
+        var[stat(i)] += (a - mean[stat(i)]).powi(2) / count[stat(i)];
+    }
+    let out = Tensor::from_fn(x.shape(), |i| {
+        let (s, c) = (stat(i), chan(i));
+        (x.get(i) - mean[s]) / (var[s] + EPSILON).sqrt() * scale.data()[c] + bias.data()[c]
+    });
+    (out, mean, var)
+}
+
+/// The grads of x, scale and bias of [`normalize`], from each group's
+/// saved mean and inverse standard deviation.
+#[allow(clippy::too_many_arguments)]
+fn normalize_grad(
+    x: &Tensor,
+    dy: &Tensor,
+    stat: Index<'_>,
+    chan: Index<'_>,
+    mean: &Tensor,
+    inv_std: &Tensor,
+    scale: &Tensor,
+) -> Vec<Tensor> {
+    assert_eq!(dy.shape(), x.shape(), "out_grad and x blocks differ");
+    let n_stats = mean.len();
+    assert_eq!(inv_std.len(), n_stats, "mean and variance blocks differ");
+    let index: Vec<Vec<usize>> = (0..x.len()).map(|k| unflatten(k, x.shape())).collect();
+    let xhat = |i: &[usize]| (x.get(i) - mean.data()[stat(i)]) * inv_std.data()[stat(i)];
+    let g = |i: &[usize]| dy.get(i) * scale.data()[chan(i)];
+    let (mut count, mut sum_g, mut sum_gx) =
+        (vec![0.0; n_stats], vec![0.0; n_stats], vec![0.0; n_stats]);
+    let (mut dscale, mut dbias) = (
+        Tensor::full(scale.shape(), 0.0),
+        Tensor::full(scale.shape(), 0.0),
+    );
+    for i in &index {
+        // A device holding statistics of other groups fails here.
+        let s = stat(i);
+        assert!(s < n_stats, "statistic {s} of {n_stats}");
+        count[s] += 1.0;
+        sum_g[s] += g(i);
+        sum_gx[s] += g(i) * xhat(i);
+        dscale.data_mut()[chan(i)] += dy.get(i) * xhat(i);
+        dbias.data_mut()[chan(i)] += dy.get(i);
+    }
+    let dx = Tensor::from_fn(x.shape(), |i| {
+        let s = stat(i);
+        inv_std.data()[s] * (g(i) - sum_g[s] / count[s] - xhat(i) * sum_gx[s] / count[s])
+    });
+    vec![dx, dscale, dbias]
+}
+
+/// A normalization's input: batch, channels, spatial dims, channels last
+/// or not (NHWC / NCHW), and `group_norm`'s groups.
+#[derive(Clone, Debug)]
+struct NormP {
+    n: usize,
+    c: usize,
+    spatial: Vec<usize>,
+    last: bool,
+    groups: usize,
+    /// Statistics laid out as the output's batch (random ones mostly
+    /// conflict with it, which the rules refuse).
+    aligned: bool,
+}
+
+impl NormP {
+    fn x(&self) -> Vec<usize> {
+        let mut x = vec![self.n];
+        if !self.last {
+            x.push(self.c);
+        }
+        x.extend(&self.spatial);
+        if self.last {
+            x.push(self.c);
+        }
+        x
+    }
+    fn channel_dim(&self) -> usize {
+        if self.last { self.spatial.len() + 1 } else { 1 }
+    }
+    fn format(&self) -> &'static str {
+        if self.last { "NHWC" } else { "NCHW" }
+    }
+}
+
+fn norm_params() -> impl Strategy<Value = NormP> {
+    (
+        1usize..=4,
+        (1usize..=2, 1usize..=2),
+        prop::collection::vec(1usize..=3, 0..=2),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(n, (groups, per), spatial, last, aligned)| NormP {
+            n,
+            c: groups * per,
+            spatial,
+            last,
+            groups,
+            aligned,
+        })
+}
+
+#[test]
+fn group_norm_against_the_kernel() {
+    let d = Dirs::new();
+    // x, scale, bias, y, mean, variance: the batch can stay sharded.
+    let layout = |p: &NormP| {
+        let r = p.x().len();
+        (
+            vec![r, 1, 1, r, 2, 2],
+            vec![(0, vec![0]), (3, vec![0]), (4, vec![0]), (5, vec![0])],
+        )
+    };
+    run(CASES, case(norm_params(), layout), |c| {
+        let attrs = Attrs::new()
+            .with("groups", c.p.groups as i64)
+            .with("data_format", c.p.format());
+        let rule = registry().build("group_norm", &attrs).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let mut a = c.a.clone();
+        if c.p.aligned {
+            let batch = a[3].dims_mapping.as_slice()[0];
+            let stats = DistAttr::new(DimsMapping::from_shardings(&[batch, Sharding::REPLICATED]));
+            (a[4], a[5]) = (stats.clone(), stats);
+        }
+        let (cd, groups) = (c.p.channel_dim(), c.p.groups);
+        // Sample n's group of channel c: n · groups + c / (C / groups), C
+        // what the block holds.
+        let kernel = move |x: &Tensor, scale: &Tensor, bias: &Tensor| {
+            let per = x.shape()[cd] / groups;
+            let stat = move |i: &[usize]| i[0] * groups + i[cd] / per;
+            let (y, mean, var) =
+                normalize(x, x.shape()[0] * groups, &stat, &|i| i[cd], scale, bias);
+            let s = [x.shape()[0], groups];
+            vec![y, Tensor::new(&s, mean), Tensor::new(&s, var)]
+        };
+        let op = move |v: &[Tensor]| kernel(&v[0], &v[1], &v[2]);
+        let ch = [c.p.c];
+        let values = [small(&c.p.x(), 1), small(&ch, 2), small(&ch, 3)];
+        let ins = inputs(&values, &[&a[0], &a[1], &a[2]]);
+        d.forward_backward(&*rule, &mesh, &ins, &a[3..6], &op)?;
+
+        // Paddle's group_norm_grad: (x, scale, bias, y, mean, variance;
+        // y_grad).
+        let dense = op(&values);
+        let mut sig = ins.clone();
+        for (t, a) in dense.iter().zip(&a[3..6]) {
+            sig.push(Input::new(t.clone(), a.clone()));
+        }
+        let forward = move |v: &[Tensor]| vec![op(&v[..3]).swap_remove(0)];
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let x = &v[0];
+            let per = x.shape()[cd] / groups;
+            let stat = move |i: &[usize]| i[0] * groups + i[cd] / per;
+            let inv = v[5].map(|var| 1.0 / (var + EPSILON).sqrt());
+            normalize_grad(x, &dy[0], &stat, &|i| i[cd], &v[4], &inv, &v[1])
+        };
+        d.grad(false, &*rule, &mesh, &sig, &a[3..4], &forward, &grad)
+    });
+    d.assert_meaningful(
+        "group_norm",
+        Some("x, scale, bias, y, mean, variance; y_grad"),
+        false,
+        &[],
+    );
+}
+
+#[test]
+fn instance_norm_against_the_kernel() {
+    let d = Dirs::new();
+    // x, scale, bias, y, saved_mean, saved_variance: batch and channels
+    // can stay sharded (NCHW only).
+    // Left out (known_unsound.rs, `instance_norm_shards_channels_or_stats_
+    // it_cannot`): scale and bias are replicated while the channels stay
+    // sharded, so the scale is the identity here; and the saved statistics
+    // `[N · C]` are claimed co-sharded as the batch then the channels, which
+    // is a device's samples and channels only for even batch splits and
+    // unsharded channels, so the batch is 12 (even on every small mesh) and
+    // the channels of x are given unsharded in forward and grad.
+    let params = norm_params().prop_map(|mut p| {
+        (p.last, p.n) = (false, 12);
+        p
+    });
+    let layout = |p: &NormP| {
+        let r = p.x().len();
+        (
+            vec![r, 1, 1, r, 1, 1],
+            vec![(0, vec![0]), (3, vec![0, 1]), (4, vec![0]), (5, vec![0])],
+        )
+    };
+    run(CASES, case(params, layout), |c| {
+        let rule = registry().build("instance_norm", &Attrs::new()).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let mut a = c.a.clone();
+        a[0] = unshard(&a[0], 1);
+        let mut y_grad = unshard(&a[3], 1);
+        if c.p.aligned {
+            let batch = a[3].dims_mapping.as_slice()[0];
+            let stats = DistAttr::new(DimsMapping::from_shardings(&[batch]));
+            (a[4], a[5]) = (stats.clone(), stats);
+            y_grad = unshard(&a[3], 1);
+        }
+        // Statistics per sample and channel, `[N · C]` batch-major (of the
+        // block a device holds); the saved variance is the inverse std.
+        let stat = |x: &Tensor| {
+            let c = x.shape()[1];
+            move |i: &[usize]| i[0] * c + i[1]
+        };
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            let n = x.shape()[0] * x.shape()[1];
+            let (y, mean, var) = normalize(x, n, &stat(x), &|i| i[1], &v[1], &v[2]);
+            let inv = var.iter().map(|v| 1.0 / (v + EPSILON).sqrt()).collect();
+            vec![y, Tensor::new(&[n], mean), Tensor::new(&[n], inv)]
+        };
+        let ch = [c.p.c];
+        let values = [
+            small(&c.p.x(), 1),
+            Tensor::full(&ch, 1.0),
+            Tensor::full(&ch, 0.0),
+        ];
+        let ins = inputs(&values, &[&a[0], &a[1], &a[2]]);
+        // Backward is given y replicated: from a sharded y it claims the
+        // statistics replicated and partial (`Sum`) where each device holds
+        // its own samples' and channels' (known_unsound.rs, as above), so
+        // it cannot split work soundly.
+        let mut outs = a[3..6].to_vec();
+        outs[0] = DistAttr::replicated(outs[0].dims_mapping.rank());
+        d.forward_backward(&*rule, &mesh, &ins, &outs, &op)?;
+
+        // Paddle's instance_norm_grad: (x, scale, bias, saved_mean,
+        // saved_variance; y_grad).
+        let dense = op(&values);
+        let mut sig = ins.clone();
+        sig.push(Input::new(dense[1].clone(), a[4].clone()));
+        sig.push(Input::new(dense[2].clone(), a[5].clone()));
+        let forward = move |v: &[Tensor]| vec![op(&v[..3]).swap_remove(0)];
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            normalize_grad(&v[0], &dy[0], &stat(&v[0]), &|i| i[1], &v[3], &v[4], &v[1])
+        };
+        d.grad(false, &*rule, &mesh, &sig, &[y_grad], &forward, &grad)
+    });
+    d.assert_meaningful(
+        "instance_norm",
+        Some("x, scale, bias, saved_mean, saved_variance; y_grad"),
+        false,
+        &["backward"],
+    );
+}
+
+const MOMENTUM: f64 = 0.9;
+
+#[test]
+fn batch_norm_against_the_kernel() {
+    let d = Dirs::new();
+    // x, mean, variance, scale, bias; out, mean_out, variance_out,
+    // saved_mean, saved_variance, reserve_space: the channels can stay
+    // sharded.
+    let layout = |p: &NormP| {
+        let r = p.x().len();
+        let cd = p.channel_dim();
+        let mut ranks = vec![1; 11];
+        (ranks[0], ranks[5]) = (r, r);
+        let mut forced = vec![(0, vec![cd]), (5, vec![cd])];
+        forced.extend([1, 2, 6, 7, 8, 9].map(|i| (i, vec![0])));
+        (ranks, forced)
+    };
+    run(CASES, case(norm_params(), layout), |c| {
+        let attrs = Attrs::new().with("data_format", c.p.format());
+        let rule = registry().build("batch_norm", &attrs).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let cd = c.p.channel_dim();
+        let mut a = c.a.clone();
+        if c.p.aligned {
+            // The `[C]` tensors laid out as x's (inputs) and out's
+            // (outputs) channels.
+            let on = |t: &DistAttr| {
+                let ch = t.dims_mapping.as_slice()[cd];
+                DistAttr::new(DimsMapping::from_shardings(&[ch]))
+            };
+            let (x, out) = (on(&a[0]), on(&a[5]));
+            for i in [1, 2] {
+                a[i] = x.clone();
+            }
+            for i in 6..10 {
+                a[i] = out.clone();
+            }
+        }
+        let chan = move |i: &[usize]| i[cd];
+        // Training: statistics per channel over the batch and spatial dims;
+        // the running ones move towards them; the saved variance is the
+        // inverse std.
+        let op = move |v: &[Tensor]| {
+            let (x, running_mean, running_var) = (&v[0], &v[1], &v[2]);
+            let n = x.shape()[cd];
+            let (out, mean, var) = normalize(x, n, &chan, &chan, &v[3], &v[4]);
+            let mix = |r: &Tensor, b: &[f64]| {
+                assert_eq!(r.len(), n, "running statistics do not fit x's block");
+                let m = r.data().iter().zip(b);
+                Tensor::new(
+                    &[n],
+                    m.map(|(r, b)| MOMENTUM * r + (1.0 - MOMENTUM) * b)
+                        .collect(),
+                )
+            };
+            let inv = var.iter().map(|v| 1.0 / (v + EPSILON).sqrt()).collect();
+            vec![
+                out,
+                mix(running_mean, &mean),
+                mix(running_var, &var),
+                Tensor::new(&[n], mean),
+                Tensor::new(&[n], inv),
+                Tensor::full(&[1], 0.0),
+            ]
+        };
+        // The scale and bias are the identity: the rule replicates them
+        // while the channels stay sharded (known_unsound.rs,
+        // `batch_norm_shards_channels_but_not_their_scale`).
+        let ch = [c.p.c];
+        let values = [
+            small(&c.p.x(), 1),
+            small(&ch, 2),
+            small(&ch, 3).map(f64::abs),
+            Tensor::full(&ch, 1.0),
+            Tensor::full(&ch, 0.0),
+        ];
+        let given: Vec<&DistAttr> = a[..5].iter().collect();
+        let ins = inputs(&values, &given);
+        d.forward_backward(&*rule, &mesh, &ins, &a[5..], &op)?;
+
+        // Paddle's batch_norm_grad: (x, scale, bias, mean_out,
+        // variance_out, saved_mean, saved_variance, reserve_space;
+        // out_grad).
+        // The grad's scale_grad and bias_grad are whole `[C]` tensors
+        // partial over the channels' mesh dims: a device holding some
+        // channels cannot place their sums (it does not know its offset),
+        // so the channels are given unsharded here (known_unsound.rs, as
+        // above): this checks the grad without splitting work.
+        let dense = op(&values);
+        let x = Input::new(values[0].clone(), unshard(&a[0], cd));
+        let mut sig = vec![x, ins[3].clone(), ins[4].clone()];
+        for k in 1..6 {
+            sig.push(Input::new(dense[k].clone(), unshard(&a[5 + k], 0)));
+        }
+        let out_grad = unshard(&a[5], cd);
+        let forward = move |v: &[Tensor]| {
+            let zeros = Tensor::full(v[1].shape(), 0.0);
+            let x = [
+                v[0].clone(),
+                zeros.clone(),
+                zeros,
+                v[1].clone(),
+                v[2].clone(),
+            ];
+            vec![op(&x).swap_remove(0)]
+        };
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            normalize_grad(&v[0], &dy[0], &chan, &chan, &v[5], &v[6], &v[1])
+        };
+        d.grad(false, &*rule, &mesh, &sig, &[out_grad], &forward, &grad)
+    });
+    d.assert_meaningful(
+        "batch_norm",
+        Some("x, scale, bias, mean_out, variance_out, saved_mean, saved_variance, reserve_space; out_grad"),
+        false,
+        &["grad"],
+    );
 }
