@@ -513,3 +513,78 @@ fn instance_norm_shards_channels_or_stats_it_cannot() {
     );
     assert!(rep.to_string().contains("partial{0: SUM}"), "{rep}");
 }
+
+/// `fused_rotary_position_embedding`'s grad in the derived form `(q, k, v,
+/// sin, cos, position_ids; out_q_grad, out_k_grad, out_v_grad)`: where the
+/// sequence cannot stay sharded (position ids given, or no angles), the
+/// rule's `finish` replicates it by the position of each requirement in the
+/// Paddle grad op's order `(sin, cos, position_ids, the output grads)`. In
+/// the derived form those positions are q, k, v, sin, cos, position_ids:
+/// the output grads, the last three, keep a sharded sequence while the
+/// input grads are claimed replicated there, so each device computes only
+/// its positions' rows of a grad it claims whole. With q's sequence split
+/// on 2 devices: `out_q_grad` required `[-1, 0, -1, -1]`, `q_grad`
+/// answered `[-1, -1, -1, -1]`.
+///
+/// spmd-ops/src/rope.rs, `FusedRotaryPositionEmbedding::finish`, the
+/// `Call::Grad` arm of `dims`. Fix: tell the two grad forms apart (by the
+/// count of inputs) and replicate the sequence of every q/k/v-shaped
+/// requirement and output.
+#[test]
+fn rope_derived_grad_keeps_the_sequence_of_output_grads() {
+    let mesh = Mesh::new(&[2]).unwrap();
+    let rule = spmd_ops::builtins()
+        .build("fused_rotary_position_embedding", &Attrs::new())
+        .unwrap();
+    // Neox style, head dim 2: out = [x0·c0 - x1·s0, x1·c1 + x0·s1], the
+    // angles of the position `position_ids` names.
+    let at = |t: &Tensor, pos: &Tensor, i: &[usize], e: usize| {
+        t.get(&[0, pos.get(&[i[0], i[1]]) as usize, 0, e])
+    };
+    let rope = move |v: &[Tensor]| -> Vec<Tensor> {
+        let (sin, cos, pos) = (&v[3], &v[4], &v[5]);
+        (0..3)
+            .map(|k| {
+                let x = &v[k];
+                Tensor::from_fn(x.shape(), |i| {
+                    let (e, f) = (i[3], 1 - i[3]);
+                    let mut j = i.to_vec();
+                    j[3] = f;
+                    let sign = if e == 0 { -1.0 } else { 1.0 };
+                    x.get(i) * at(cos, pos, i, e) + sign * x.get(&j) * at(sin, pos, i, e)
+                })
+            })
+            .collect()
+    };
+    let vjp = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| -> Vec<Tensor> {
+        let (sin, cos, pos) = (&v[3], &v[4], &v[5]);
+        dy.iter()
+            .map(|g| {
+                Tensor::from_fn(g.shape(), |i| {
+                    let (e, f) = (i[3], 1 - i[3]);
+                    let mut j = i.to_vec();
+                    j[3] = f;
+                    let sign = if f == 0 { -1.0 } else { 1.0 };
+                    g.get(i) * at(cos, pos, i, e) + sign * g.get(&j) * at(sin, pos, i, f)
+                })
+            })
+            .collect()
+    };
+    let qkv = [1, 2, 1, 2];
+    let x = |seed, m: &[i64]| Input::probe(&qkv, attr(m), seed);
+    let positions = Tensor::new(&[1, 2], vec![1.0, 0.0]);
+    let inputs = [
+        x(1, &[-1, 0, -1, -1]),
+        x(2, &[-1, -1, -1, -1]),
+        x(3, &[-1, -1, -1, -1]),
+        x(4, &[-1, -1, -1, -1]),
+        x(5, &[-1, -1, -1, -1]),
+        Input::new(positions, attr(&[-1, -1])),
+    ];
+    let dys = vec![attr(&[-1, -1, -1, -1]); 3];
+    let rep = unsound(
+        "rope derived grad, position ids, q's sequence split",
+        check_grad(&*rule, &mesh, &inputs, &dys, rope, vjp),
+    );
+    assert!(matches!(rep.finding(), Finding::WrongShape { .. }), "{rep}");
+}

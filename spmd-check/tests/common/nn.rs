@@ -242,13 +242,15 @@ pub fn assert_gradient(what: &str, analytic: &Tensor, numeric: &Tensor) {
 
 /// `rule` with some inputs absent, as a framework passes a missing optional
 /// input (`None`): bit `i` of `forward` is input `i` of forward and
-/// backward calls, of `grad` input `i` of grad calls. The checker hands the
-/// absent slots a placeholder, which this passes on as `None` (the same
-/// wrapper as `builtins_nn.rs`'s, shared for `builtins_nn_more.rs`).
+/// backward calls, of `grad` input `i` of grad calls, of `outputs` output
+/// `i` of backward calls and output grad `i` of grad calls. The checker
+/// hands the absent slots a placeholder, which this passes on as `None`
+/// (`builtins_nn.rs`'s wrapper, with absent outputs too).
 pub struct Absent<'r> {
     pub rule: &'r dyn SpmdRule,
     pub forward: u64,
     pub grad: u64,
+    pub outputs: u64,
 }
 
 fn present(i: usize, absent: u64) -> bool {
@@ -283,7 +285,7 @@ impl SpmdRule for Absent<'_> {
             .map(|(i, s)| present(i, self.forward).then_some(*s))
             .collect();
         self.rule
-            .backward_optional(mesh, &shapes, &optional(outputs, 0))
+            .backward_optional(mesh, &shapes, &optional(outputs, self.outputs))
     }
     fn grad(
         &self,
@@ -294,7 +296,7 @@ impl SpmdRule for Absent<'_> {
         self.rule.grad_optional(
             mesh,
             &optional(inputs, self.grad),
-            &optional(output_grads, 0),
+            &optional(output_grads, self.outputs),
         )
     }
 }
