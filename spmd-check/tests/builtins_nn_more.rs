@@ -36,7 +36,10 @@ use spmd_check::{Input, Tensor, Values, check_backward, check_forward, check_gra
 use spmd_core::{Attrs, DimsMapping, DistAttr, Mesh, Registry, Sharding, Spec, SpmdRule};
 
 use common::attrs;
-use common::nn::{Absent, Counts, complete, force, force_split, small, small_mesh, specs};
+use common::nn::{
+    Absent, Counts, assert_gradient, complete, force, force_split, numeric_grad, small, small_mesh,
+    specs,
+};
 use common::run;
 
 const CASES: u32 = 48;
@@ -1847,4 +1850,124 @@ fn fused_rotary_position_embedding_against_the_kernel() {
         true,
         &[],
     );
+}
+
+// ------------------------------------ the reference grads are the gradients
+
+/// The hand-written grad kernels the properties check layouts of must be
+/// the ops' true gradients (else the properties would check the layout of
+/// some other function).
+#[test]
+fn reference_grads_match_central_differences() {
+    let check = |what: &str,
+                 f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+                 inputs: &[Tensor],
+                 grads: &[Tensor],
+                 dys: &[Tensor]| {
+        for (j, g) in grads.iter().enumerate() {
+            assert_gradient(what, g, &numeric_grad(f, inputs, dys, j));
+        }
+    };
+    let x = small(&[2, 3, 4], 1);
+    let dy = |shape: &[usize]| small(shape, 9);
+
+    // Selections: the grad of the selected values.
+    for (axis, k) in [(1, 2), (2, 4)] {
+        let f = move |v: &[Tensor]| vec![top_k(&v[0], axis, k, true).swap_remove(0)];
+        let out = top_k(&x, axis, k, true);
+        let g = dy(out[0].shape());
+        let dx = scatter_lines(x.shape(), axis, &out[1], &g);
+        check("topk", &f, &[x.clone()], &[dx], &[g]);
+    }
+    // Along an axis, and reductions (their grads given the forward out).
+    let f = |v: &[Tensor]| vec![log_softmax(&v[0], 1)];
+    let g = dy(x.shape());
+    check(
+        "log_softmax",
+        &f,
+        &[x.clone()],
+        &[log_softmax_grad(&x, &g, 1)],
+        &[g],
+    );
+    let flags = [false, true, true];
+    for p in [2.0, 1.0, 3.0, f64::INFINITY, f64::NEG_INFINITY] {
+        let f = move |v: &[Tensor]| vec![reduce(&v[0], &flags, false, |g| p_norm(p, g))];
+        let out = f(std::slice::from_ref(&x)).swap_remove(0);
+        let g = dy(out.shape());
+        let dx = reduce_grad(&x, &flags, &out, &g, |v, j, n| p_norm_grad(p, v, j, n));
+        check(&format!("p_norm {p}"), &f, &[x.clone()], &[dx], &[g]);
+    }
+    let f = move |v: &[Tensor]| vec![reduce(&v[0], &flags, true, logsumexp)];
+    let out = f(std::slice::from_ref(&x)).swap_remove(0);
+    let g = dy(out.shape());
+    let dx = reduce_grad(&x, &flags, &out, &g, |v, j, lse| (v[j] - lse).exp());
+    check("logsumexp", &f, &[x.clone()], &[dx], &[g]);
+
+    // swiglu with y (broadcast), and halving x.
+    let y = small(&[3, 4], 2);
+    let f = |v: &[Tensor]| vec![swiglu(&v[0], Some(&v[1]))];
+    let g = dy(x.shape());
+    check(
+        "swiglu",
+        &f,
+        &[x.clone(), y.clone()],
+        &swiglu_grad(&x, Some(&y), &g),
+        std::slice::from_ref(&g),
+    );
+    let f = |v: &[Tensor]| vec![swiglu(&v[0], None)];
+    let g = dy(&[2, 3, 2]);
+    check(
+        "swiglu halves",
+        &f,
+        &[x.clone()],
+        &swiglu_grad(&x, None, &g),
+        &[g],
+    );
+
+    // fused_rms_norm: out and invvar.
+    let w = small(&[4], 3);
+    let f = |v: &[Tensor]| rms_norm(&v[0], &v[1]);
+    let (g, ginv) = (dy(x.shape()), small(&[2, 3], 4));
+    let grads = rms_norm_grad(&x, &w, &g, &ginv);
+    check(
+        "fused_rms_norm",
+        &f,
+        &[x.clone(), w.clone()],
+        &grads,
+        &[g, ginv],
+    );
+
+    // Normalizations: in groups of the batch and the first two channels
+    // (x as [N, C, L]), scaled per channel.
+    let (scale, bias) = (small(&[3], 5), small(&[3], 6));
+    let stat = |i: &[usize]| i[0] * 2 + i[1] / 2;
+    let chan = |i: &[usize]| i[1];
+    let f = |v: &[Tensor]| vec![normalize(&v[0], 4, &stat, &chan, &v[1], &v[2]).0];
+    let (_, mean, var) = normalize(&x, 4, &stat, &chan, &scale, &bias);
+    let inv = Tensor::new(
+        &[4],
+        var.iter().map(|v| 1.0 / (v + EPSILON).sqrt()).collect(),
+    );
+    let g = dy(x.shape());
+    let grads = normalize_grad(&x, &g, &stat, &chan, &Tensor::new(&[4], mean), &inv, &scale);
+    check("normalize", &f, &[x.clone(), scale, bias], &grads, &[g]);
+
+    // Rope: its grad is the transpose (x is linear), both pairings, with
+    // angles at given positions or computed.
+    let q = small(&[2, 3, 1, 4], 7);
+    let (sin, cos) = (small(&[1, 3, 1, 4], 8), small(&[1, 3, 1, 4], 10));
+    let pos = Tensor::from_fn(&[2, 3], |i| ((i[0] + 2 * i[1] + 1) % 3) as f64);
+    for neox in [true, false] {
+        for angles in [true, false] {
+            let (s, c, p) = if angles {
+                (Some(&sin), Some(&cos), Some(&pos))
+            } else {
+                (None, None, None)
+            };
+            let f = move |v: &[Tensor]| vec![rope(&v[0], s, c, p, false, neox, false)];
+            let g = dy(q.shape());
+            let dq = rope(&g, s, c, p, false, neox, true);
+            check(&format!("rope neox {neox}"), &f, &[q.clone()], &[dq], &[g]);
+        }
+    }
 }
