@@ -524,7 +524,9 @@ fn instance_norm_shards_channels_or_stats_it_cannot() {
 /// input grads are claimed replicated there, so each device computes only
 /// its positions' rows of a grad it claims whole. With q's sequence split
 /// on 2 devices: `out_q_grad` required `[-1, 0, -1, -1]`, `q_grad`
-/// answered `[-1, -1, -1, -1]`.
+/// answered `[-1, -1, -1, -1]`. Time-major, the same misreading replicates
+/// the position ids' dim 0 (their batch) and q's dim 1 (its batch) while
+/// the output grads keep the batch sharded.
 ///
 /// spmd-ops/src/rope.rs, `FusedRotaryPositionEmbedding::finish`, the
 /// `Call::Grad` arm of `dims`. Fix: tell the two grad forms apart (by the
