@@ -371,12 +371,11 @@ fn arg_layout(p: &ArgP) -> Layout {
         (false, true) => (rank, others(rank, p.axis)),
         (false, false) => (rank - 1, (0..rank - 1).collect()),
     };
-    let x_dims = if p.flatten {
-        vec![]
-    } else {
-        others(rank, p.axis)
-    };
-    (vec![rank, out_rank], vec![(0, x_dims), (1, out_dims)])
+    // x: any dim, the reduced axis too (the rule must gather it).
+    (
+        vec![rank, out_rank],
+        vec![(0, (0..rank).collect()), (1, out_dims)],
+    )
 }
 
 fn arg_property(name: &'static str, min: bool) {
@@ -478,10 +477,11 @@ fn select_params() -> impl Strategy<Value = SelectP> {
 
 /// x, out, indices.
 fn select_layout(p: &SelectP) -> Layout {
+    // x: any dim, the axis too (the rule must gather it).
     let (r, keep) = (p.x.len(), others(p.x.len(), p.axis));
     (
         vec![r, r, r],
-        vec![(0, keep.clone()), (1, keep.clone()), (2, keep)],
+        vec![(0, (0..r).collect()), (1, keep.clone()), (2, keep)],
     )
 }
 
@@ -509,7 +509,11 @@ fn topk_against_the_kernel() {
 
         // Paddle's topk_grad: (x, indices; out_grad).
         let dense = op(&values);
-        let sig = inputs(&[values[0].clone(), dense[1].clone()], &[&c.a[0], &c.a[2]]);
+        // The grads get x's axis unsharded (forward checks the gather), so
+        // that more of their answers split work.
+        let x_attr = unshard(&c.a[0], axis);
+        let ins = inputs(&values, &[&x_attr]);
+        let sig = inputs(&[values[0].clone(), dense[1].clone()], &[&x_attr, &c.a[2]]);
         let forward = move |v: &[Tensor]| vec![op(&v[..1]).swap_remove(0)];
         let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
             vec![scatter_lines(v[0].shape(), axis, &v[1], &dy[0])]
@@ -549,7 +553,10 @@ fn argsort_against_the_kernel() {
 
         // Paddle's argsort_grad: (indices, x; out_grad).
         let dense = op(&values);
-        let sig = inputs(&[dense[1].clone(), values[0].clone()], &[&c.a[2], &c.a[0]]);
+        // The grads get x's axis unsharded, as for topk.
+        let x_attr = unshard(&c.a[0], axis);
+        let ins = inputs(&values, &[&x_attr]);
+        let sig = inputs(&[dense[1].clone(), values[0].clone()], &[&c.a[2], &x_attr]);
         let forward = move |v: &[Tensor]| vec![op(&v[1..]).swap_remove(0)];
         let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
             vec![scatter_lines(v[1].shape(), axis, &v[0], &dy[0])]
@@ -597,23 +604,34 @@ fn log_softmax_grad(x: &Tensor, dout: &Tensor, axis: usize) -> Tensor {
 #[test]
 fn log_softmax_against_the_kernel() {
     let d = Dirs::new();
-    let layout = |p: &(Vec<usize>, usize, bool)| {
-        let keep = others(p.0.len(), p.1);
-        (vec![p.0.len(); 2], vec![(0, keep.clone()), (1, keep)])
+    let layout = |p: &((Vec<usize>, usize, bool), bool)| {
+        let keep = others(p.0.0.len(), p.0.1);
+        (vec![p.0.0.len(); 2], vec![(0, keep.clone()), (1, keep)])
     };
-    run(CASES, case(shape_axis(1..=3), layout), |c| {
-        let (ref x, axis, negative) = c.p;
-        let attrs = Attrs::new().with("axis", axis_attr(axis, x.len(), negative));
-        let rule = registry().build("log_softmax", &attrs).unwrap();
-        let mesh = Mesh::new(&c.mesh).unwrap();
-        let op = move |v: &[Tensor]| vec![log_softmax(&v[0], axis)];
-        let ins = inputs(&[small(x, 1)], &[&c.a[0]]);
-        d.forward_backward(&*rule, &mesh, &ins, &c.a[1..], &op)?;
-        let vjp = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
-            vec![log_softmax_grad(&v[0], &dy[0], axis)]
-        };
-        d.grad(true, &*rule, &mesh, &ins, &c.a[1..], &op, &vjp)
-    });
+    run(
+        CASES,
+        case((shape_axis(1..=3), any::<bool>()), layout),
+        |c| {
+            let ((ref x, axis, negative), aligned) = c.p;
+            let attrs = Attrs::new().with("axis", axis_attr(axis, x.len(), negative));
+            let rule = registry().build("log_softmax", &attrs).unwrap();
+            let mesh = Mesh::new(&c.mesh).unwrap();
+            let op = move |v: &[Tensor]| vec![log_softmax(&v[0], axis)];
+            let ins = inputs(&[small(x, 1)], &[&c.a[0]]);
+            d.forward_backward(&*rule, &mesh, &ins, &c.a[1..], &op)?;
+            let vjp = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+                vec![log_softmax_grad(&v[0], &dy[0], axis)]
+            };
+            // The rule refuses conflicting x and out_grad (`strict`): half the
+            // time, out_grad laid out as x.
+            let dy = if aligned {
+                DistAttr::new(c.a[0].dims_mapping.clone())
+            } else {
+                c.a[1].clone()
+            };
+            d.grad(true, &*rule, &mesh, &ins, &[dy], &op, &vjp)
+        },
+    );
     d.assert_meaningful("log_softmax", None, true, &[]);
 }
 
