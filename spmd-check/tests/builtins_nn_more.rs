@@ -23,6 +23,13 @@
 //! property counts the answers that split work and fails when too few do. A
 //! unit test checks the grad kernels against central differences.
 //!
+//! Unsound answers found here are pinned in `known_unsound.rs` and the
+//! properties leave those cases out (each says where): `label_smooth`
+//! without a prior, `batch_norm`'s and `instance_norm`'s replicated scale
+//! (an identity scale here) and `batch_norm`'s grad with split channels,
+//! `instance_norm`'s statistics layouts, and the derived grad form of
+//! `fused_rotary_position_embedding` where the sequence cannot stay sharded.
+//!
 //! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
 
 mod common;
@@ -371,11 +378,15 @@ fn arg_layout(p: &ArgP) -> Layout {
         (false, true) => (rank, others(rank, p.axis)),
         (false, false) => (rank - 1, (0..rank - 1).collect()),
     };
-    // x: any dim, the reduced axis too (the rule must gather it).
-    (
-        vec![rank, out_rank],
-        vec![(0, (0..rank).collect()), (1, out_dims)],
-    )
+    // x: a kept dim, then any dim, the reduced axis too (the rule must
+    // gather it; forcing only that would leave too few answers splitting).
+    let x_dims = if p.flatten {
+        vec![]
+    } else {
+        others(rank, p.axis)
+    };
+    let forced = vec![(0, x_dims), (0, (0..rank).collect()), (1, out_dims)];
+    (vec![rank, out_rank], forced)
 }
 
 fn arg_property(name: &'static str, min: bool) {
@@ -477,11 +488,16 @@ fn select_params() -> impl Strategy<Value = SelectP> {
 
 /// x, out, indices.
 fn select_layout(p: &SelectP) -> Layout {
-    // x: any dim, the axis too (the rule must gather it).
+    // x: a kept dim, then any dim, the axis too (the rule must gather it).
     let (r, keep) = (p.x.len(), others(p.x.len(), p.axis));
     (
         vec![r, r, r],
-        vec![(0, (0..r).collect()), (1, keep.clone()), (2, keep)],
+        vec![
+            (0, keep.clone()),
+            (0, (0..r).collect()),
+            (1, keep.clone()),
+            (2, keep),
+        ],
     )
 }
 
@@ -1677,8 +1693,9 @@ fn rope_layout(p: &RopeP) -> Layout {
         if g[1] { 4 } else { 0 },
         if g[2] { 4 } else { 0 },
     ];
-    // Anything but the head dim can stay sharded (sometimes).
-    (ranks, vec![(0, vec![0, 1, 2]), (6, vec![0, 1, 2])])
+    // Anything but the head dim can stay sharded (sometimes); q is forced
+    // on the head dim too (the rule must gather it).
+    (ranks, vec![(0, vec![0, 1, 2, 3]), (6, vec![0, 1, 2])])
 }
 
 /// The rotary embedding of `x` (`[b, s, h, d]`, `[s, b, h, d]` when
