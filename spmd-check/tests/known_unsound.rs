@@ -11,12 +11,13 @@
 //! Run with `--nocapture` to read the reports.
 
 use spmd_check::{
-    EinsumCheck, Finding, Input, Report, RuleRef, Tensor, Values, check_backward, check_grad,
-    einsum,
+    EinsumCheck, Finding, Input, Report, RuleRef, Tensor, Values, check_backward, check_forward,
+    check_grad, einsum,
 };
 use spmd_core::notation::parse;
 use spmd_core::{
-    Attrs, DistAttr, Divisibility, Einsum, EinsumRule, Mesh, Partial, Policy, ReduceType, Spec,
+    Attrs, DistAttr, Divisibility, Einsum, EinsumRule, Mesh, Partial, Policy, ReduceType,
+    RuleResult, Spec, SpmdError, SpmdRule,
 };
 
 fn attr(paddle: &[i64]) -> DistAttr {
@@ -339,4 +340,308 @@ fn align_keeps_the_order_of_co_sharded_mesh_dims() {
             .unwrap();
         assert_eq!(r.inputs[0].to_string(), "[[1,0], -1]");
     }
+}
+
+/// `label_smooth` without `prior_dist`: `out = (1 - ε)·label + ε / C`, C
+/// the number of classes, which the kernel reads off the label's last dim.
+/// The rule (`...,...->...`, the prior absent) keeps that dim sharded, so
+/// each device divides ε by the classes it holds: label `[2, 4]` split `[-1,
+/// 0]` on 2 devices gives `ε/2` where it is `ε/4`.
+///
+/// spmd-ops/src/elementwise.rs, `LabelSmooth`. Fix: with the prior absent,
+/// never shard the label's last dim (say `case(when = call.input_absent(1),
+/// einsum = "...1,->...1")`), as `swiglu` does for its halved dim.
+#[test]
+fn label_smooth_without_a_prior_keeps_the_classes_sharded() {
+    /// The rule with its prior absent.
+    struct NoPrior(Box<dyn SpmdRule>);
+    impl SpmdRule for NoPrior {
+        fn name(&self) -> &'static str {
+            self.0.name()
+        }
+        fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+            self.0.forward_optional(mesh, &[Some(inputs[0]), None])
+        }
+        fn backward(
+            &self,
+            mesh: &Mesh,
+            shapes: &[&[usize]],
+            outputs: &[Spec<'_>],
+        ) -> Result<RuleResult, SpmdError> {
+            let outputs: Vec<_> = outputs.iter().copied().map(Some).collect();
+            self.0
+                .backward_optional(mesh, &[Some(shapes[0]), None], &outputs)
+        }
+    }
+    let eps = 0.25;
+    let rule = NoPrior(
+        spmd_ops::builtins()
+            .build("label_smooth", &Attrs::new().with("epsilon", eps))
+            .unwrap(),
+    );
+    let mesh = Mesh::new(&[2]).unwrap();
+    let smooth = move |v: &[Tensor]| {
+        let classes = v[0].shape()[1] as f64;
+        vec![v[0].map(|l| (1.0 - eps) * l + eps / classes)]
+    };
+    let label = Input::probe(&[2, 4], attr(&[-1, 0]), 1);
+    let placeholder = Input::new(Tensor::full(&[], 0.0), DistAttr::replicated(0));
+    let rep = unsound(
+        "label_smooth forward, no prior, classes split",
+        check_forward(&rule, &mesh, &[label.clone(), placeholder.clone()], smooth),
+    );
+    assert!(matches!(rep.finding(), Finding::WrongValue { .. }), "{rep}");
+    unsound(
+        "label_smooth backward, no prior, out's classes split",
+        check_backward(
+            &rule,
+            &mesh,
+            &[label.value, placeholder.value],
+            &[attr(&[-1, 0])],
+            smooth,
+        ),
+    );
+}
+
+/// Normalizes `x [N, C, ...]` per channel (`per_sample`: per sample and
+/// channel), scaled by `scale [C]`, which must have the block's channels
+/// (the kernels check it), or not (`None`, the identity); returns out and
+/// the groups' means.
+fn channel_norm(x: &Tensor, scale: Option<&Tensor>, per_sample: bool) -> Vec<Tensor> {
+    let (n, c) = (x.shape()[0], x.shape()[1]);
+    let ones = Tensor::full(&[c], 1.0);
+    let scale = scale.unwrap_or(&ones);
+    assert_eq!(
+        scale.len(),
+        c,
+        "a scale of {} for {c} channels",
+        scale.len()
+    );
+    let inner = x.len() / (n * c);
+    let group = |k: usize| {
+        let (s, ch) = (k / (c * inner), k / inner % c);
+        if per_sample { s * c + ch } else { ch }
+    };
+    let groups = if per_sample { n * c } else { c };
+    let (mut sum, mut count) = (vec![0.0; groups], vec![0.0; groups]);
+    for (k, a) in x.data().iter().enumerate() {
+        sum[group(k)] += a;
+        count[group(k)] += 1.0;
+    }
+    let mean: Vec<f64> = sum.iter().zip(&count).map(|(s, n)| s / n).collect();
+    let out = x
+        .data()
+        .iter()
+        .enumerate()
+        .map(|(k, a)| (a - mean[group(k)]) * scale.data()[k / inner % c])
+        .collect();
+    vec![Tensor::new(x.shape(), out), Tensor::new(&[groups], mean)]
+}
+
+/// `batch_norm` keeps the channels sharded (with the running and saved
+/// statistics) but replicates `scale` and `bias`, which are per channel: a
+/// device holding channels `[c0, c1)` gets all C scales and cannot know
+/// which are its own (Paddle's kernel rejects a scale of C entries for
+/// `c1 - c0` channels). Likewise the grad's `scale_grad` / `bias_grad`,
+/// claimed `[C]` partial over the channels' mesh dims: a device cannot
+/// place its channels' sums without their offset.
+///
+/// spmd-ops/src/norm.rs, `BatchNorm::notation` (`...,c,c,1,1->...`; the
+/// grad's `...,1,1,...`). Fix: write scale and bias `c` (sharded with the
+/// channels; their grads then sharded, not partial), or never shard `c`.
+#[test]
+fn batch_norm_shards_channels_but_not_their_scale() {
+    let mesh = Mesh::new(&[2]).unwrap();
+    let rule = spmd_ops::builtins()
+        .build("batch_norm", &Attrs::new().with("data_format", "NCHW"))
+        .unwrap();
+    // The first two outputs are enough to show it; the kernel's others
+    // (running and saved statistics) are per channel too.
+    let bn = |v: &[Tensor]| {
+        let o = channel_norm(&v[0], Some(&v[3]), false);
+        let c = v[0].shape()[1];
+        let zero = Tensor::full(&[c], 0.0);
+        vec![
+            o[0].clone(),
+            zero.clone(),
+            zero.clone(),
+            o[1].clone(),
+            zero,
+            Tensor::full(&[1], 0.0),
+        ]
+    };
+    let per_channel = |seed| Input::probe(&[2], attr(&[0]), seed);
+    let inputs = [
+        Input::probe(&[2, 2, 3], attr(&[-1, 0, -1]), 1),
+        per_channel(2),
+        per_channel(3),
+        per_channel(4),
+        per_channel(5),
+    ];
+    let rep = unsound(
+        "batch_norm forward, channels split",
+        check_forward(&*rule, &mesh, &inputs, bn),
+    );
+    assert!(
+        matches!(rep.finding(), Finding::LocalFailed { .. }),
+        "{rep}"
+    );
+}
+
+/// `instance_norm`'s saved statistics are `[N · C]`, batch-major, and each
+/// device computes those of the samples and channels it holds. The rule
+/// claims them laid out as that dim co-sharded by the batch's mesh dims
+/// then the channels', which is a device's own statistics only when the
+/// batch splits evenly and the channels do not split: with an uneven batch
+/// (`N = 3` on 2 devices: 2 samples, 4 statistics, for a block of 3) or
+/// with both split (`[4, 2]` on 2×2: statistics `{0, 2}` for the block
+/// `[0, 2)`) the blocks are wrong. Backward writes the statistics `1`, so
+/// from a sharded `y` it answers them replicated and partial (`Sum`) while
+/// each device holds its own samples' statistics (a shorter tensor). And as
+/// for `batch_norm`, `scale` and `bias` are replicated while the channels
+/// stay sharded.
+///
+/// spmd-ops/src/norm.rs, `InstanceNorm::notation` / `grads` (the `n`, `1`
+/// statistics terms and the co-sharding adjustment). Fix: shard the
+/// statistics only by an evenly split batch (never the channels), write
+/// them `n` in backward too (or `(nc)` where the notation can say it), and
+/// write scale and bias `c`.
+#[test]
+fn instance_norm_shards_channels_or_stats_it_cannot() {
+    let rule = spmd_ops::builtins()
+        .build("instance_norm", &Attrs::new())
+        .unwrap();
+    // The statistics' cases with the identity scale (not read), the
+    // scale's with the scale checked.
+    let norm = |scaled: bool| {
+        move |v: &[Tensor]| {
+            let o = channel_norm(&v[0], scaled.then_some(&v[1]), true);
+            vec![o[0].clone(), o[1].clone(), o[1].clone()]
+        }
+    };
+    let inorm = norm(false);
+    let ones = |c: usize| Input::new(Tensor::full(&[c], 1.0), attr(&[-1]));
+    let case = |mesh: &[usize], x: &[usize], m: &[i64]| {
+        let c = x[1];
+        let inputs = [Input::probe(x, attr(m), 1), ones(c), ones(c)];
+        check_forward(&*rule, &Mesh::new(mesh).unwrap(), &inputs, inorm)
+    };
+    let rep = unsound(
+        "instance_norm forward, N = 3 on 2 devices",
+        case(&[2], &[3, 2, 2], &[0, -1, -1]),
+    );
+    assert!(matches!(rep.finding(), Finding::WrongShape { .. }), "{rep}");
+    let rep = unsound(
+        "instance_norm forward, batch and channels split",
+        case(&[2, 2], &[4, 2, 2], &[0, 1, -1]),
+    );
+    assert!(matches!(rep.finding(), Finding::WrongValue { .. }), "{rep}");
+    // The scale: one channel held, two scales given.
+    let inputs = [
+        Input::probe(&[2, 2, 2], attr(&[-1, 0, -1]), 1),
+        ones(2),
+        ones(2),
+    ];
+    let mesh = Mesh::new(&[2]).unwrap();
+    let rep = unsound(
+        "instance_norm forward, channels split, scale replicated",
+        check_forward(&*rule, &mesh, &inputs, norm(true)),
+    );
+    assert!(
+        matches!(rep.finding(), Finding::LocalFailed { .. }),
+        "{rep}"
+    );
+    let values = [
+        Tensor::probe(&[4, 2, 2], 1, Values::Integers),
+        Tensor::full(&[2], 1.0),
+        Tensor::full(&[2], 1.0),
+    ];
+    let rep = unsound(
+        "instance_norm backward, y's batch split",
+        check_backward(
+            &*rule,
+            &mesh,
+            &values,
+            &[attr(&[0, -1, -1]), attr(&[-1]), attr(&[-1])],
+            inorm,
+        ),
+    );
+    assert!(rep.to_string().contains("partial{0: SUM}"), "{rep}");
+}
+
+/// `fused_rotary_position_embedding`'s grad in the derived form `(q, k, v,
+/// sin, cos, position_ids; out_q_grad, out_k_grad, out_v_grad)`: where the
+/// sequence cannot stay sharded (position ids given, or no angles), the
+/// rule's `finish` replicates it by the position of each requirement in the
+/// Paddle grad op's order `(sin, cos, position_ids, the output grads)`. In
+/// the derived form those positions are q, k, v, sin, cos, position_ids:
+/// the output grads, the last three, keep a sharded sequence while the
+/// input grads are claimed replicated there, so each device computes only
+/// its positions' rows of a grad it claims whole. With q's sequence split
+/// on 2 devices: `out_q_grad` required `[-1, 0, -1, -1]`, `q_grad`
+/// answered `[-1, -1, -1, -1]`. Time-major, the same misreading replicates
+/// the position ids' dim 0 (their batch) and q's dim 1 (its batch) while
+/// the output grads keep the batch sharded.
+///
+/// spmd-ops/src/rope.rs, `FusedRotaryPositionEmbedding::finish`, the
+/// `Call::Grad` arm of `dims`. Fix: tell the two grad forms apart (by the
+/// count of inputs) and replicate the sequence of every q/k/v-shaped
+/// requirement and output.
+#[test]
+fn rope_derived_grad_keeps_the_sequence_of_output_grads() {
+    let mesh = Mesh::new(&[2]).unwrap();
+    let rule = spmd_ops::builtins()
+        .build("fused_rotary_position_embedding", &Attrs::new())
+        .unwrap();
+    // Neox style, head dim 2: out = [x0·c0 - x1·s0, x1·c1 + x0·s1], the
+    // angles of the position `position_ids` names.
+    let at = |t: &Tensor, pos: &Tensor, i: &[usize], e: usize| {
+        t.get(&[0, pos.get(&[i[0], i[1]]) as usize, 0, e])
+    };
+    let rope = move |v: &[Tensor]| -> Vec<Tensor> {
+        let (sin, cos, pos) = (&v[3], &v[4], &v[5]);
+        (0..3)
+            .map(|k| {
+                let x = &v[k];
+                Tensor::from_fn(x.shape(), |i| {
+                    let (e, f) = (i[3], 1 - i[3]);
+                    let mut j = i.to_vec();
+                    j[3] = f;
+                    let sign = if e == 0 { -1.0 } else { 1.0 };
+                    x.get(i) * at(cos, pos, i, e) + sign * x.get(&j) * at(sin, pos, i, e)
+                })
+            })
+            .collect()
+    };
+    let vjp = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| -> Vec<Tensor> {
+        let (sin, cos, pos) = (&v[3], &v[4], &v[5]);
+        dy.iter()
+            .map(|g| {
+                Tensor::from_fn(g.shape(), |i| {
+                    let (e, f) = (i[3], 1 - i[3]);
+                    let mut j = i.to_vec();
+                    j[3] = f;
+                    let sign = if f == 0 { -1.0 } else { 1.0 };
+                    g.get(i) * at(cos, pos, i, e) + sign * g.get(&j) * at(sin, pos, i, f)
+                })
+            })
+            .collect()
+    };
+    let qkv = [1, 2, 1, 2];
+    let x = |seed, m: &[i64]| Input::probe(&qkv, attr(m), seed);
+    let positions = Tensor::new(&[1, 2], vec![1.0, 0.0]);
+    let inputs = [
+        x(1, &[-1, 0, -1, -1]),
+        x(2, &[-1, -1, -1, -1]),
+        x(3, &[-1, -1, -1, -1]),
+        x(4, &[-1, -1, -1, -1]),
+        x(5, &[-1, -1, -1, -1]),
+        Input::new(positions, attr(&[-1, -1])),
+    ];
+    let dys = vec![attr(&[-1, -1, -1, -1]); 3];
+    let rep = unsound(
+        "rope derived grad, position ids, q's sequence split",
+        check_grad(&*rule, &mesh, &inputs, &dys, rope, vjp),
+    );
+    assert!(matches!(rep.finding(), Finding::WrongShape { .. }), "{rep}");
 }

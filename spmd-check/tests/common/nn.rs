@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use spmd_check::{Input, Report, Tensor, Values};
 use spmd_core::{
-    DimsMapping, DistAttr, Mesh, MeshDim, MeshSet, RuleResult, Sharding, Spec, SpmdError,
+    DimsMapping, DistAttr, Mesh, MeshDim, MeshSet, RuleResult, Sharding, Spec, SpmdError, SpmdRule,
 };
 
 use super::Tally;
@@ -171,6 +171,12 @@ impl Counts {
         }
     }
 
+    /// At least half the cases checked, whether or not they split work:
+    /// for a direction that cannot (say backward from a 0-d output alone).
+    pub fn assert_checked(&self, what: &str) {
+        self.tally.assert_meaningful(what);
+    }
+
     /// At least half the cases checked, and a sixth of those splitting
     /// work: a property whose answers all replicate proves nothing. (The
     /// generators split work in about half the cases or more: a sixth
@@ -229,5 +235,68 @@ pub fn assert_gradient(what: &str, analytic: &Tensor, numeric: &Tensor) {
             (a - n).abs() <= 1e-4 * a.abs().max(1.0),
             "{what}: value {k} is {a}, central differences give {n}"
         );
+    }
+}
+
+// ------------------------------------------------------ optional inputs
+
+/// `rule` with some inputs absent, as a framework passes a missing optional
+/// input (`None`): bit `i` of `forward` is input `i` of forward and
+/// backward calls, of `grad` input `i` of grad calls, of `outputs` output
+/// `i` of backward calls and output grad `i` of grad calls. The checker
+/// hands the absent slots a placeholder, which this passes on as `None`
+/// (`builtins_nn.rs`'s wrapper, with absent outputs too).
+pub struct Absent<'r> {
+    pub rule: &'r dyn SpmdRule,
+    pub forward: u64,
+    pub grad: u64,
+    pub outputs: u64,
+}
+
+fn present(i: usize, absent: u64) -> bool {
+    absent >> i & 1 == 0
+}
+
+fn optional<'a>(specs: &[Spec<'a>], absent: u64) -> Vec<Option<Spec<'a>>> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| present(i, absent).then_some(*s))
+        .collect()
+}
+
+impl SpmdRule for Absent<'_> {
+    fn name(&self) -> &'static str {
+        self.rule.name()
+    }
+    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+        self.rule
+            .forward_optional(mesh, &optional(inputs, self.forward))
+    }
+    fn backward(
+        &self,
+        mesh: &Mesh,
+        input_shapes: &[&[usize]],
+        outputs: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        let shapes: Vec<Option<&[usize]>> = input_shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| present(i, self.forward).then_some(*s))
+            .collect();
+        self.rule
+            .backward_optional(mesh, &shapes, &optional(outputs, self.outputs))
+    }
+    fn grad(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        output_grads: &[Spec<'_>],
+    ) -> Result<RuleResult, SpmdError> {
+        self.rule.grad_optional(
+            mesh,
+            &optional(inputs, self.grad),
+            &optional(output_grads, self.outputs),
+        )
     }
 }
