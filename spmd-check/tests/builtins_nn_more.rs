@@ -24,8 +24,8 @@
 //! unit test checks the grad kernels against central differences.
 //!
 //! Unsound answers found here are pinned in `known_unsound.rs` and the
-//! properties leave those cases out (each says where): `label_smooth`
-//! without a prior, `batch_norm`'s and `instance_norm`'s replicated scale
+//! properties leave those cases out (each says where): `batch_norm`'s and
+//! `instance_norm`'s replicated scale
 //! (an identity scale here) and `batch_norm`'s grad with split channels,
 //! `instance_norm`'s statistics layouts, and the derived grad form of
 //! `fused_rotary_position_embedding` where the sequence cannot stay sharded.
@@ -1102,16 +1102,9 @@ fn label_smooth_against_the_kernel() {
             .unwrap();
         let has_prior = c.p.y_rank > 0;
         let absent = u64::from(!has_prior) << 1;
-        let mut a = c.a.clone();
-        if !has_prior {
-            // Left out: without a prior the rule keeps the class dim
-            // sharded, but the uniform prior is ε over the number of classes
-            // the device holds (known_unsound.rs,
-            // `label_smooth_without_a_prior_keeps_the_classes_sharded`).
-            let last = c.p.x.len() - 1;
-            a[0] = unshard(&a[0], last);
-            a[2] = unshard(&a[2], last);
-        }
+        // Without a prior the class dim given sharded must come back
+        // gathered (the uniform prior needs the class count).
+        let a = c.a.clone();
         let rule = Absent {
             rule: &*built,
             forward: absent,

@@ -74,10 +74,14 @@ impl AddN {
 /// epsilon) * label + epsilon * prior_dist`, elementwise with numpy
 /// broadcasting (the prior is one distribution over the last, class dim).
 /// Paddle 3.3.1's `LabelSmoothInferSpmd` answers so. The prior has no
-/// gradient and is optional (absent: a uniform prior, answered `[]`).
+/// gradient and is optional: absent, the prior is uniform, `epsilon / C`
+/// with `C` the label's last dim as the kernel sees it, so that dim is
+/// never sharded (Paddle keeps it sharded: each device would divide by its
+/// own share of the classes).
 #[spmd_rule(
     name = "label_smooth",
     einsum = "...,...->...",
+    case(when = call.input_absent(1), einsum = "...1,->...1"),
     backward_partial = "reset",
     inputs(label, prior_dist),
     outputs(out),
