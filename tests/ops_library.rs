@@ -77,8 +77,9 @@ fn normalizations_keep_only_the_dims_their_statistics_do_not_span() {
     .unwrap();
     assert_eq!(show(&r).0, ["[0, -1, -1, -1]", "[-1]", "[-1]"]);
     assert_eq!(show(&r).1, ["[0, -1, -1, -1]", "[0, -1]", "[0, -1]"]);
-    // batch_norm (Paddle's answer): the channel, never the batch; scale and
-    // bias replicated, the running and saved statistics by channel.
+    // batch_norm: the channel, never the batch; the running and saved
+    // statistics by channel, and scale and bias too (Paddle replicates them,
+    // which leaves a device no way to pick its channels' scales).
     let bn = [
         (&[8usize, 6, 4, 4][..], &[0i64, 1, -1, -1][..]),
         (&[6], &[1]),
@@ -87,10 +88,7 @@ fn normalizations_keep_only_the_dims_their_statistics_do_not_span() {
         (&[6], &[-1]),
     ];
     let r = forward("batch_norm", Attrs::new(), &[2, 3], &bn).unwrap();
-    assert_eq!(
-        show(&r).0,
-        ["[-1, 1, -1, -1]", "[1]", "[1]", "[-1]", "[-1]"]
-    );
+    assert_eq!(show(&r).0, ["[-1, 1, -1, -1]", "[1]", "[1]", "[1]", "[1]"]);
     assert_eq!(
         show(&r).1,
         ["[-1, 1, -1, -1]", "[1]", "[1]", "[1]", "[1]", "[-1]"]

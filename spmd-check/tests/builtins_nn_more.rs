@@ -24,9 +24,8 @@
 //! unit test checks the grad kernels against central differences.
 //!
 //! Unsound answers found here are pinned in `known_unsound.rs` and the
-//! properties leave those cases out (each says where): `batch_norm`'s and
-//! `instance_norm`'s replicated scale
-//! (an identity scale here) and `batch_norm`'s grad with split channels,
+//! properties leave those cases out (each says where): `instance_norm`'s
+//! replicated scale (an identity scale here),
 //! `instance_norm`'s statistics layouts, and the derived grad form of
 //! `fused_rotary_position_embedding` where the sequence cannot stay sharded.
 //!
@@ -1542,16 +1541,14 @@ fn batch_norm_against_the_kernel() {
                 Tensor::full(&[1], 0.0),
             ]
         };
-        // The scale and bias are the identity: the rule replicates them
-        // while the channels stay sharded (known_unsound.rs,
-        // `batch_norm_shards_channels_but_not_their_scale`).
+        // Real scale and bias: a device must hold its own channels' ones.
         let ch = [c.p.c];
         let values = [
             small(&c.p.x(), 1),
             small(&ch, 2),
             small(&ch, 3).map(f64::abs),
-            Tensor::full(&ch, 1.0),
-            Tensor::full(&ch, 0.0),
+            small(&ch, 4),
+            small(&ch, 5),
         ];
         let given: Vec<&DistAttr> = a[..5].iter().collect();
         let ins = inputs(&values, &given);
@@ -1560,18 +1557,14 @@ fn batch_norm_against_the_kernel() {
         // Paddle's batch_norm_grad: (x, scale, bias, mean_out,
         // variance_out, saved_mean, saved_variance, reserve_space;
         // out_grad).
-        // The grad's scale_grad and bias_grad are whole `[C]` tensors
-        // partial over the channels' mesh dims: a device holding some
-        // channels cannot place their sums (it does not know its offset),
-        // so the channels are given unsharded here (known_unsound.rs, as
-        // above): this checks the grad without splitting work.
+        // scale_grad and bias_grad are sharded with the channels.
         let dense = op(&values);
-        let x = Input::new(values[0].clone(), unshard(&a[0], cd));
+        let x = Input::new(values[0].clone(), a[0].clone());
         let mut sig = vec![x, ins[3].clone(), ins[4].clone()];
         for k in 1..6 {
-            sig.push(Input::new(dense[k].clone(), unshard(&a[5 + k], 0)));
+            sig.push(Input::new(dense[k].clone(), a[5 + k].clone()));
         }
-        let out_grad = unshard(&a[5], cd);
+        let out_grad = a[5].clone();
         let forward = move |v: &[Tensor]| {
             let zeros = Tensor::full(v[1].shape(), 0.0);
             let x = [
@@ -1592,7 +1585,7 @@ fn batch_norm_against_the_kernel() {
         "batch_norm",
         Some("x, scale, bias, mean_out, variance_out, saved_mean, saved_variance, reserve_space; out_grad"),
         false,
-        &["grad"],
+        &[],
     );
 }
 

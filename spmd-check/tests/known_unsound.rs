@@ -433,19 +433,14 @@ fn channel_norm(x: &Tensor, scale: Option<&Tensor>, per_sample: bool) -> Vec<Ten
     vec![Tensor::new(x.shape(), out), Tensor::new(&[groups], mean)]
 }
 
-/// `batch_norm` keeps the channels sharded (with the running and saved
-/// statistics) but replicates `scale` and `bias`, which are per channel: a
-/// device holding channels `[c0, c1)` gets all C scales and cannot know
-/// which are its own (Paddle's kernel rejects a scale of C entries for
-/// `c1 - c0` channels). Likewise the grad's `scale_grad` / `bias_grad`,
-/// claimed `[C]` partial over the channels' mesh dims: a device cannot
-/// place its channels' sums without their offset.
-///
-/// spmd-ops/src/norm.rs, `BatchNorm::notation` (`...,c,c,1,1->...`; the
-/// grad's `...,1,1,...`). Fix: write scale and bias `c` (sharded with the
-/// channels; their grads then sharded, not partial), or never shard `c`.
+/// Was unsound: `batch_norm` kept the channels sharded (with the running
+/// and saved statistics) but replicated `scale` and `bias`, which are per
+/// channel: a device holding channels `[c0, c1)` got all C scales and could
+/// not know which were its own (Paddle's kernel rejects a scale of C entries
+/// for `c1 - c0` channels); likewise `scale_grad` / `bias_grad`. Scale and
+/// bias now follow the channels' layout.
 #[test]
-fn batch_norm_shards_channels_but_not_their_scale() {
+fn batch_norm_shards_scale_with_the_channels() {
     let mesh = Mesh::new(&[2]).unwrap();
     let rule = spmd_ops::builtins()
         .build("batch_norm", &Attrs::new().with("data_format", "NCHW"))
@@ -473,13 +468,9 @@ fn batch_norm_shards_channels_but_not_their_scale() {
         per_channel(4),
         per_channel(5),
     ];
-    let rep = unsound(
+    fixed(
         "batch_norm forward, channels split",
         check_forward(&*rule, &mesh, &inputs, bn),
-    );
-    assert!(
-        matches!(rep.finding(), Finding::LocalFailed { .. }),
-        "{rep}"
     );
 }
 

@@ -178,19 +178,22 @@ fn channels_last(op: &'static str, data_format: &str) -> Result<bool, SpmdError>
 /// `mean_out`, `variance_out`, `saved_mean`, `saved_variance`,
 /// `reserve_space`): statistics per channel over the batch and spatial
 /// dims, which are therefore never sharded; the channel dim keeps its
-/// sharding, as do the running and saved statistics (`[C]`). `scale` and
-/// `bias` are replicated, as Paddle 3.3.1's `BatchNormInferSpmd` answers
-/// (which, unlike this rule, reads dim 1 as the channels in every layout).
-/// The grad takes Paddle's `BatchNormGradInferSpmd` arguments, `(x, scale,
-/// bias, mean_out, variance_out, saved_mean, saved_variance, reserve_space;
-/// out_grad)`, and returns `x_grad`, `scale_grad`, `bias_grad`; the last
-/// two are partial (`Sum`) over the channel's mesh dims (each device holds
-/// its channels' sums, zeros elsewhere).
+/// sharding, as do the running and saved statistics and `scale` and `bias`
+/// (`[C]`, per channel: a device needs its own channels' ones). Paddle
+/// 3.3.1's `BatchNormInferSpmd` replicates `scale` and `bias`, which leaves
+/// a device holding channels `[c0, c1)` with all C scales and no offset to
+/// pick its own (and reads dim 1 as the channels in every layout). The grad
+/// takes Paddle's `BatchNormGradInferSpmd` arguments, `(x, scale, bias,
+/// mean_out, variance_out, saved_mean, saved_variance, reserve_space;
+/// out_grad)`, and returns `x_grad`, `scale_grad`, `bias_grad`, the last two
+/// sharded with the channels.
 #[spmd_rule(
     name = "batch_norm",
     build = Self::notation,
     adjust = Self::grads,
     inputs(x, mean, variance, scale, bias),
+    // Scale and bias take the channels' layout; their own does not vote.
+    follows(scale, bias),
     outputs(out, mean_out, variance_out, saved_mean, saved_variance, reserve_space),
     // reserve_space is a buffer, not a sum.
     not_partial(reserve_space)
@@ -214,18 +217,21 @@ impl BatchNorm {
             format!("1c{}", "1".repeat(r - 2))
         };
         let ones = |n: usize| "1".repeat(n);
+        // Scale and bias are per channel: sharded with the channels, so a
+        // device holds the ones of its own channels.
+        let per_channel = |n: usize| if n == 1 { "c".to_string() } else { ones(n) };
         if matches!(call, Call::Grad { .. }) {
             return Einsum::new(&format!(
                 "{x},{},{},c,c,c,c,{}->{x}",
-                ones(rank(1, 1)),
-                ones(rank(2, 1)),
+                per_channel(rank(1, 1)),
+                per_channel(rank(2, 1)),
                 ones(rank(7, 1))
             ));
         }
         Einsum::new(&format!(
             "{x},c,c,{},{}->{x},c,c,c,c,1",
-            ones(rank(3, 1)),
-            ones(rank(4, 1))
+            per_channel(rank(3, 1)),
+            per_channel(rank(4, 1))
         ))
     }
     /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
