@@ -1557,14 +1557,31 @@ fn batch_norm_against_the_kernel() {
         // Paddle's batch_norm_grad: (x, scale, bias, mean_out,
         // variance_out, saved_mean, saved_variance, reserve_space;
         // out_grad).
-        // scale_grad and bias_grad are sharded with the channels.
+        // scale_grad and bias_grad are sharded with the channels. The
+        // statistics are given as the forward answered them: by x's
+        // channels (random layouts of their own would mostly conflict).
         let dense = op(&values);
         let x = Input::new(values[0].clone(), a[0].clone());
-        let mut sig = vec![x, ins[3].clone(), ins[4].clone()];
+        let by_channel = DistAttr::new(DimsMapping::from_shardings(&[a[0]
+            .dims_mapping
+            .as_slice()[cd]]));
+        // Scale and bias as forward required them (by channel): the grad
+        // op merges them with x.
+        let mut sig = vec![
+            x,
+            Input::new(values[3].clone(), by_channel.clone()),
+            Input::new(values[4].clone(), by_channel.clone()),
+        ];
         for k in 1..6 {
-            sig.push(Input::new(dense[k].clone(), a[5 + k].clone()));
+            let attr = if k < 5 {
+                by_channel.clone()
+            } else {
+                a[5 + k].clone()
+            };
+            sig.push(Input::new(dense[k].clone(), attr));
         }
-        let out_grad = a[5].clone();
+        // out_grad as out is laid out (x's layout, not partial).
+        let out_grad = DistAttr::new(a[0].dims_mapping.clone());
         let forward = move |v: &[Tensor]| {
             let zeros = Tensor::full(v[1].shape(), 0.0);
             let x = [

@@ -186,7 +186,10 @@ fn channels_last(op: &'static str, data_format: &str) -> Result<bool, SpmdError>
 /// takes Paddle's `BatchNormGradInferSpmd` arguments, `(x, scale, bias,
 /// mean_out, variance_out, saved_mean, saved_variance, reserve_space;
 /// out_grad)`, and returns `x_grad`, `scale_grad`, `bias_grad`, the last two
-/// sharded with the channels.
+/// sharded with the channels. (The grad op has a notation of its own, whose
+/// operands 3 and 4, `mean_out` and `variance_out`, are the ones that follow
+/// there: scale and bias, given as forward required them, take part in its
+/// merge.)
 #[spmd_rule(
     name = "batch_norm",
     build = Self::notation,
