@@ -109,16 +109,23 @@ fn normalizations_keep_only_the_dims_their_statistics_do_not_span() {
     )
     .unwrap();
     assert_eq!(show(&r).1[0], "[-1, -1, -1, 1]");
-    // instance_norm: batch and channels; the saved statistics are [N * C],
-    // co-sharded by the batch's then the channels' mesh dims.
-    let r = forward(
-        "instance_norm",
-        Attrs::new(),
-        &[2, 3],
-        &[(&[8, 6, 4, 4], &[0, 1, -1, -1]), (&[6], &[1]), (&[6], &[0])],
-    )
-    .unwrap();
-    assert_eq!(show(&r).1, ["[0, 1, -1, -1]", "[[0,1]]", "[[0,1]]"]);
+    // instance_norm: the saved statistics are [N * C], batch-major, so only
+    // whole samples split: the channels' mesh dim moves onto the batch when
+    // the batch divides by both (8 by 2x2), else it is gathered (8 by 2x3).
+    let inorm = |mesh: &[usize]| {
+        forward(
+            "instance_norm",
+            Attrs::new(),
+            mesh,
+            &[(&[8, 6, 4, 4], &[0, 1, -1, -1]), (&[6], &[1]), (&[6], &[0])],
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        show(&inorm(&[2, 2])).1,
+        ["[[0,1], -1, -1, -1]", "[[0,1]]", "[[0,1]]"]
+    );
+    assert_eq!(show(&inorm(&[2, 3])).1, ["[0, -1, -1, -1]", "[0]", "[0]"]);
 }
 
 #[test]

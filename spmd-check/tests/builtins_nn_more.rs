@@ -24,9 +24,7 @@
 //! unit test checks the grad kernels against central differences.
 //!
 //! Unsound answers found here are pinned in `known_unsound.rs` and the
-//! properties leave those cases out (each says where): `instance_norm`'s
-//! replicated scale (an identity scale here),
-//! `instance_norm`'s statistics layouts, and the derived grad form of
+//! properties leave those cases out (each says where): the derived grad form of
 //! `fused_rotary_position_embedding` where the sequence cannot stay sharded.
 //!
 //! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
@@ -1400,17 +1398,15 @@ fn group_norm_against_the_kernel() {
 #[test]
 fn instance_norm_against_the_kernel() {
     let d = Dirs::new();
-    // x, scale, bias, y, saved_mean, saved_variance: batch and channels
-    // can stay sharded (NCHW only).
-    // Left out (known_unsound.rs, `instance_norm_shards_channels_or_stats_
-    // it_cannot`): scale and bias are replicated while the channels stay
-    // sharded, so the scale is the identity here; and the saved statistics
-    // `[N · C]` are claimed co-sharded as the batch then the channels, which
-    // is a device's samples and channels only for even batch splits and
-    // unsharded channels, so the batch is 12 (even on every small mesh) and
-    // the channels of x are given unsharded in forward and grad.
-    let params = norm_params().prop_map(|mut p| {
-        (p.last, p.n) = (false, 12);
+    // x, scale, bias, y, saved_mean, saved_variance (NCHW only): the
+    // statistics `[N · C]` split by whole samples only, so a channel
+    // sharding given must move or be gathered, and an uneven batch
+    // gathered.
+    // Mostly batches every small mesh divides, so that work splits; 3 for
+    // the uneven case.
+    let batch = prop::sample::select(vec![3usize, 4, 8, 12, 12]);
+    let params = (norm_params(), batch).prop_map(|(mut p, n)| {
+        (p.last, p.n) = (false, n);
         p
     });
     let layout = |p: &NormP| {
@@ -1424,13 +1420,11 @@ fn instance_norm_against_the_kernel() {
         let rule = registry().build("instance_norm", &Attrs::new()).unwrap();
         let mesh = Mesh::new(&c.mesh).unwrap();
         let mut a = c.a.clone();
-        a[0] = unshard(&a[0], 1);
-        let mut y_grad = unshard(&a[3], 1);
+        let y_grad = DistAttr::new(a[3].dims_mapping.clone());
         if c.p.aligned {
             let batch = a[3].dims_mapping.as_slice()[0];
             let stats = DistAttr::new(DimsMapping::from_shardings(&[batch]));
             (a[4], a[5]) = (stats.clone(), stats);
-            y_grad = unshard(&a[3], 1);
         }
         // Statistics per sample and channel, `[N · C]` batch-major (of the
         // block a device holds); the saved variance is the inverse std.
@@ -1446,19 +1440,9 @@ fn instance_norm_against_the_kernel() {
             vec![y, Tensor::new(&[n], mean), Tensor::new(&[n], inv)]
         };
         let ch = [c.p.c];
-        let values = [
-            small(&c.p.x(), 1),
-            Tensor::full(&ch, 1.0),
-            Tensor::full(&ch, 0.0),
-        ];
+        let values = [small(&c.p.x(), 1), small(&ch, 2), small(&ch, 3)];
         let ins = inputs(&values, &[&a[0], &a[1], &a[2]]);
-        // Backward is given y replicated: from a sharded y it claims the
-        // statistics replicated and partial (`Sum`) where each device holds
-        // its own samples' and channels' (known_unsound.rs, as above), so
-        // it cannot split work soundly.
-        let mut outs = a[3..6].to_vec();
-        outs[0] = DistAttr::replicated(outs[0].dims_mapping.rank());
-        d.forward_backward(&*rule, &mesh, &ins, &outs, &op)?;
+        d.forward_backward(&*rule, &mesh, &ins, &a[3..6], &op)?;
 
         // Paddle's instance_norm_grad: (x, scale, bias, saved_mean,
         // saved_variance; y_grad).
@@ -1476,7 +1460,7 @@ fn instance_norm_against_the_kernel() {
         "instance_norm",
         Some("x, scale, bias, saved_mean, saved_variance; y_grad"),
         false,
-        &["backward"],
+        &[],
     );
 }
 

@@ -474,26 +474,16 @@ fn batch_norm_shards_scale_with_the_channels() {
     );
 }
 
-/// `instance_norm`'s saved statistics are `[N · C]`, batch-major, and each
-/// device computes those of the samples and channels it holds. The rule
-/// claims them laid out as that dim co-sharded by the batch's mesh dims
-/// then the channels', which is a device's own statistics only when the
-/// batch splits evenly and the channels do not split: with an uneven batch
-/// (`N = 3` on 2 devices: 2 samples, 4 statistics, for a block of 3) or
-/// with both split (`[4, 2]` on 2×2: statistics `{0, 2}` for the block
-/// `[0, 2)`) the blocks are wrong. Backward writes the statistics `1`, so
-/// from a sharded `y` it answers them replicated and partial (`Sum`) while
-/// each device holds its own samples' statistics (a shorter tensor). And as
-/// for `batch_norm`, `scale` and `bias` are replicated while the channels
-/// stay sharded.
-///
-/// spmd-ops/src/norm.rs, `InstanceNorm::notation` / `grads` (the `n`, `1`
-/// statistics terms and the co-sharding adjustment). Fix: shard the
-/// statistics only by an evenly split batch (never the channels), write
-/// them `n` in backward too (or `(nc)` where the notation can say it), and
-/// write scale and bias `c`.
+/// Was unsound four ways: `instance_norm`'s saved statistics are `[N · C]`,
+/// batch-major, and each device computes those of the samples and channels
+/// it holds, but the rule claimed them co-sharded by the batch's then the
+/// channels' mesh dims (wrong blocks with an uneven batch, or with both
+/// split), answered them replicated and partial in backward, and kept the
+/// channels sharded with a replicated scale. The statistics are now `(nc)`
+/// (only whole samples split, evenly; a channel sharding moves onto the
+/// batch when it divides), in every direction.
 #[test]
-fn instance_norm_shards_channels_or_stats_it_cannot() {
+fn instance_norm_splits_only_whole_samples() {
     let rule = spmd_ops::builtins()
         .build("instance_norm", &Attrs::new())
         .unwrap();
@@ -512,16 +502,14 @@ fn instance_norm_shards_channels_or_stats_it_cannot() {
         let inputs = [Input::probe(x, attr(m), 1), ones(c), ones(c)];
         check_forward(&*rule, &Mesh::new(mesh).unwrap(), &inputs, inorm)
     };
-    let rep = unsound(
+    fixed(
         "instance_norm forward, N = 3 on 2 devices",
         case(&[2], &[3, 2, 2], &[0, -1, -1]),
     );
-    assert!(matches!(rep.finding(), Finding::WrongShape { .. }), "{rep}");
-    let rep = unsound(
+    fixed(
         "instance_norm forward, batch and channels split",
         case(&[2, 2], &[4, 2, 2], &[0, 1, -1]),
     );
-    assert!(matches!(rep.finding(), Finding::WrongValue { .. }), "{rep}");
     // The scale: one channel held, two scales given.
     let inputs = [
         Input::probe(&[2, 2, 2], attr(&[-1, 0, -1]), 1),
@@ -529,20 +517,16 @@ fn instance_norm_shards_channels_or_stats_it_cannot() {
         ones(2),
     ];
     let mesh = Mesh::new(&[2]).unwrap();
-    let rep = unsound(
+    fixed(
         "instance_norm forward, channels split, scale replicated",
         check_forward(&*rule, &mesh, &inputs, norm(true)),
-    );
-    assert!(
-        matches!(rep.finding(), Finding::LocalFailed { .. }),
-        "{rep}"
     );
     let values = [
         Tensor::probe(&[4, 2, 2], 1, Values::Integers),
         Tensor::full(&[2], 1.0),
         Tensor::full(&[2], 1.0),
     ];
-    let rep = unsound(
+    fixed(
         "instance_norm backward, y's batch split",
         check_backward(
             &*rule,
@@ -552,7 +536,6 @@ fn instance_norm_shards_channels_or_stats_it_cannot() {
             inorm,
         ),
     );
-    assert!(rep.to_string().contains("partial{0: SUM}"), "{rep}");
 }
 
 /// `fused_rotary_position_embedding`'s grad in the derived form `(q, k, v,

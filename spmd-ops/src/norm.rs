@@ -2,9 +2,7 @@
 //! normalized axes cannot stay sharded (mean and variance need the whole of
 //! them); the statistics keep the leading axes.
 
-use spmd_core::{
-    Call, DimsMapping, DistAttr, Einsum, MeshDim, RuleResult, Sharding, SpmdError, spmd_rule,
-};
+use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, keep_first_grads, labels};
 
@@ -246,18 +244,20 @@ impl BatchNorm {
 
 /// Paddle's `instance_norm` (`x`, `scale`, `bias` → `y`, `saved_mean`,
 /// `saved_variance`): statistics per sample and channel over the spatial
-/// dims, which are never sharded; batch and channels keep their shardings.
-/// `scale` and `bias` are replicated. The saved statistics are `[N * C]`,
-/// batch-major: in forward each device holds those of its samples and
-/// channels, which is that dim co-sharded by the batch's mesh dims then the
-/// channels' (Paddle 3.3.1 answers the two-entry mapping `[n, c]` for these
-/// 1-D tensors); backward leaves them replicated, and the grad reads them
-/// as `(nz)` (the batch, then a factor of their own). The grad takes
-/// Paddle's `InstanceNormGradInferSpmd` arguments, `(x, scale, bias,
-/// saved_mean, saved_variance; y_grad)`.
+/// dims, which are never sharded. The saved statistics are `[N * C]`,
+/// batch-major, written `(nc)`: a device's block of them is one contiguous
+/// range only when it holds whole samples (every channel), so the channels
+/// are never sharded and the batch must divide evenly; a channel sharding
+/// moves onto the batch when the batch divides by both (`compounds =
+/// "absorb"`). `scale` and `bias` are then whole on every device. Paddle
+/// 3.3.1 keeps the channels sharded with replicated `scale` and `bias` and
+/// answers the two-entry mapping `[n, c]` for the 1-D statistics, which no
+/// device's block matches. The grad takes Paddle's `InstanceNormGradInferSpmd`
+/// arguments, `(x, scale, bias, saved_mean, saved_variance; y_grad)`.
 #[spmd_rule(
     name = "instance_norm",
     build = Self::notation,
+    compounds = "absorb",
     adjust = Self::grads,
     inputs(x, scale, bias),
     outputs(y, saved_mean, saved_variance)
@@ -266,39 +266,18 @@ impl BatchNorm {
 pub struct InstanceNorm {}
 
 impl InstanceNorm {
-    /// `nc11,1,1->nc11,n,n` (backward: `nc11,1,1->nc11,1,1`); in the grad
-    /// `nc11,1,1,(nz),(nz)->nc11`.
+    /// `nc11,1,1->nc11,(nc),(nc)`; in the grad `nc11,1,1,(nc),(nc)->nc11`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         let rank = |i: usize, default: usize| input_rank(call, i).unwrap_or(default);
         let x = format!("nc{}", "1".repeat(rank(0, 4).max(2) - 2));
         let (scale, bias) = ("1".repeat(rank(1, 1)), "1".repeat(rank(2, 1)));
-        let stats = match call {
-            Call::Grad { .. } => {
-                return Einsum::new(&format!("{x},{scale},{bias},(nz),(nz)->{x}"));
-            }
-            Call::Backward { .. } => "1",
-            _ => "n",
-        };
-        Einsum::new(&format!("{x},{scale},{bias}->{x},{stats},{stats}"))
+        if matches!(call, Call::Grad { .. }) {
+            return Einsum::new(&format!("{x},{scale},{bias},(nc),(nc)->{x}"));
+        }
+        Einsum::new(&format!("{x},{scale},{bias}->{x},(nc),(nc)"))
     }
     /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
     fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        if call.is_forward() {
-            // The stats follow y's batch then channel mesh dims, co-sharded.
-            let y = result.outputs.first().map(|y| y.dims_mapping.clone());
-            if let Some(y) = y {
-                let dims: Vec<MeshDim> = y
-                    .as_slice()
-                    .iter()
-                    .take(2)
-                    .flat_map(|s| s.as_slice().iter().copied())
-                    .collect();
-                let stats = Sharding::co(&dims).unwrap_or_default();
-                for out in result.outputs.iter_mut().skip(1) {
-                    *out = DistAttr::new(DimsMapping::from_shardings(&[stats]));
-                }
-            }
-        }
         keep_first_grads(call, result, 3);
         Ok(())
     }
