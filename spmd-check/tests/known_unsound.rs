@@ -538,26 +538,18 @@ fn instance_norm_splits_only_whole_samples() {
     );
 }
 
-/// `fused_rotary_position_embedding`'s grad in the derived form `(q, k, v,
-/// sin, cos, position_ids; out_q_grad, out_k_grad, out_v_grad)`: where the
-/// sequence cannot stay sharded (position ids given, or no angles), the
-/// rule's `finish` replicates it by the position of each requirement in the
-/// Paddle grad op's order `(sin, cos, position_ids, the output grads)`. In
-/// the derived form those positions are q, k, v, sin, cos, position_ids:
-/// the output grads, the last three, keep a sharded sequence while the
-/// input grads are claimed replicated there, so each device computes only
-/// its positions' rows of a grad it claims whole. With q's sequence split
-/// on 2 devices: `out_q_grad` required `[-1, 0, -1, -1]`, `q_grad`
-/// answered `[-1, -1, -1, -1]`. Time-major, the same misreading replicates
-/// the position ids' dim 0 (their batch) and q's dim 1 (its batch) while
-/// the output grads keep the batch sharded.
-///
-/// spmd-ops/src/rope.rs, `FusedRotaryPositionEmbedding::finish`, the
-/// `Call::Grad` arm of `dims`. Fix: tell the two grad forms apart (by the
-/// count of inputs) and replicate the sequence of every q/k/v-shaped
-/// requirement and output.
+/// Was unsound: `fused_rotary_position_embedding`'s grad in the derived
+/// form `(q, k, v, sin, cos, position_ids; out_q_grad, out_k_grad,
+/// out_v_grad)`, where the sequence cannot stay sharded (position ids
+/// given, or no angles): the rule replicated the sequence by the position
+/// of each requirement in Paddle's grad-op order `(sin, cos, position_ids,
+/// the output grads)`, so in the derived form the output grads kept a
+/// sharded sequence while the input grads were claimed whole there (q's
+/// sequence split on 2 devices: `out_q_grad` required `[-1, 0, -1, -1]`,
+/// `q_grad` answered `[-1, -1, -1, -1]`). It now reads each slot's tensor
+/// off the call's grad signature.
 #[test]
-fn rope_derived_grad_keeps_the_sequence_of_output_grads() {
+fn rope_derived_grad_replicates_the_sequence_everywhere() {
     let mesh = Mesh::new(&[2]).unwrap();
     let rule = spmd_ops::builtins()
         .build("fused_rotary_position_embedding", &Attrs::new())
@@ -608,9 +600,8 @@ fn rope_derived_grad_keeps_the_sequence_of_output_grads() {
         Input::new(positions, attr(&[-1, -1])),
     ];
     let dys = vec![attr(&[-1, -1, -1, -1]); 3];
-    let rep = unsound(
+    fixed(
         "rope derived grad, position ids, q's sequence split",
         check_grad(&*rule, &mesh, &inputs, &dys, rope, vjp),
     );
-    assert!(matches!(rep.finding(), Finding::WrongShape { .. }), "{rep}");
 }

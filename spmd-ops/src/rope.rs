@@ -1,7 +1,9 @@
 //! `fused_rotary_position_embedding`: rotary position embedding of q, k and
 //! v in one kernel.
 
-use spmd_core::{Call, DimsMapping, DistAttr, Einsum, RuleResult, Sharding, SpmdError, spmd_rule};
+use spmd_core::{
+    Call, DimsMapping, DistAttr, Einsum, GradTensor, RuleResult, Sharding, SpmdError, spmd_rule,
+};
 
 /// Paddle's `fused_rotary_position_embedding` (`q`, `k`, `v`, `sin`, `cos`,
 /// `position_ids` → `out_q`, `out_k`, `out_v`): rotates pairs of the head
@@ -113,24 +115,29 @@ impl FusedRotaryPositionEmbedding {
         if !Self::sequence_kept(call) {
             let seq = usize::from(!self.time_major);
             let rank = |i: usize| call.input_shape(i).map(<[usize]>::len);
-            // The sequence dim of each requirement, in the call's order.
+            // The sequence dim of forward input `i`: q, k and v's `seq`, the
+            // angles' dim 1 when 4-d (else 0), the position ids' dim 1.
+            let of_input = |i: usize| match i {
+                0..=2 => Some(seq),
+                3 | 4 => rank(i).map(|r| usize::from(r == 4)),
+                5 => rank(5).map(|_| 1),
+                _ => None,
+            };
+            // The sequence dim of each requirement, in the call's order: a
+            // grad call's slots follow its signature (Paddle's `(sin, cos,
+            // position_ids; grads)` or the derived `(q, ..., position_ids;
+            // grads)`), then the output grads.
             let dims: Vec<Option<usize>> = match *call {
-                Call::Grad { .. } => vec![
-                    rank(3).map(|r| usize::from(r == 4)),
-                    rank(4).map(|r| usize::from(r == 4)),
-                    rank(5).map(|_| 1),
-                    Some(seq),
-                    Some(seq),
-                    Some(seq),
-                ],
-                _ => vec![
-                    Some(seq),
-                    Some(seq),
-                    Some(seq),
-                    rank(3).map(|r| usize::from(r == 4)),
-                    rank(4).map(|r| usize::from(r == 4)),
-                    rank(5).map(|_| 1),
-                ],
+                Call::Grad {
+                    inputs, signature, ..
+                } => (0..inputs.len())
+                    .map(|k| match signature.tensor(k) {
+                        GradTensor::Input(i) => of_input(usize::from(i)),
+                        GradTensor::Output(_) => Some(seq),
+                    })
+                    .chain([Some(seq); 3])
+                    .collect(),
+                _ => (0..6).map(of_input).collect(),
             };
             let replicate = |attr: &mut DistAttr, dim: usize| {
                 if dim < attr.dims_mapping.rank() {
