@@ -8,7 +8,6 @@
 mod common;
 
 use proptest::prelude::*;
-use proptest::test_runner::TestRunner;
 use spmd_check::{EinsumCheck, Report, RuleRef};
 use spmd_core::notation::parse;
 use spmd_core::{
@@ -552,7 +551,7 @@ fn survey() {
                 }
             }
         };
-    let mut runner = TestRunner::new(common::config(3000));
+    let mut runner = common::runner(3000);
     let all = vec![
         Divisibility::Uneven,
         Divisibility::Drop,
