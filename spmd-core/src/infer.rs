@@ -55,8 +55,14 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     }
     // Compounds::Absorb: the given inputs with minor factors' mesh dims
     // moved onto their majors; they are what the rule then reads.
-    let (absorbed, absorbed_specs): (SmallVec<[Option<DistAttr>; 2]>, SmallVec<[Spec<'_>; 8]>);
-    let inputs: &[Spec<'_>] = if absorbs(rule) {
+    let absorbed: SmallVec<[Option<DistAttr>; 2]>;
+    let absorbed_specs: SmallVec<[Spec<'_>; 8]>;
+    let inputs: &[Spec<'_>] = if absorbs(rule)
+        && inputs
+            .iter()
+            .enumerate()
+            .any(|(i, s)| present(i) && cx.may_absorb(plan.input(i), s))
+    {
         absorbed = inputs
             .iter()
             .enumerate()
@@ -245,8 +251,14 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     }
     // Compounds::Absorb: the given outputs with minor factors' mesh dims
     // moved onto their majors, as in forward.
-    let (absorbed, absorbed_specs): (SmallVec<[Option<DistAttr>; 2]>, SmallVec<[Spec<'_>; 8]>);
-    let outputs: &[Spec<'_>] = if absorbs(rule) {
+    let absorbed: SmallVec<[Option<DistAttr>; 2]>;
+    let absorbed_specs: SmallVec<[Spec<'_>; 8]>;
+    let outputs: &[Spec<'_>] = if absorbs(rule)
+        && outputs
+            .iter()
+            .enumerate()
+            .any(|(o, s)| output_present(o) && cx.may_absorb(plan.output(o), s))
+    {
         absorbed = outputs
             .iter()
             .enumerate()
@@ -827,6 +839,27 @@ impl<'r, 'a> Cx<'r, 'a> {
                 }
             }
         }
+    }
+
+    /// Whether [`Cx::absorbed`] may move something: some compound's major
+    /// factor and first minor factor are both sharded dims of `spec` (the
+    /// cheap test that keeps the common case from building anything).
+    fn may_absorb(&self, term: Term, spec: &Spec<'_>) -> bool {
+        let plan = &self.rule.plan;
+        let rank = spec.shape.len();
+        let sharded = |a: AxisId| {
+            (0..rank).any(|d| {
+                self.slot(term, rank, d) == Dim::Axis(a)
+                    && !spec.attr.dims_mapping[d].is_replicated()
+            })
+        };
+        plan.dims.iter().any(|dim| match *dim {
+            Dim::Compound { start, len } => {
+                let factors = plan.compound(start, len);
+                factors.len() > 1 && sharded(factors[0]) && sharded(factors[1])
+            }
+            _ => false,
+        })
     }
 
     /// [`Compounds::Absorb`]: `spec`'s attr with, for each compound of the
