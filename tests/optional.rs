@@ -252,7 +252,8 @@ fn library_optional_tensors_can_be_left_out() {
     let reg = spmd_ops::builtins();
     let mesh = Mesh::new(&[2, 2]).unwrap();
 
-    // label_smooth without its prior: the label keeps its sharding.
+    // label_smooth without its prior: the uniform prior divides by the
+    // class count, so the class dim is gathered; the rows keep theirs.
     let ls = reg
         .build("label_smooth", &Attrs::new().with("epsilon", 0.1_f64))
         .unwrap();
@@ -260,8 +261,17 @@ fn library_optional_tensors_can_be_left_out() {
     let r = ls
         .forward_optional(&mesh, &[Some(Spec::new(&[8, 10], &label)), None])
         .unwrap();
-    assert_eq!(r.inputs[0], label);
+    assert_eq!(r.inputs[0], attr(&[0, -1]));
     assert_eq!(r.inputs[1], attr(&[]));
+    assert_eq!(r.outputs[0], attr(&[0, -1]));
+    // With a prior, the classes stay sharded.
+    let prior = attr(&[1]);
+    let r = ls
+        .forward(
+            &mesh,
+            &[Spec::new(&[8, 10], &label), Spec::new(&[10], &prior)],
+        )
+        .unwrap();
     assert_eq!(r.outputs[0], label);
 
     // roi_align without boxes_num: the channels stay sharded as with it.
