@@ -13,7 +13,7 @@
 //!   absent.
 //!
 //! Absent optional inputs go through the rules' `*_optional` methods
-//! ([`Missing`]); the checker hands their slots a placeholder the kernels
+//! (`common::nn::Absent`); the checker hands their slots a placeholder the kernels
 //! ignore. Besides the checked/refused tallies, every property counts the
 //! answers that split work (a tensor sharded, or partial, over a mesh dim of
 //! extent > 1) and fails when too few do. A unit test checks the grad
@@ -27,13 +27,12 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use spmd_check::{Input, Tensor, Values, check_backward, check_forward, check_grad};
-use spmd_core::{
-    Attrs, DimsMapping, DistAttr, Mesh, Registry, RuleResult, Sharding, Spec, SpmdError, SpmdRule,
-};
+use spmd_core::{Attrs, DimsMapping, DistAttr, Mesh, Registry, Sharding, Spec, SpmdRule};
 
 use common::attrs;
 use common::nn::{
-    Counts, assert_gradient, complete, force, force_split, numeric_grad, small, small_mesh, specs,
+    Absent, Counts, assert_gradient, complete, force, force_split, numeric_grad, small, small_mesh,
+    specs,
 };
 use common::run;
 
@@ -42,67 +41,6 @@ const CASES: u32 = 48;
 fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
     R.get_or_init(spmd_ops::builtins)
-}
-
-// ------------------------------------------------------ optional inputs
-
-/// `rule` with some inputs absent, as a framework passes a missing optional
-/// input (`None`): bit `i` of `forward` is input `i` of forward and
-/// backward calls, of `grad` input `i` of grad calls. The checker hands the
-/// absent slots a placeholder, which this passes on as `None` and the
-/// reference kernels ignore.
-struct Missing<'r> {
-    rule: &'r dyn SpmdRule,
-    forward: u64,
-    grad: u64,
-}
-
-fn present(i: usize, absent: u64) -> bool {
-    absent >> i & 1 == 0
-}
-
-fn optional<'a>(specs: &[Spec<'a>], absent: u64) -> Vec<Option<Spec<'a>>> {
-    specs
-        .iter()
-        .enumerate()
-        .map(|(i, s)| present(i, absent).then_some(*s))
-        .collect()
-}
-
-impl SpmdRule for Missing<'_> {
-    fn name(&self) -> &'static str {
-        self.rule.name()
-    }
-    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        self.rule
-            .forward_optional(mesh, &optional(inputs, self.forward))
-    }
-    fn backward(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        let shapes: Vec<Option<&[usize]>> = input_shapes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| present(i, self.forward).then_some(*s))
-            .collect();
-        self.rule
-            .backward_optional(mesh, &shapes, &optional(outputs, 0))
-    }
-    fn grad(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        self.rule.grad_optional(
-            mesh,
-            &optional(inputs, self.grad),
-            &optional(output_grads, 0),
-        )
-    }
 }
 
 // --------------------------------------------------------------- layer_norm
@@ -312,10 +250,11 @@ fn layer_norm_against_the_kernel() {
             .unwrap();
         // scale and bias are inputs 1 and 2 of forward and of both grad forms.
         let absent = u64::from(!c.scale) << 1 | u64::from(!c.bias) << 2;
-        let rule = Missing {
+        let rule = Absent {
             rule: &*built,
             forward: absent,
             grad: absent,
+            outputs: 0,
         };
         let mesh = Mesh::new(&c.mesh).unwrap();
         let (begin, has_scale, has_bias) = (c.begin, c.scale, c.bias);
@@ -771,15 +710,17 @@ fn flash_attention_against_the_kernel() {
         // fixed_seed_offset and attn_mask: inputs 3 and 4 of forward, the
         // mask input 6 of Paddle's grad op (which takes no fixed seed).
         let absent = u64::from(!has_seed) << 3 | u64::from(!has_mask) << 4;
-        let fwd_rule = Missing {
+        let fwd_rule = Absent {
             rule: &*built,
             forward: absent,
             grad: absent,
+            outputs: 0,
         };
-        let sig_rule = Missing {
+        let sig_rule = Absent {
             rule: &*built,
             forward: absent,
             grad: u64::from(!has_mask) << 6,
+            outputs: 0,
         };
         let mesh = Mesh::new(&c.mesh).unwrap();
         let (q_shape, k_shape, v_shape) = (

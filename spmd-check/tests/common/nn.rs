@@ -244,8 +244,7 @@ pub fn assert_gradient(what: &str, analytic: &Tensor, numeric: &Tensor) {
 /// input (`None`): bit `i` of `forward` is input `i` of forward and
 /// backward calls, of `grad` input `i` of grad calls, of `outputs` output
 /// `i` of backward calls and output grad `i` of grad calls. The checker
-/// hands the absent slots a placeholder, which this passes on as `None`
-/// (`builtins_nn.rs`'s wrapper, with absent outputs too).
+/// hands the absent slots a placeholder, which this passes on as `None`.
 pub struct Absent<'r> {
     pub rule: &'r dyn SpmdRule,
     pub forward: u64,
