@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use spmd_core::{
     AxisName, DistAttr, Einsum, Mesh, MeshDim, MeshSet, Partial, Policy, ReduceType, RuleResult,
-    Spec, SpmdError, Trace,
+    Spec, SpmdError, SpmdRule, Trace,
     notation::{Dim, Plan},
 };
 
@@ -46,6 +46,10 @@ struct Why {
     /// (output, reason) for each contracted sharded axis an output lacks.
     partial: Vec<(usize, String)>,
     conflicts: Vec<String>,
+    /// Backward: (output, reason) for each given partial mesh dim explained
+    /// by a sharded contraction (Partial Stage-II), and the axes that did it.
+    explained: Vec<(usize, String)>,
+    explaining: Vec<AxisName>,
 }
 
 impl Trace for Why {
@@ -53,6 +57,21 @@ impl Trace for Why {
         self.conflicts.push(format!(
             "mesh dim {mesh_dim} was claimed by axes {kept} and {lost}: {kept} keeps it"
         ));
+    }
+    fn explained(&mut self, output: usize, mesh_dim: MeshDim, axis: Option<AxisName>) {
+        let reason = match axis {
+            Some(a) => {
+                self.explaining.push(a);
+                format!(
+                    "its given partial over mesh dim {mesh_dim} is explained by the contracted \
+                     axis {a}, now sharded over mesh dim {mesh_dim} in every input that has it"
+                )
+            }
+            None => {
+                format!("its given partial over mesh dim {mesh_dim} is explained by partial inputs")
+            }
+        };
+        self.explained.push((output, reason));
     }
     fn partial(&mut self, output: usize, axis: AxisName, mesh_dims: MeshSet, _: ReduceType) {
         self.partial.push((
@@ -203,12 +222,15 @@ fn report(mesh: &Mesh, case: &Case) -> Result<String, SpmdError> {
 
     // Backward: the forward's outputs (partial status included) and the inputs'
     // shapes give the inputs' requirements; the inputs' mappings are not used.
+    // A given partial output is explained by a sharded contraction
+    // (docs/semantics.md, "Backward").
     let out_specs: Vec<Spec<'_>> = out_shapes
         .iter()
         .zip(&fwd.outputs)
         .map(|(s, a)| Spec::new(s, a))
         .collect();
-    let bwd = op.backward(mesh, &in_shapes, &out_specs)?;
+    let mut why = Why::default();
+    let bwd = op.backward_traced(mesh, &in_shapes, &out_specs, &mut why)?;
     header(
         &mut out,
         "backward (from the forward's outputs; inputs' mappings are not used)",
@@ -220,10 +242,12 @@ fn report(mesh: &Mesh, case: &Case) -> Result<String, SpmdError> {
     }
     let missing = plan.input_axes.minus(plan.output_axes);
     for a in missing.iter() {
-        notes.push(format!(
-            "axis `{}` is in no output, so it is replicated on the inputs",
-            plan.label(a)
-        ));
+        if !why.explaining.contains(&AxisName::Label(plan.label(a))) {
+            notes.push(format!(
+                "axis `{}` is in no output and explains no partial, so it is replicated on the inputs",
+                plan.label(a)
+            ));
+        }
     }
     for (o, attr) in bwd.outputs.iter().enumerate() {
         let name = format!("output {o}");
@@ -235,12 +259,27 @@ fn report(mesh: &Mesh, case: &Case) -> Result<String, SpmdError> {
             attr,
         );
         notes.extend(reshard_note(&name, &fwd.outputs[o], attr));
-        notes.extend(partial_note(
-            &name,
-            &attr.partial,
-            &["it keeps the partial status it was given"],
-        ));
+        let because: Vec<&str> = why
+            .explained
+            .iter()
+            .filter(|(x, _)| *x == o)
+            .map(|(_, r)| r.as_str())
+            .collect();
+        notes.extend(partial_note(&name, &attr.partial, &because));
     }
+    // Backward answers are fixed points of forward: checked, not assumed.
+    let req: Vec<Spec<'_>> = in_shapes
+        .iter()
+        .zip(&bwd.inputs)
+        .map(|(s, a)| Spec::new(s, a))
+        .collect();
+    if op.forward(mesh, &req)?.outputs != bwd.outputs {
+        return Err(SpmdError::Rejected {
+            op: case.op,
+            message: "forward on backward's requirements disagrees with backward".into(),
+        });
+    }
+    notes.push("forward on these requirements gives exactly these outputs (checked)".into());
     for n in &notes {
         let _ = writeln!(out, "    -> {n}");
     }

@@ -7,9 +7,9 @@
 
 use spmd_core::notation::{Notation, parse};
 use spmd_core::{
-    AxisName, AxisSet, Conflicts, DimsMapping, DistAttr, Divisibility, Einsum, EinsumRule, Mesh,
-    MeshSet, MissingAxis, Partial, Policy, RankNeed, ReduceType, Role, RuleResult, Sharding, Spec,
-    SpmdError, TensorRef,
+    AxisName, AxisSet, BackwardPartial, Conflicts, DimsMapping, DistAttr, Divisibility, Einsum,
+    EinsumRule, Mesh, MeshSet, MissingAxis, Partial, PartialInputs, Policy, RankNeed, ReduceType,
+    Role, RuleResult, Sharding, Spec, SpmdError, TensorRef,
 };
 
 // ------------------------------------------------------------------ helpers
@@ -659,20 +659,119 @@ fn partial_inputs_are_dropped_from_requirements() {
     assert!(!res.outputs[0].partial.is_partial());
 }
 
+/// Backward's answer fed forward must give back backward's outputs.
+fn assert_fixed_point(r: &EinsumRule<'_>, m: &Mesh, shapes: &[&[usize]], b: &RuleResult) {
+    let ins: Vec<(&[usize], &DistAttr)> = shapes.iter().copied().zip(&b.inputs).collect();
+    let f = fwd(r, m, &ins).unwrap();
+    assert_eq!(f.outputs, b.outputs, "forward of backward's requirements");
+}
+
 #[test]
-fn backward_keeps_the_given_output_partial() {
+fn backward_explains_a_partial_output_by_a_sharded_contraction() {
     let n = plan_of("mk,kn->mn");
     let m = mesh(&[2, 4]);
-    for r in [SUM, ReduceType::Max] {
-        let out = attr(&[0, -1]).with_partial(partial_over(&[(1, r)]));
-        let res = bwd(&rule(&n), &m, &[&[8, 16], &[16, 12]], &[(&[8, 12], &out)]).unwrap();
-        // k is in no output: replicated on both inputs.
-        assert_eq!(pd(&res.inputs[0]), [0, -1]);
-        assert_eq!(pd(&res.inputs[1]), [-1, -1]);
-        inputs_not_partial(&res);
-        assert_eq!(pd(&res.outputs[0]), [0, -1]);
-        assert_eq!(partial(&res.outputs[0]), [(1, r)]);
+    let shapes: [&[usize]; 2] = [&[8, 16], &[16, 12]];
+    let out = attr(&[0, -1]).with_partial(partial_over(&[(1, SUM)]));
+    let res = bwd(&rule(&n), &m, &shapes, &[(&[8, 12], &out)]).unwrap();
+    // Out partial over 1: k (contracted, Sum) is sharded over 1 in x and y.
+    assert_eq!(pd(&res.inputs[0]), [0, 1]);
+    assert_eq!(pd(&res.inputs[1]), [1, -1]);
+    inputs_not_partial(&res);
+    assert_eq!(pd(&res.outputs[0]), [0, -1]);
+    assert_eq!(partial(&res.outputs[0]), [(1, SUM)]);
+    assert_fixed_point(&rule(&n), &m, &shapes, &res);
+}
+
+#[test]
+fn backward_drops_a_partial_output_nothing_explains() {
+    let n = plan_of("mk,kn->mn");
+    let m = mesh(&[2, 4]);
+    let cases: [(ReduceType, usize, Policy); 3] = [
+        // The contraction sums: a Max partial is no sum of k's blocks.
+        (ReduceType::Max, 16, Policy::CLASSIC),
+        // k = 6 does not split evenly over 4 devices.
+        (SUM, 6, Policy::CLASSIC),
+        // Reset explains nothing.
+        (
+            SUM,
+            16,
+            Policy::CLASSIC.with_backward_partial(BackwardPartial::Reset),
+        ),
+    ];
+    for (red, k, policy) in cases {
+        let r = rule(&n).with_policy(policy);
+        let shapes: [&[usize]; 2] = [&[8, k], &[k, 12]];
+        let out = attr(&[0, -1]).with_partial(partial_over(&[(1, red)]));
+        let res = bwd(&r, &m, &shapes, &[(&[8, 12], &out)]).unwrap();
+        assert_eq!(pd(&res.inputs[0]), [0, -1], "{red} k={k}");
+        assert_eq!(pd(&res.inputs[1]), [-1, -1], "{red} k={k}");
+        assert!(
+            !res.outputs[0].partial.is_partial(),
+            "{red} k={k}: {}",
+            res.outputs[0]
+        );
+        assert_fixed_point(&r, &m, &shapes, &res);
     }
+}
+
+#[test]
+fn backward_explains_each_partial_dim_by_the_first_axis_that_divides() {
+    // j (extent 2) takes mesh dim 0; with 1 too it would not divide, so k does.
+    let n = plan_of("ijk,jkl->il");
+    let m = mesh(&[2, 4]);
+    let shapes: [&[usize]; 2] = [&[4, 2, 8], &[2, 8, 3]];
+    let out = attr(&[-1, -1]).with_partial(partial_over(&[(0, SUM), (1, SUM)]));
+    let res = bwd(&rule(&n), &m, &shapes, &[(&[4, 3], &out)]).unwrap();
+    assert_eq!(pd(&res.inputs[0]), [-1, 0, 1]);
+    assert_eq!(pd(&res.inputs[1]), [0, 1, -1]);
+    assert_eq!(partial(&res.outputs[0]), [(0, SUM), (1, SUM)]);
+    assert_fixed_point(&rule(&n), &m, &shapes, &res);
+    // A contraction over 8 takes both, co-sharded in mesh dim order.
+    let n = plan_of("ik,kl->il");
+    let shapes: [&[usize]; 2] = [&[4, 8], &[8, 3]];
+    let res = bwd(&rule(&n), &m, &shapes, &[(&[4, 3], &out)]).unwrap();
+    assert_eq!(
+        res.inputs[0].dims_mapping,
+        DimsMapping::from_nested(&[&[], &[0, 1]]).unwrap()
+    );
+    assert_fixed_point(&rule(&n), &m, &shapes, &res);
+}
+
+#[test]
+fn backward_does_not_explain_a_partial_by_a_mesh_dim_an_output_shards() {
+    // Output 1 shards its dim over mesh dim 1, so k cannot take 1 as well.
+    let n = plan_of("mk,kn->mn,n");
+    let m = mesh(&[2, 4]);
+    let shapes: [&[usize]; 2] = [&[8, 16], &[16, 12]];
+    let o0 = attr(&[0, -1]).with_partial(partial_over(&[(1, SUM)]));
+    let o1 = attr(&[1]);
+    let r = rule(&n);
+    let res = bwd(&r, &m, &shapes, &[(&[8, 12], &o0), (&[12], &o1)]).unwrap();
+    assert_eq!(pd(&res.inputs[0]), [0, -1]);
+    assert_eq!(pd(&res.inputs[1]), [-1, 1]);
+    // Output 0 now carries n sharded over 1 (the merged axis), not partial.
+    assert_eq!(pd(&res.outputs[0]), [0, 1]);
+    assert!(!res.outputs[0].partial.is_partial());
+    assert_fixed_point(&r, &m, &shapes, &res);
+}
+
+#[test]
+fn backward_explains_a_sum_partial_by_a_partial_input_of_a_linear_rule() {
+    let n = plan_of("ij,ij->ij");
+    let m = mesh(&[2, 4]);
+    let r = rule(&n).with_policy(Policy::CLASSIC.with_partial_inputs(PartialInputs::Linear));
+    let shapes: [&[usize]; 2] = [&[4, 8], &[4, 8]];
+    let out = attr(&[0, -1]).with_partial(partial_over(&[(1, SUM)]));
+    let res = bwd(&r, &m, &shapes, &[(&[4, 8], &out)]).unwrap();
+    // Nothing is contracted: the first input carries the partial.
+    assert_eq!(partial(&res.inputs[0]), [(1, SUM)]);
+    assert!(!res.inputs[1].partial.is_partial());
+    assert_eq!(partial(&res.outputs[0]), [(1, SUM)]);
+    assert_fixed_point(&r, &m, &shapes, &res);
+    // Without linearity the partial is not explained.
+    let res = bwd(&rule(&n), &m, &shapes, &[(&[4, 8], &out)]).unwrap();
+    inputs_not_partial(&res);
+    assert!(!res.outputs[0].partial.is_partial());
 }
 
 #[test]

@@ -3,8 +3,7 @@
 //!
 //! Each `unsound` test asserts that the checker still reports the case; when
 //! the core is fixed it fails, and is turned around (`fixed`) so the case
-//! must then pass. Still unsound, by decision: backward keeping a given
-//! output partial (DESIGN's default, Paddle 3.3.1's behaviour) and the
+//! must then pass. Still unsound, by decision: the
 //! `DropDerived` policy (Paddle compatibility, used by no built-in); one
 //! direction gap: head splits in forward of a bare einsum rule (the built-in
 //! `reshape` closes it for itself, from its target shape).
@@ -44,23 +43,20 @@ fn unsound(what: &str, r: Result<(), Report>) -> Report {
     }
 }
 
-/// Backward keeps the outputs' given partial status (`BackwardPartial::Keep`,
-/// the default, used by matmul, embedding and the reductions), but the input
-/// requirements it derives never shard a contracted axis (they replicate
-/// missing axes), so fed forward they give a *complete* output: every device
-/// then holds the full value, and reducing the claimed partial multiplies it.
+/// Backward used to keep the outputs' given partial status while the input
+/// requirements it derived never sharded a contracted axis (they replicated
+/// missing axes): fed forward they gave a *complete* output, and reducing the
+/// claimed partial multiplied it (matmul), or forward disagreed (max).
 ///
-/// spmd-core/src/infer.rs, `backward`: `BackwardPartial::Keep => spec.attr.partial`.
-/// Fix: a partial status can only be kept when the derived inputs make the
-/// output partial that way (a contracted axis sharded on that mesh dim, with
-/// the same reduce type); otherwise reset it (as `Reset` does), or derive
-/// such a sharding for a contracted axis from the partial dims.
+/// Fixed: Partial Stage-II (`BackwardPartial::Explain`) shards a contracted
+/// axis with the partial's reduce type over the partial mesh dim, or returns
+/// the output not partial where nothing explains it.
 #[test]
-fn backward_keeps_a_partial_status_the_inputs_do_not_produce() {
+fn backward_explains_a_given_partial_status_or_drops_it() {
     let mesh = Mesh::new(&[2, 2]).unwrap();
     let matmul = spmd_ops::builtins().build("matmul", &Attrs::new()).unwrap();
     let out = attr(&[0, -1]).with_partial(Partial::over(spmd_core::MeshSet(0b10), ReduceType::Sum));
-    let rep = unsound(
+    fixed(
         "matmul backward, out partial{1: SUM}",
         EinsumCheck::new("...mk,...kn->...mn").unwrap().backward(
             &*matmul,
@@ -69,21 +65,18 @@ fn backward_keeps_a_partial_status_the_inputs_do_not_produce() {
             &[out],
         ),
     );
-    assert!(matches!(rep.finding(), Finding::WrongValue { .. }), "{rep}");
 
     let max = spmd_ops::builtins()
         .build("max", &Attrs::new().with("axis", vec![1i64]))
         .unwrap();
     let out = attr(&[-1]).with_partial(Partial::over(spmd_core::MeshSet(0b1), ReduceType::Max));
-    // Max is idempotent: the values survive, but forward disagrees.
-    let rep = unsound(
+    fixed(
         "max backward, out partial{0: MAX}",
         EinsumCheck::new("ab->a")
             .unwrap()
             .reduce(ReduceType::Max)
             .backward(&*max, &mesh, &[&[4, 3]], &[out]),
     );
-    assert!(matches!(rep.finding(), Finding::Disagree { .. }), "{rep}");
 }
 
 /// With several outputs, an axis one output carries can be contracted in

@@ -284,7 +284,18 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     }
     cx.resolve(trace)?;
     // Given side: the outputs; derived side: the inputs.
-    let derived_table = cx.fit(trace);
+    let mut derived_table = cx.fit(trace);
+    // Partial Stage-II: what explains the given outputs' partial status.
+    let by_inputs = if rule.policy.backward_partial == BackwardPartial::Explain {
+        cx.explain_partials(
+            (input_shapes, input_present),
+            (outputs, output_present),
+            &mut derived_table,
+            trace,
+        )
+    } else {
+        Partial::NONE
+    };
     let given: &[Sharding] = &cx.map.sharding;
     let derived: &[Sharding] = derived_table.as_ref().map_or(given, |d| d);
 
@@ -297,13 +308,21 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     }
     let input_axes = cx.input_axes();
     let mut result = RuleResult::default();
+    // A partial explained by the inputs goes on the first present input
+    // (linear in each operand) or on every one (aligned), as forward keeps it.
+    let aligned = rule.policy.conflicts == Conflicts::Align;
+    let first_present = (0..input_shapes.len()).find(|&i| input_present(i));
     for (i, shape) in input_shapes.iter().enumerate() {
         let mapping = if input_present(i) {
             cx.project(plan.input(i), shape.len(), Some(shape), derived)
         } else {
             absent_mapping(plan.input(i))
         };
-        result.inputs.push(DistAttr::new(mapping));
+        let mut attr = DistAttr::new(mapping);
+        if input_present(i) && (aligned || first_present == Some(i)) {
+            attr.partial = by_inputs;
+        }
+        result.inputs.push(attr);
     }
     for (o, spec) in outputs.iter().enumerate() {
         if !output_present(o) {
@@ -313,22 +332,22 @@ pub(crate) fn backward<T: Trace + ?Sized>(
             continue;
         }
         let mapping = cx.project(plan.output(o), spec.shape.len(), Some(spec.shape), given);
-        let mut partial = match rule.policy.backward_partial {
-            BackwardPartial::Keep => spec.attr.partial,
-            BackwardPartial::Reset => Partial::NONE,
-        };
-        // With several outputs, an axis one output carries is sharded on the
-        // inputs and summed away in an output that lacks it, as in forward
-        // (but for outputs that are no sum).
-        let summed = if has_bit(rule.not_partial, o) {
-            AxisSet::EMPTY
-        } else {
-            input_axes.minus(cx.term_axes(plan.output(o)))
-        };
-        for a in summed.iter() {
+        // The outputs are what forward computes from the requirements: an
+        // output is partial over the mesh dims of sharded input axes it lacks
+        // (contracted ones, or with several outputs an axis another output
+        // carries), and over what partial inputs pass on; never "as given".
+        if has_bit(rule.not_partial, o) {
+            result.outputs.push(DistAttr::new(mapping));
+            continue;
+        }
+        let mut partial = Partial::NONE;
+        for a in input_axes.minus(cx.term_axes(plan.output(o))).iter() {
             for m in derived[a as usize].mesh_set().iter() {
                 partial.set(m, rule.reduce_of(a));
             }
+        }
+        for (d, r) in by_inputs.iter() {
+            partial.set(d, r);
         }
         partial.remove(mapping.mesh_set());
         result.outputs.push(DistAttr {
@@ -1127,6 +1146,95 @@ impl<'r, 'a> Cx<'r, 'a> {
             }
         }
         derived
+    }
+
+    /// Partial Stage-II ([`BackwardPartial::Explain`]): for each mesh dim `d`
+    /// a given output is partial over, the first contracted axis (in
+    /// notation order) that reduces like the partial, may be sharded, is
+    /// divided evenly by its mesh dims and `d`, while no axis holds `d` yet,
+    /// takes `d` on the input side. Evenly, so that no device's block is
+    /// empty or smaller than another's (a `Max` over an empty block, an
+    /// `Avg` of unequal blocks' averages). Where no axis can, a rule that
+    /// keeps partial inputs in forward explains a `Sum` (aligned: `Sum` or
+    /// `Avg`) by partial inputs: that partial is returned. The rest is left
+    /// unexplained: the output comes back not partial over it.
+    fn explain_partials<T: Trace + ?Sized>(
+        &mut self,
+        (input_shapes, input_present): (&[&[usize]], impl Fn(usize) -> bool),
+        (outputs, present): (&[Spec<'_>], impl Fn(usize) -> bool),
+        derived: &mut Option<[Sharding; 64]>,
+        trace: &mut T,
+    ) -> Partial {
+        if !outputs
+            .iter()
+            .enumerate()
+            .any(|(o, s)| present(o) && s.attr.partial.is_partial())
+        {
+            return Partial::NONE;
+        }
+        let plan = &self.rule.plan;
+        let mut out_axes = AxisSet::EMPTY;
+        for o in 0..plan.n_outputs() {
+            out_axes = out_axes.union(self.term_axes(plan.output(o)));
+        }
+        // Contracted axes some present input really holds (not only as a
+        // broadcast size-1 dim).
+        let mut carried = AxisSet::EMPTY;
+        for (i, shape) in input_shapes.iter().enumerate() {
+            if input_present(i) {
+                carried = carried.union(self.carried_axes(plan.input(i), shape));
+            }
+        }
+        let contracted = carried.minus(out_axes);
+        let table = derived.as_ref().unwrap_or(&self.map.sharding);
+        let mut taken = table[..self.n_axes]
+            .iter()
+            .chain(&self.map.sharding[..self.n_axes])
+            .fold(MeshSet::EMPTY, |m, s| m.union(s.mesh_set()));
+        let linear = self.rule.policy.partial_inputs == PartialInputs::Linear;
+        let aligned = self.rule.policy.conflicts == Conflicts::Align;
+        let mut by_inputs = Partial::NONE;
+        // An output that is no sum (`not_partial`) explains nothing.
+        let explainable = |o: usize| present(o) && !has_bit(self.rule.not_partial, o);
+        for (o, spec) in outputs.iter().enumerate().filter(|(o, _)| explainable(*o)) {
+            for (d, r) in spec.attr.partial.iter() {
+                if taken.contains(d) {
+                    continue;
+                }
+                let axis = contracted.iter().find(|&a| {
+                    let s = self.map.sharding[a as usize];
+                    self.rule.reduce_of(a) == r
+                        && !self.never.contains(a)
+                        && self.divides(a, s.as_slice().iter().copied().chain([d]))
+                });
+                if let Some(a) = axis {
+                    let mut s = self.map.sharding[a as usize];
+                    s.push(d);
+                    self.map.sharding[a as usize] = s;
+                    if let Some(t) = derived.as_mut() {
+                        t[a as usize] = s;
+                    }
+                    trace.explained(o, d, Some(self.axis_name(a)));
+                } else if (linear && r == ReduceType::Sum)
+                    || (aligned && matches!(r, ReduceType::Sum | ReduceType::Avg))
+                {
+                    by_inputs.set(d, r);
+                    trace.explained(o, d, None);
+                } else {
+                    continue;
+                }
+                taken = taken.union(MeshSet::single(d));
+            }
+        }
+        by_inputs
+    }
+
+    /// Whether axis `a`'s extent is known and a multiple of the product of
+    /// the sizes of `dims`.
+    fn divides(&self, a: u8, dims: impl Iterator<Item = crate::mesh::MeshDim>) -> bool {
+        let extent = self.extent[a as usize];
+        let product: usize = dims.map(|m| self.mesh.dim(m)).product();
+        extent != UNKNOWN && extent > 0 && extent.is_multiple_of(product)
     }
 
     /// The first dim of input `spec` that carries axis `a`, with its sharding.

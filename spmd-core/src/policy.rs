@@ -85,15 +85,29 @@ pub enum MissingAxis {
     Error,
 }
 
-/// What backward inference does with the partial status the given outputs carry.
+/// What backward inference does with the partial status the given outputs
+/// carry. Either way the answer is a fixed point of forward: the outputs come
+/// back exactly as forward computes them from the returned requirements, so
+/// a partial status is never returned "as given" unless the requirements
+/// produce it (`docs/semantics.md`, "Backward").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum BackwardPartial {
-    /// The outputs come back with the partial status they were given.
+    /// Partial Stage-II: an output partial over mesh dim `d` is explained by
+    /// the first contracted axis (in notation order) with the partial's
+    /// reduce type that is not never-sharded, whose extent `d` (with the
+    /// axis's other mesh dims) divides, and that no other axis holds `d` on:
+    /// that axis is sharded over `d` in every input carrying it (matmul: out
+    /// partial over `d` gives `k` on `d` in x and y; embedding: the table's
+    /// rows on `d`). A rule that keeps partial inputs in forward
+    /// ([`PartialInputs::Linear`], [`Conflicts::Align`]) may explain a `Sum`
+    /// (or, aligned, an `Avg`) partial by its inputs being partial instead.
+    /// What nothing explains comes back not partial: the caller reduces it.
     #[default]
-    Keep,
-    /// The outputs come back non-partial (Paddle 3.3.1's elementwise,
-    /// softmax, transpose, ... reverse rules).
+    Explain,
+    /// Nothing is explained: the outputs come back with only the partial
+    /// status forward derives (Paddle 3.3.1's elementwise, softmax,
+    /// transpose, ... reverse rules reset it).
     Reset,
 }
 
@@ -153,7 +167,7 @@ impl Policy {
         divisibility: Divisibility::Uneven,
         partial_inputs: PartialInputs::Drop,
         missing_axis: MissingAxis::Replicate,
-        backward_partial: BackwardPartial::Keep,
+        backward_partial: BackwardPartial::Explain,
         unsharded_claims: UnshardedClaims::Count,
         compounds: Compounds::MajorOnly,
     };

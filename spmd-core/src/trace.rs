@@ -43,6 +43,12 @@ pub trait Trace {
     fn not_divisible(&mut self, axis: AxisName, extent: usize, mesh_dim: MeshDim) {
         let _ = (axis, extent, mesh_dim);
     }
+    /// Backward (Partial Stage-II): output `output`'s given partial status over
+    /// `mesh_dim` is explained by contracted axis `axis` sharded over it, or,
+    /// with `None`, by the inputs being partial over it.
+    fn explained(&mut self, output: usize, mesh_dim: MeshDim, axis: Option<AxisName>) {
+        let _ = (output, mesh_dim, axis);
+    }
     /// Output `output` is partial over `mesh_dims` because it lacks `axis`.
     fn partial(&mut self, output: usize, axis: AxisName, mesh_dims: MeshSet, reduce: ReduceType) {
         let _ = (output, axis, mesh_dims, reduce);

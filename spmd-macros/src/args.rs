@@ -332,7 +332,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         raw.backward_partial.as_ref(),
         "`backward_partial` policy",
         BACKWARD_PARTIAL,
-        "Keep",
+        "Explain",
     );
     let partial_inputs = choice(
         &mut errors,
@@ -763,7 +763,7 @@ const DIVISIBILITY: &[(&str, &str)] = &[
     ("drop_derived", "DropDerived"),
 ];
 const MISSING_AXIS: &[(&str, &str)] = &[("replicate", "Replicate"), ("error", "Error")];
-const BACKWARD_PARTIAL: &[(&str, &str)] = &[("keep", "Keep"), ("reset", "Reset")];
+const BACKWARD_PARTIAL: &[(&str, &str)] = &[("explain", "Explain"), ("reset", "Reset")];
 const PARTIAL_INPUTS: &[(&str, &str)] = &[("drop", "Drop"), ("linear", "Linear")];
 const UNSHARDED_CLAIMS: &[(&str, &str)] = &[("count", "Count"), ("ignore", "Ignore")];
 const COMPOUNDS: &[(&str, &str)] = &[("major_only", "MajorOnly"), ("absorb", "Absorb")];

@@ -196,7 +196,7 @@ impl StridedSlice {
     build = Self::notation,
     cache,
     conflicts = "align",
-    backward_partial = "keep"
+    backward_partial = "explain"
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Concat {
@@ -257,7 +257,7 @@ impl Concat {
     build = Self::notation,
     cache,
     conflicts = "align",
-    backward_partial = "keep",
+    backward_partial = "explain",
     grad_inputs()
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

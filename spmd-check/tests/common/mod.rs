@@ -82,6 +82,8 @@ pub fn attrs(
 pub struct Tally {
     checked: AtomicUsize,
     refused: AtomicUsize,
+    /// Cases the property cannot judge (never silently: counted, reported).
+    skipped: AtomicUsize,
 }
 
 impl Tally {
@@ -89,7 +91,13 @@ impl Tally {
         Tally {
             checked: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
+            skipped: AtomicUsize::new(0),
         }
+    }
+    /// Counts a case the property cannot judge; `assert_meaningful` reports it.
+    pub fn skip(&self) -> Result<(), TestCaseError> {
+        self.skipped.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
     pub fn record(&self, r: Result<(), Report>) -> Result<(), TestCaseError> {
         match r {
@@ -120,12 +128,18 @@ impl Tally {
     }
     /// At least half of the cases must have been checked, not refused.
     pub fn assert_meaningful(&self, what: &str) {
-        let (c, r) = (
+        let (c, r, s) = (
             self.checked.load(Ordering::Relaxed),
             self.refused.load(Ordering::Relaxed),
+            self.skipped.load(Ordering::Relaxed),
         );
-        eprintln!("{what}: {c} checked, {r} refused by the rule or not checkable");
-        assert!(c >= r, "{what}: only {c} cases checked, {r} refused");
+        eprintln!(
+            "{what}: {c} checked, {r} refused by the rule or not checkable, {s} skipped as not judgeable"
+        );
+        assert!(
+            c >= r + s,
+            "{what}: only {c} cases checked, {r} refused, {s} skipped"
+        );
     }
 }
 
