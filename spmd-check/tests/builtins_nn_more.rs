@@ -326,7 +326,7 @@ fn logsumexp(v: &[f64]) -> f64 {
 // ------------------------------------------------------- along one axis
 
 /// argmax / argmin along `axis` (all dims with `flatten`, the index into
-/// the flattened tensor): indices as values.
+/// the flattened tensor, 0-d as Paddle's is): indices as values.
 fn arg_reduce(x: &Tensor, axis: usize, keepdims: bool, flatten: bool, min: bool) -> Tensor {
     let rank = x.rank();
     let reduced = if flatten {
@@ -338,11 +338,7 @@ fn arg_reduce(x: &Tensor, axis: usize, keepdims: bool, flatten: bool, min: bool)
         let better = |a: f64, b: f64| if min { a < b } else { a > b };
         (0..v.len()).fold(0, |best, j| if better(v[j], v[best]) { j } else { best }) as f64
     };
-    let mut out = reduce(x, &reduced, keepdims, pick);
-    if flatten && !keepdims {
-        out = Tensor::new(&[1], out.data().to_vec());
-    }
-    out
+    reduce(x, &reduced, keepdims, pick)
 }
 
 #[derive(Clone, Debug)]
@@ -371,7 +367,7 @@ fn arg_layout(p: &ArgP) -> Layout {
     let rank = p.x.len();
     let (out_rank, out_dims) = match (p.flatten, p.keepdims) {
         (true, true) => (rank, vec![]),
-        (true, false) => (1, vec![]),
+        (true, false) => (0, vec![]),
         (false, true) => (rank, others(rank, p.axis)),
         (false, false) => (rank - 1, (0..rank - 1).collect()),
     };

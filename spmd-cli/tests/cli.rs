@@ -1119,7 +1119,10 @@ fn ops_lists_rules() {
     assert!(list.iter().any(|o| o["name"] == "embedding"));
     let one = json(&["ops", "embedding", "--json"]);
     assert_eq!(one["name"], "embedding");
-    assert_eq!(one["notations"], serde_json::json!(["...,jk->...k"]));
+    assert_eq!(
+        one["notations"],
+        serde_json::json!(["...,jk->...k", "...,1k->...k"])
+    );
     bad(&["ops", "matmal"], "did you mean `matmul`");
 }
 

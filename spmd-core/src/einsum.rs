@@ -3,7 +3,7 @@
 
 use spmd_notation::Notation;
 
-use crate::attr::Spec;
+use crate::attr::{ReduceType, Spec};
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::policy::Policy;
@@ -15,6 +15,10 @@ use crate::trace::Trace;
 pub struct Einsum {
     notation: Notation,
     policy: Policy,
+    /// The reduce type of contracted axes when the notation's builder
+    /// chose one from the attributes (`reduce_base`'s `reduce_type`);
+    /// otherwise the rule's declared one.
+    reduce: Option<ReduceType>,
 }
 
 impl Einsum {
@@ -24,6 +28,7 @@ impl Einsum {
         Ok(Einsum {
             notation: spmd_notation::parse(equation)?,
             policy: Policy::CLASSIC,
+            reduce: None,
         })
     }
 
@@ -46,6 +51,7 @@ impl Einsum {
         Ok(Einsum {
             notation: spmd_notation::parse_terms(inputs, outputs)?,
             policy: Policy::CLASSIC,
+            reduce: None,
         })
     }
 
@@ -54,13 +60,41 @@ impl Einsum {
         self
     }
 
+    /// Contracted axes reduce with `reduce` (the default is `Sum`). A
+    /// `#[spmd_rule(build = ..)]` builder sets it when an attribute names the
+    /// reduce type, so that every direction sees it (no hook patches the
+    /// answer).
+    ///
+    /// ```
+    /// use spmd_core::{DistAttr, Einsum, Mesh, ReduceType, Spec};
+    ///
+    /// let e = Einsum::new("ab->a")?.with_reduce(ReduceType::Max);
+    /// let x = DistAttr::from_paddle(&[-1, 0]).unwrap();
+    /// let r = e.forward(&Mesh::new(&[2])?, &[Spec::new(&[4, 6], &x)])?;
+    /// assert_eq!(r.outputs[0].to_string(), "[-1] partial{0: MAX}");
+    /// # Ok::<(), spmd_core::SpmdError>(())
+    /// ```
+    pub fn with_reduce(mut self, reduce: ReduceType) -> Einsum {
+        self.reduce = Some(reduce);
+        self
+    }
+
+    /// The reduce type [`Einsum::with_reduce`] set, if any.
+    pub fn reduce(&self) -> Option<ReduceType> {
+        self.reduce
+    }
+
     pub fn notation(&self) -> &Notation {
         &self.notation
     }
 
     /// The compiled rule, borrowing this op's notation.
     pub fn rule(&self) -> EinsumRule<'_> {
-        EinsumRule::new("einsum", self.notation.plan()).with_policy(self.policy)
+        let rule = EinsumRule::new("einsum", self.notation.plan()).with_policy(self.policy);
+        match self.reduce {
+            Some(r) => rule.with_reduce(r),
+            None => rule,
+        }
     }
 
     pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {

@@ -1120,14 +1120,34 @@ impl<'r, 'a> Cx<'r, 'a> {
         if self.rule.policy.conflicts == Conflicts::RolePriority {
             always = always.union(self.batch_axes());
         }
-        if policy == Divisibility::Uneven && always.is_empty() {
+        // A contracted axis reduced by a max or a min must leave no device
+        // an empty block: its kernel has no value to give for one (Paddle's
+        // errors), so such an axis keeps only the mesh dims it outnumbers.
+        let contracted = self.rule.plan.contracted();
+        let nonempty = AxisSet(
+            contracted
+                .iter()
+                .filter(|&a| matches!(self.rule.reduce_of(a), ReduceType::Max | ReduceType::Min))
+                .fold(0u64, |m, a| m | 1 << a),
+        );
+        if policy == Divisibility::Uneven && always.is_empty() && nonempty.is_empty() {
             return None;
         }
         // The given side is edited in place; a derived table exists only
         // when the derived side differs (DropDerived dropped something).
         let mut derived: Option<[Sharding; 64]> = None;
         for a in 0..self.n_axes {
-            let s = self.map.sharding[a];
+            let mut s = self.map.sharding[a];
+            if nonempty.contains(a as u8) {
+                let trimmed = self.trim_empty(a as u8, s, trace);
+                if trimmed != s {
+                    self.map.sharding[a] = trimmed;
+                    if let Some(d) = derived.as_mut() {
+                        d[a] = trimmed;
+                    }
+                    s = trimmed;
+                }
+            }
             let always = always.contains(a as u8);
             if s.is_replicated() || (!always && policy == Divisibility::Uneven) {
                 continue;
@@ -1192,7 +1212,13 @@ impl<'r, 'a> Cx<'r, 'a> {
             .chain(&self.map.sharding[..self.n_axes])
             .fold(MeshSet::EMPTY, |m, s| m.union(s.mesh_set()));
         let linear = self.rule.policy.partial_inputs == PartialInputs::Linear;
-        let aligned = self.rule.policy.conflicts == Conflicts::Align;
+        // Aligned operands keep a partial in forward only when some operand
+        // has elements (see `merge_aligned`).
+        let aligned = self.rule.policy.conflicts == Conflicts::Align
+            && input_shapes
+                .iter()
+                .enumerate()
+                .any(|(i, s)| input_present(i) && s.first().is_some_and(|&d| d != 0));
         let mut by_inputs = Partial::NONE;
         // An output that is no sum (`not_partial`) explains nothing.
         let explainable = |o: usize| present(o) && !has_bit(self.rule.not_partial, o);
@@ -1551,6 +1577,21 @@ impl<'r, 'a> Cx<'r, 'a> {
             // Mesh::new guarantees the whole mesh's product fits in a usize.
             let product: usize = s.as_slice().iter().map(|&m| self.mesh.dim(m)).product();
             if extent != UNKNOWN && extent.is_multiple_of(product) {
+                break;
+            }
+            trace.not_divisible(self.axis_name(a), extent, last);
+            s = s.without_last();
+        }
+        s
+    }
+
+    /// `s` without its trailing mesh dims until every device's block of
+    /// axis `a` holds at least one element (extent ≥ shards).
+    fn trim_empty<T: Trace + ?Sized>(&self, a: u8, mut s: Sharding, trace: &mut T) -> Sharding {
+        let extent = self.extent[a as usize];
+        while let Some(&last) = s.as_slice().last() {
+            let product: usize = s.as_slice().iter().map(|&m| self.mesh.dim(m)).product();
+            if extent != UNKNOWN && extent >= product {
                 break;
             }
             trace.not_divisible(self.axis_name(a), extent, last);

@@ -65,6 +65,9 @@ impl<'c> Call<'c> {
     pub fn is_forward(&self) -> bool {
         matches!(self, Call::Forward { .. })
     }
+    pub fn is_backward(&self) -> bool {
+        matches!(self, Call::Backward { .. })
+    }
 
     /// The absent tensors of this call.
     pub fn absent(&self) -> Absent {

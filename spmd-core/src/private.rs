@@ -37,9 +37,10 @@ pub struct RuntimeOptions<'o> {
 /// the attribute gave by label resolved against that notation.
 pub fn runtime_rule<R>(
     o: &RuntimeOptions<'_>,
-    plan: Plan<'_>,
+    einsum: &Einsum,
     f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
 ) -> Result<R, SpmdError> {
+    let plan = einsum.notation().plan();
     let missing = |c: char| SpmdError::Rejected {
         op: o.name,
         message: alloc::format!(
@@ -57,7 +58,7 @@ pub fn runtime_rule<R>(
     }
     let rule = EinsumRule::new(o.name, plan)
         .with_policy(o.policy)
-        .with_reduce(o.reduce)
+        .with_reduce(einsum.reduce().unwrap_or(o.reduce))
         .with_never_sharded(never)
         .with_reduce_overrides(&overrides)
         .with_no_grad(o.no_grad)

@@ -169,7 +169,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                                 not_partial: #not_partial,
                                 grad_signature: __GRAD_SIGNATURE,
                             },
-                            einsum.notation().plan(),
+                            &einsum,
                             |rule| rule.#call,
                         )
                     }}

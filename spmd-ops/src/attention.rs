@@ -54,9 +54,10 @@ const OP: &str = "flash_attention";
     outputs(out, softmax, softmax_lse, seed_offset),
     optional(fixed_seed_offset, attn_mask),
     // An integer seed has no gradient, and the seed and offset the kernel
-    // returns are not a sum over the batch and heads they lack.
+    // returns are not a sum over the batch and heads they lack; nor is a
+    // softmax placeholder (0-d when `return_softmax` is off) a sum.
     no_grad(fixed_seed_offset),
-    not_partial(seed_offset),
+    not_partial(softmax, seed_offset),
     grad_inputs(q, k, v, out, softmax_lse, seed_offset, attn_mask),
     grads_for(out)
 )]

@@ -5,10 +5,13 @@ use spmd_core::{Call, SpmdError, spmd_rule};
 
 /// Paddle's `embedding`: `out[..., k] = weight[ids[...], k]`. A table split by
 /// rows (`j`) gives partial outputs (each rank holds the rows it owns and zeros
-/// elsewhere), which Paddle supports only without `padding_idx` and `sparse`.
+/// elsewhere), which Paddle supports only without `padding_idx` and `sparse`:
+/// with either, backward never shards the rows to explain a partial output
+/// (forward would reject that table).
 #[spmd_rule(
     name = "embedding",
     einsum = "...,jk->...k",
+    case(when = call.is_backward() && self.row_parallel_unsupported(), einsum = "...,1k->...k"),
     conflicts = "strict",
     validate = Self::check_row_parallel,
     inputs(x, weight),
@@ -36,6 +39,10 @@ impl Default for Embedding {
 }
 
 impl Embedding {
+    fn row_parallel_unsupported(&self) -> bool {
+        self.padding_idx != -1 || self.sparse
+    }
+
     /// A row-sharded table supports neither `padding_idx` nor `sparse`.
     fn check_row_parallel(&self, call: &Call<'_>) -> Result<(), SpmdError> {
         let Call::Forward { inputs, .. } = *call else {
@@ -44,7 +51,7 @@ impl Embedding {
         let Some(rows) = inputs.get(1).and_then(|w| w.attr.dims_mapping.get(0)) else {
             return Ok(());
         };
-        if rows.is_replicated() || (self.padding_idx == -1 && !self.sparse) {
+        if rows.is_replicated() || !self.row_parallel_unsupported() {
             return Ok(());
         }
         let what = if self.sparse {

@@ -84,8 +84,8 @@ impl Cumsum {
 }
 
 /// The notation of an arg-reduction over `axis` (`bac->bc`, `bac->b1c` with
-/// `keepdims`); with `flatten` every dim is replicated and the output is
-/// Paddle's one replicated dim (its 0-d output in backward, where given).
+/// `keepdims`); with `flatten` every dim is replicated and the output is 0-d
+/// (`keepdims`: the input's rank of `1`s).
 fn arg_notation(
     op: &'static str,
     axis: i64,
@@ -95,8 +95,11 @@ fn arg_notation(
 ) -> Result<Einsum, SpmdError> {
     let rank = input_rank(call, 0).unwrap_or(0);
     if flatten {
-        let out = given_output_rank(call, 0).unwrap_or(if keepdims { rank } else { 1 });
-        return Einsum::new(&format!("{}->{}", flattened(rank), ones(out)));
+        // The flattened arg-reduction's output is 0-d (or, with `keepdims`,
+        // all `1`s); Paddle 3.3.1 answers a one-entry mapping for the 0-d
+        // output, which we never do (a mapping has one entry per dim).
+        let out = given_output_rank(call, 0).unwrap_or(if keepdims { rank } else { 0 });
+        return Einsum::from_terms(&[&flattened(rank)], &[&ones(out)]);
     }
     let (term, axis) = axis_labels(op, rank, axis)?;
     let output: String = term

@@ -2,7 +2,7 @@
 //! `axis` fused with the cross entropy against a label; the vocab-parallel
 //! `c_softmax_with_cross_entropy` and its multi-label form.
 
-use spmd_core::{Call, Einsum, MeshSet, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
+use spmd_core::{Call, Einsum, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
 
 use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis};
 
@@ -121,10 +121,10 @@ impl CrossEntropyWithSoftmax {
         })
     }
 
-    /// The vocab-parallel kernel sums the loss over the class shards itself,
-    /// so the loss is not partial over them. In backward, Paddle merges the
-    /// loss before the softmax output: run the same notation with the
-    /// outputs swapped, and swap the answer back.
+    /// In backward, Paddle merges the loss before the softmax output: run the
+    /// same notation with the outputs swapped, and swap the answer back. (The
+    /// loss is never partial, `not_partial`: the vocab-parallel kernel sums it
+    /// over the class shards itself, so a given partial loss explains nothing.)
     fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
         if let Call::Backward {
             mesh,
@@ -144,21 +144,6 @@ impl CrossEntropyWithSoftmax {
             r.outputs.swap(0, 1);
             *result = r;
         }
-        let (_, axis) = axis_info(self, call)?;
-        let class = result
-            .inputs
-            .first()
-            .and_then(|x| x.dims_mapping.get(axis))
-            .map_or(MeshSet::EMPTY, |s| s.mesh_set());
-        let given = match *call {
-            Call::Backward { outputs, .. } => outputs.get(1).map(|l| l.attr.partial),
-            _ => None,
-        };
-        if let Some(loss) = result.outputs.get_mut(1) {
-            // Keep what the caller gave (backward), drop what the class axis added.
-            let kept = given.map_or(MeshSet::EMPTY, |p| p.dims());
-            loss.partial.remove(class.minus(kept));
-        }
         Ok(())
     }
 }
@@ -170,7 +155,8 @@ impl CrossEntropyWithSoftmax {
     build = Self::notation,
     cache,
     inputs(logits, label),
-    outputs(loss, softmax)
+    outputs(loss, softmax),
+    not_partial(loss)
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct LossFirst {

@@ -2,7 +2,7 @@
 //! `reduce_base` over an axis list. A sharded reduced axis leaves the output
 //! partial with the op's own reduce type.
 
-use spmd_core::{Call, Einsum, Partial, ReduceType, RuleResult, SpmdError, spmd_rule};
+use spmd_core::{Call, Einsum, ReduceType, SpmdError, spmd_rule};
 
 use crate::notation::{axis_flags, input_rank, labels};
 
@@ -189,7 +189,6 @@ impl LogSumExp {
 #[spmd_rule(
     name = "p_norm",
     build = Self::notation,
-    adjust = Self::set_reduce_type,
     inputs(x),
     outputs(out)
 )]
@@ -230,31 +229,24 @@ impl PNorm {
     /// `abc->ab` for `p = 1` over the last axis, `ab1->ab` for `p = 2`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         let axis: &[i64] = if self.asvector { &[] } else { &[self.axis] };
-        reduce_notation_with("p_norm", axis, self.keepdim, self.reduce().is_none(), call)
-    }
-
-    /// Forward: partial outputs get the reduce type of `porder`.
-    fn set_reduce_type(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        if let (true, Some(r)) = (call.is_forward(), self.reduce()) {
-            for out in &mut result.outputs {
-                out.partial = Partial::over(out.partial.dims(), r);
-            }
-        }
-        Ok(())
+        let e = reduce_notation_with("p_norm", axis, self.keepdim, self.reduce().is_none(), call)?;
+        Ok(match self.reduce() {
+            Some(r) => e.with_reduce(r),
+            None => e,
+        })
     }
 }
 
 /// Paddle's `reduce_base`: the generic reduction whose `reduce_type`
 /// attribute (Paddle's `ReduceType` enum: 0 `Sum`, 1 `Max`, 2 `Min`, 3
 /// `Prod`, 4 `Avg`, 5 `Any`, 6 `All`) names the reduce type of the partial
-/// output. The partial status is set by an `adjust` hook in forward; backward
-/// keeps the given outputs' partial status, as Paddle does.
+/// output; the built notation carries it, so backward explains a given
+/// partial of that type alone.
 #[spmd_rule(
     name = "reduce_base",
     build = Self::notation,
     cache,
     validate = Self::check_reduce_type,
-    adjust = Self::set_reduce_type,
     inputs(x),
     outputs(out)
 )]
@@ -281,7 +273,10 @@ impl ReduceBase {
     ];
 
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        reduce_notation("reduce_base", &self.axis, self.keep_dim, call)
+        Ok(
+            reduce_notation("reduce_base", &self.axis, self.keep_dim, call)?
+                .with_reduce(self.reduce()?),
+        )
     }
 
     fn reduce(&self) -> Result<ReduceType, SpmdError> {
@@ -301,18 +296,5 @@ impl ReduceBase {
 
     fn check_reduce_type(&self, _call: &Call<'_>) -> Result<(), SpmdError> {
         self.reduce().map(drop)
-    }
-
-    /// Forward: the output is partial over the reduced axes' mesh dims with
-    /// the attribute's reduce type (the notation made them `Sum`).
-    fn set_reduce_type(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        if call.is_forward() {
-            let r = self.reduce()?;
-            for out in &mut result.outputs {
-                let dims = out.partial.dims();
-                out.partial = Partial::over(dims, r);
-            }
-        }
-        Ok(())
     }
 }
