@@ -71,8 +71,10 @@ fn a_size_one_dim_broadcast_into_the_output_makes_its_grad_partial() {
 #[test]
 fn embedding_grad_reads_ids_and_output_grad_only() {
     // Paddle suite: x [4,5] [-1,-1], w [10,3] [-1,1], dy [4,5,3] [-1,1,-1]:
-    // requirements x [-1,1], w unchanged, dy [-1,1,-1]; the table grad is
-    // replicated and partial over mesh dim 1 (the ids' axis b).
+    // requirements x [-1,1], dy [-1,1,-1]; the table grad is replicated and
+    // partial over mesh dim 1 (the ids' axis b), and the table is required
+    // laid out as its grad, [-1,-1] (Paddle leaves it [-1,1]: its grad
+    // kernel would then build blocks of the wrong shape).
     let emb = spmd_ops::builtins()
         .build("embedding", &Attrs::new())
         .unwrap();
@@ -84,7 +86,7 @@ fn embedding_grad_reads_ids_and_output_grad_only() {
             &[Spec::new(&[4, 5, 3], &dy)],
         )
         .unwrap();
-    assert_eq!(r.inputs.as_slice(), &[attr(&[-1, 1]), w, dy]);
+    assert_eq!(r.inputs.as_slice(), &[attr(&[-1, 1]), attr(&[-1, -1]), dy]);
     assert_eq!(r.outputs.len(), 1, "the ids have no grad");
     assert_eq!(r.outputs[0].to_string(), "[-1, -1] partial{1: SUM}");
 }
@@ -252,4 +254,109 @@ fn more_than_64_operands_do_not_panic() {
     let r = e.grad(&mesh(&[2]), &specs, &[Spec::new(&[], &dy)]).unwrap();
     assert_eq!(r.outputs.len(), 65);
     assert_eq!(r.outputs[64].to_string(), "[0]");
+}
+
+/// The grad layout rule (`docs/semantics.md`, "Grad"): an input is required
+/// laid out as its grad, even where the grad reads it only for its shape,
+/// since a grad op gives each input grad its input's local block shape.
+/// Ops with the default grad signature (forward inputs, then one grad per
+/// output; one grad per input with a gradient, in order), over random
+/// layouts of their inputs and output grads.
+#[test]
+fn every_input_is_required_laid_out_as_its_grad() {
+    let registry = spmd_ops::builtins();
+    // (op, attrs, input shapes, output grad shape)
+    let cases: Vec<(&str, Attrs, Vec<Vec<usize>>, Vec<usize>)> = vec![
+        (
+            "sum",
+            Attrs::new().with("axis", vec![1i64]),
+            vec![vec![8, 6, 4]],
+            vec![8, 4],
+        ),
+        ("mean_all", Attrs::new(), vec![vec![8, 6]], vec![]),
+        (
+            "embedding",
+            Attrs::new(),
+            vec![vec![4, 6], vec![12, 8]],
+            vec![4, 6, 8],
+        ),
+        (
+            "cumsum",
+            Attrs::new().with("axis", 1i64),
+            vec![vec![8, 6, 4]],
+            vec![8, 6, 4],
+        ),
+        (
+            "gather",
+            Attrs::new().with("axis", 0i64),
+            vec![vec![8, 6, 4], vec![4]],
+            vec![4, 6, 4],
+        ),
+        (
+            "squeeze",
+            Attrs::new().with("axis", vec![0i64]),
+            vec![vec![1, 6, 4]],
+            vec![6, 4],
+        ),
+        (
+            "matmul",
+            Attrs::new(),
+            vec![vec![8, 6], vec![6, 4]],
+            vec![8, 4],
+        ),
+        ("softmax", Attrs::new(), vec![vec![8, 6]], vec![8, 6]),
+    ];
+    let m = mesh(&[2, 2]);
+    let layouts: [&[i64]; 4] = [&[0, 1], &[1, 0], &[0, -1], &[-1, 1]];
+    let mut checked = 0;
+    for (op, attrs, shapes, dy_shape) in &cases {
+        let rule = registry.build(op, attrs).unwrap();
+        let info = registry.get(op).unwrap();
+        for (k, l) in layouts.iter().enumerate() {
+            let lay = |rank: usize, shift: usize| {
+                let m: Vec<i64> = (0..rank).map(|d| l[(d + shift) % 2]).collect();
+                let mut used = Vec::new();
+                let m: Vec<i64> = m
+                    .into_iter()
+                    .map(|x| {
+                        if x >= 0 && !used.contains(&x) {
+                            used.push(x);
+                            x
+                        } else {
+                            -1
+                        }
+                    })
+                    .collect();
+                attr(&m)
+            };
+            let attrs: Vec<DistAttr> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| lay(s.len(), i + k))
+                .collect();
+            let dy = lay(dy_shape.len(), k + 1);
+            let ins: Vec<Spec<'_>> = shapes
+                .iter()
+                .zip(&attrs)
+                .map(|(s, a)| Spec::new(s, a))
+                .collect();
+            // A strict rule rejects layouts that conflict: nothing to check.
+            let Ok(r) = rule.grad(&m, &ins, &[Spec::new(dy_shape, &dy)]) else {
+                continue;
+            };
+            let with_grad: Vec<usize> = (0..shapes.len())
+                .filter(|&i| info.no_grad & (1 << i) == 0)
+                .collect();
+            assert_eq!(r.outputs.len(), with_grad.len(), "{op}");
+            for (g, &i) in with_grad.iter().enumerate() {
+                assert_eq!(
+                    r.inputs[i].dims_mapping, r.outputs[g].dims_mapping,
+                    "{op}: input {i} required {} but its grad is {}",
+                    r.inputs[i], r.outputs[g]
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} grads checked");
 }

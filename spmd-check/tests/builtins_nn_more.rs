@@ -766,9 +766,10 @@ fn reduction_property(
         d.grad(true, &*rule, &mesh, &ins, &c.a[1..], &op, &vjp)
     });
     // Backward of mean_all: from a 0-d output (not partial, see
-    // `complete`) there is nothing to shard x by.
+    // `complete`) there is nothing to shard x by; its grad, from a 0-d
+    // output grad, neither: x is required laid out as its (whole) grad.
     let unsplit: &[&str] = if name == "mean_all" {
-        &["backward"]
+        &["backward", "grad"]
     } else {
         &[]
     };

@@ -1249,8 +1249,11 @@ struct GatherCase {
 }
 
 fn gather_case(allow_scalar: bool) -> impl Strategy<Value = GatherCase> {
+    // index_select's cases are rank 2 or more, their output grads sharded
+    // off the gathered dim: its grad replicates the gathered axis (x laid
+    // out as its grad), so only the other dims split work there.
     (
-        shape(1..=3),
+        shape(if allow_scalar { 1..=3 } else { 2..=3 }),
         prop::bool::weighted(if allow_scalar { 0.25 } else { 0.0 }),
     )
         .prop_flat_map(|(x, scalar)| {
@@ -1262,7 +1265,7 @@ fn gather_case(allow_scalar: bool) -> impl Strategy<Value = GatherCase> {
             let k = if scalar { 1 } else { k };
             (Just((x, scalar, axis)), prop::collection::vec(0..n, k))
         })
-        .prop_flat_map(|((x, scalar, axis), index)| {
+        .prop_flat_map(move |((x, scalar, axis), index)| {
             let mut out = x.clone();
             let index_shape: Vec<usize> = if scalar { vec![] } else { vec![index.len()] };
             if scalar {
@@ -1274,7 +1277,8 @@ fn gather_case(allow_scalar: bool) -> impl Strategy<Value = GatherCase> {
                 (x.clone(), free(&x, &[axis.1])),
                 (index_shape.clone(), free(&index_shape, &[])),
             ];
-            let outs = vec![(out.clone(), free(&out, &[]))];
+            let gathered: &[usize] = if allow_scalar { &[] } else { &[axis.1] };
+            let outs = vec![(out.clone(), free(&out, gathered))];
             (Just((x, axis, index, scalar)), layout(ins, outs))
         })
         .prop_map(|((x, axis, index, scalar), l)| GatherCase {

@@ -554,6 +554,13 @@ pub(crate) fn grad<T: Trace + ?Sized>(
             }
         }
         partial.remove(mapping.mesh_set());
+        // The grad layout rule: a grad op runs on the forward inputs
+        // resharded to its requirements and gives each input grad the local
+        // shape of its input's block, so x_j is required laid out as its
+        // grad (even where the grad reads x_j only for its shape).
+        if let Some((t, _)) = given_as {
+            result.inputs[t.index].dims_mapping = mapping.clone();
+        }
         result.outputs.push(DistAttr {
             dims_mapping: mapping,
             partial,
