@@ -266,7 +266,8 @@ fn more_than_64_operands_do_not_panic() {
 fn every_input_is_required_laid_out_as_its_grad() {
     let registry = spmd_ops::builtins();
     // (op, attrs, input shapes, output grad shape)
-    let cases: Vec<(&str, Attrs, Vec<Vec<usize>>, Vec<usize>)> = vec![
+    type GradCase = (&'static str, Attrs, Vec<Vec<usize>>, Vec<usize>);
+    let cases: Vec<GradCase> = vec![
         (
             "sum",
             Attrs::new().with("axis", vec![1i64]),

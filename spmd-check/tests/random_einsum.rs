@@ -485,10 +485,8 @@ fn known_cause(case: &Case, policy: Policy, reduce: ReduceType, dir: &str) -> Op
     if reduce == ReduceType::Avg && uneven(case, policy, reduce, dir) {
         return Some("Avg partials of uneven splits");
     }
-    if dir == "backward" {
-        if forward_lacks_extents(&plan) {
-            return Some("forward cannot learn compound extents");
-        }
+    if dir == "backward" && forward_lacks_extents(&plan) {
+        return Some("forward cannot learn compound extents");
     }
     None
 }
