@@ -380,16 +380,27 @@ fn flash_attention_frees_sequence_and_head_dims_before_merging() {
         ["[0, -1, 1, -1]", "[0, 1, -1, -1]", "[0, 1, -1]", "[-1]"]
     );
 
-    // Batch and heads are one axis each across q, k and v: two mesh dims
-    // for the batch is an error (v's own mapping counts: Paddle reads k's
-    // in its place, a bug DESIGN 4 names).
-    let err = flash_forward(
+    // Batch and heads are one axis each across q, k and v. Where v's batch
+    // sharding clashes with q's and k's, v yields (it is resharded to
+    // theirs): Paddle's answer, which reads k's mapping in v's place, and a
+    // sound one, where a merge of v's own mapping would be an error.
+    let (ins, outs) = flash_forward(
         &[2, 2],
         QKV,
         [&[0, -1, -1, -1], &[0, -1, -1, -1], &[1, -1, -1, -1]],
     )
-    .unwrap_err();
-    assert!(err.to_string().contains("two different mesh dims"), "{err}");
+    .unwrap();
+    assert_eq!(ins[..3], ["[0, -1, -1, -1]"; 3]);
+    assert_eq!(outs[0], "[0, -1, -1, -1]");
+    // Where v agrees with q and k, its own sharding takes part (q and k
+    // replicated on the batch follow v's, not k's mapping read as v's).
+    let (ins, _) = flash_forward(
+        &[2, 2],
+        QKV,
+        [&[-1, -1, -1, -1], &[-1, -1, -1, -1], &[1, -1, -1, -1]],
+    )
+    .unwrap();
+    assert_eq!(ins[..3], ["[1, -1, -1, -1]"; 3]);
 }
 
 #[test]

@@ -582,6 +582,102 @@ where
     })
 }
 
+/// What one device runs a kernel on in [`check_answer`]: its local values of
+/// the inputs (laid out as the answer requires, partial ones as
+/// contributions), the blocks of the global tensors they are, and the blocks
+/// of the outputs the answer says it holds (for kernels whose local result
+/// shape is not implied by their inputs, such as a reshape).
+#[derive(Debug)]
+pub struct LocalCall<'a> {
+    pub device: &'a Device,
+    pub inputs: &'a [Tensor],
+    pub input_blocks: &'a [Vec<Range<usize>>],
+    pub output_blocks: &'a [Vec<Range<usize>>],
+}
+
+/// Judges an answer given as data (any rule's, or another system's): lay
+/// `inputs` out as `answer` requires, run `kernel` on every device, reduce
+/// partial results and compare every device's result with its block of
+/// `expected` as `answer` lays the outputs out. `op` and `direction` name
+/// the report. This is how a conformance vector's expected answer (Paddle's)
+/// and ours are both held to the same standard.
+///
+/// ```
+/// use spmd_check::{Direction, LocalCall, Tensor, Values, check_answer};
+/// use spmd_core::{DistAttr, Mesh, MeshSet, Partial, ReduceType, RuleResult};
+///
+/// let mesh = Mesh::new(&[2])?;
+/// let x = Tensor::probe(&[4, 6], 1, Values::Integers);
+/// let rows = |t: &Tensor| Tensor::from_fn(&[t.shape()[0]], |i| (0..t.shape()[1]).map(|j| t.get(&[i[0], j])).sum());
+/// let expected = vec![rows(&x)];
+/// let kernel = |c: &LocalCall<'_>| vec![rows(&c.inputs[0])];
+/// // A row sum with its columns split: partial sums, claimed partial: sound.
+/// let mut r = RuleResult::default();
+/// r.inputs.push(DistAttr::from_paddle(&[-1, 0]).unwrap());
+/// let sum_over_0 = Partial::over(MeshSet::single(0), ReduceType::Sum);
+/// r.outputs.push(DistAttr::from_paddle(&[-1]).unwrap().with_partial(sum_over_0));
+/// check_answer("row_sum", Direction::Forward, &mesh, &[x.clone()], &r, &expected, &kernel)?;
+/// // Claimed complete: every device holds only its half of each sum.
+/// r.outputs[0] = DistAttr::from_paddle(&[-1]).unwrap();
+/// let report = check_answer("row_sum", Direction::Forward, &mesh, &[x], &r, &expected, &kernel)
+///     .unwrap_err();
+/// assert!(report.is_unsound());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn check_answer(
+    op: &str,
+    direction: Direction,
+    mesh: &Mesh,
+    inputs: &[Tensor],
+    answer: &RuleResult,
+    expected: &[Tensor],
+    kernel: &dyn Fn(&LocalCall<'_>) -> Vec<Tensor>,
+) -> Result<(), Report> {
+    let mut cx = Ctx::new(op, direction, mesh);
+    for (i, x) in inputs.iter().enumerate() {
+        cx.given(&input_name(i), x.shape(), None);
+    }
+    let in_names: Vec<String> = (0..inputs.len()).map(input_name).collect();
+    let out_names: Vec<String> = (0..expected.len()).map(output_name).collect();
+    cx.answered(answer, &in_names, &out_names);
+    check_counts(answer, inputs.len(), expected.len()).map_err(|f| cx.report(f))?;
+    let reads: Vec<Read<'_>> = inputs
+        .iter()
+        .zip(&answer.inputs)
+        .enumerate()
+        .map(|(i, (value, attr))| Read {
+            name: input_name(i),
+            value,
+            attr,
+        })
+        .collect();
+    let claims: Vec<Claim<'_>> = answer
+        .outputs
+        .iter()
+        .zip(expected)
+        .enumerate()
+        .map(|(o, (attr, e))| Claim {
+            name: output_name(o),
+            attr,
+            expected: e,
+        })
+        .collect();
+    simulate(mesh, &reads, &claims, &|dev, blocks, locals| {
+        let output_blocks: Vec<Vec<Range<usize>>> = claims
+            .iter()
+            .map(|c| block_of(c.expected.shape(), &c.attr.dims_mapping, mesh, &dev.coord))
+            .collect();
+        let call = LocalCall {
+            device: dev,
+            inputs: locals,
+            input_blocks: blocks,
+            output_blocks: &output_blocks,
+        };
+        catch(dev, || kernel(&call))
+    })
+    .map_err(|f| cx.report(f))
+}
+
 /// Checks a rule's backward inference against a reference implementation:
 /// the outputs are laid out as `outputs` (their shapes are the reference's),
 /// and the input requirements the rule derives must, fed forward, give the

@@ -78,8 +78,8 @@ mod mesh_sim;
 mod tensor;
 
 pub use check::{
-    Direction, EinsumCheck, Finding, Holding, Input, Report, RuleRef, check_backward,
-    check_forward, check_grad, values_for,
+    Direction, EinsumCheck, Finding, Holding, Input, LocalCall, Report, RuleRef, check_answer,
+    check_backward, check_forward, check_grad, values_for,
 };
 pub use eval::{EvalError, combine, einsum, einsum_sized};
 pub use mesh_sim::{Device, block_of, devices, dim_range, split_range};

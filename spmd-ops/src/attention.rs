@@ -119,6 +119,38 @@ fn shards_any(attr: &DistAttr, mask: u64) -> bool {
         .any(|(i, s)| i < 64 && mask & (1 << i) != 0 && !s.is_replicated())
 }
 
+/// Forward: the batch and heads dims of v (bits 0 and 2) whose sharding
+/// clashes with q's, k's or the mask's sharding of the same axis. Paddle 3.3.1 reads k's
+/// mapping in v's place, so it never sees the clash; we let v yield to q
+/// and k there (v is resharded to their layout) rather than fail: both
+/// answers are sound, and an error where Paddle answers soundly helps no one.
+fn v_clashes(call: &Call<'_>) -> u64 {
+    let Call::Forward { inputs, .. } = *call else {
+        return 0;
+    };
+    let (Some(q), Some(k), Some(v)) = (inputs.first(), inputs.get(1), inputs.get(2)) else {
+        return 0;
+    };
+    if v.shape.len() != 4 || q.shape.len() != 4 || k.shape.len() != 4 {
+        return 0;
+    }
+    let dim = |t: &Spec<'_>, d: usize| t.attr.dims_mapping.get(d).copied().unwrap_or_default();
+    // The mask's batch and heads dims (0 and 1) merge with v's (0 and 2).
+    let mask = inputs.get(4).filter(|m| m.shape.len() == 4);
+    [(0usize, 0usize), (2, 1)]
+        .into_iter()
+        .filter(|&(d, md)| {
+            let vs = dim(v, d);
+            let others = [Some(dim(q, d)), Some(dim(k, d)), mask.map(|m| dim(m, md))];
+            !vs.is_replicated()
+                && others
+                    .iter()
+                    .flatten()
+                    .any(|s| !s.is_replicated() && *s != vs)
+        })
+        .fold(0, |m, (d, _)| m | 1 << d)
+}
+
 /// `attr` with the dims `mask` names replicated.
 fn freed(attr: &DistAttr, mask: u64) -> DistAttr {
     let mut dims = DimsMapping::replicated(0);
@@ -234,7 +266,7 @@ impl FlashAttention {
                 .zip(roles)
                 .any(|(s, &r)| shards_any(s.attr, fixed_dims(r, s.shape, false)))
         };
-        check(first, in_roles) || check(second, grad_roles)
+        v_clashes(call) != 0 || check(first, in_roles) || check(second, grad_roles)
     }
 
     /// Answers a call [`FlashAttention::notation`] left unmerged: inference
@@ -272,14 +304,19 @@ impl FlashAttention {
         let (in_roles, grad_roles) = roles(call);
         let absent = call.absent();
         let (first, second) = given(call);
-        let free = |specs: &[Spec<'_>], roles: &[Role]| -> Vec<DistAttr> {
+        let v_clash = v_clashes(call);
+        let free = |specs: &[Spec<'_>], roles: &[Role], v_extra: u64| -> Vec<DistAttr> {
             specs
                 .iter()
                 .zip(roles.iter().chain(core::iter::repeat(&Role::Whole)))
-                .map(|(s, &r)| freed(s.attr, fixed_dims(r, s.shape, heads)))
+                .enumerate()
+                .map(|(i, (s, &r))| {
+                    let extra = if i == 2 { v_extra } else { 0 };
+                    freed(s.attr, fixed_dims(r, s.shape, heads) | extra)
+                })
                 .collect()
         };
-        let (attrs1, attrs2) = (free(first, in_roles), free(second, grad_roles));
+        let (attrs1, attrs2) = (free(first, in_roles, v_clash), free(second, grad_roles, 0));
         // k's and v's shapes with q's heads extent (inputs 1 and 2 in every
         // direction that gives them).
         let q_heads = Self::heads(call).map(|(h, _)| h);
