@@ -361,3 +361,30 @@ fn every_input_is_required_laid_out_as_its_grad() {
     }
     assert!(checked >= 20, "only {checked} grads checked");
 }
+
+#[test]
+fn a_mean_grad_never_shards_a_reduced_axis() {
+    // reduce_base with reduce_type 4 (mean) over axis 1 of x [4, 6] with the
+    // reduced axis split: the grad divides by the extent 6, which a device
+    // holding 3 columns would get wrong; a sum's grad may keep the split.
+    let registry = spmd_ops::builtins();
+    let x = attr(&[-1, 0]);
+    let dy = attr(&[-1]);
+    let grad = |reduce_type: i64| {
+        let attrs = Attrs::new()
+            .with("axis", vec![1i64])
+            .with("reduce_type", reduce_type);
+        let rule = registry.build("reduce_base", &attrs).unwrap();
+        rule.grad(
+            &mesh(&[2]),
+            &[Spec::new(&[4, 6], &x)],
+            &[Spec::new(&[4], &dy)],
+        )
+        .unwrap()
+    };
+    let mean = grad(4);
+    assert_eq!(mean.outputs[0].to_string(), "[-1, -1]");
+    assert_eq!(mean.inputs[0].to_string(), "[-1, -1]");
+    let sum = grad(0);
+    assert_eq!(sum.outputs[0].to_string(), "[-1, 0]");
+}

@@ -273,10 +273,13 @@ impl ReduceBase {
     ];
 
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        Ok(
-            reduce_notation("reduce_base", &self.axis, self.keep_dim, call)?
-                .with_reduce(self.reduce()?),
-        )
+        // A mean's grad divides by the reduced extent: a device holding a
+        // block of a reduced axis would divide by its block's. The grad
+        // never shards a reduced axis of an `Avg` reduction.
+        let r = self.reduce()?;
+        let whole = r == ReduceType::Avg && matches!(call, Call::Grad { .. });
+        let e = reduce_notation_with("reduce_base", &self.axis, self.keep_dim, whole, call)?;
+        Ok(e.with_reduce(r))
     }
 
     fn reduce(&self) -> Result<ReduceType, SpmdError> {
