@@ -1,4 +1,4 @@
-//! Per-call cost of sharding inference on the core's direct path (DESIGN §8).
+//! Per-call cost of sharding inference on the core's direct path (docs/semantics.md §8).
 //!
 //! Every benchmark builds its rule once from a parsed notation and prepares the
 //! specs outside the timed closure, so an iteration is exactly one
@@ -12,7 +12,7 @@
 //!
 //! `divan::AllocProfiler` counts heap allocations per call. Divan prints the
 //! `alloc:`/`dealloc:` rows only for benchmarks that allocate, so a benchmark
-//! without those rows made zero allocations per call, which is the DESIGN §8
+//! without those rows made zero allocations per call, which is the docs/semantics.md §8
 //! target (rank <= 8, mesh rank <= 4, <= 8 operands). The time target for matmul
 //! forward is <= 50 ns.
 //!

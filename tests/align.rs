@@ -124,7 +124,7 @@ fn grad_aligns_the_grad_ops_operands() {
         )
         .unwrap();
     assert_eq!(strs(&r.outputs), ["[-1, 1, 0]"; 3]);
-    // The merge of DESIGN §4 finds b sharded two ways: an error.
+    // The merge of docs/semantics.md §4 finds b sharded two ways: an error.
     let err = Einsum::new("1bc,1bc,1bc->1bc")
         .unwrap()
         .grad(

@@ -1,4 +1,4 @@
-//! Grad rules derived from the notation (DESIGN §4 "Grad"), worked by hand.
+//! Grad rules derived from the notation (docs/semantics.md §4 "Grad"), worked by hand.
 
 use spmd_core::{Attrs, DistAttr, Einsum, Mesh, ReduceType, Spec, SpmdError, Tensor, grad_mixed};
 

@@ -1,6 +1,6 @@
-//! Forward and backward inference through the public API, against DESIGN §4.
+//! Forward and backward inference through the public API, against docs/semantics.md §4.
 //!
-//! Every expected answer below was worked out by hand from DESIGN.md (merge,
+//! Every expected answer below was worked out by hand from docs/semantics.md.md (merge,
 //! conflict policy, never-sharded axes, projection, partial status), not read
 //! off the implementation. Mesh dims are written in Paddle's form (`-1` =
 //! replicated) via `to_paddle`; co-sharded dims are compared as `Sharding`s.
@@ -378,7 +378,7 @@ fn a_size_one_broadcast_dim_claims_its_mesh_dim_before_being_replicated() {
     // Paddle 3.3.1, conformance vector elementwise_pow_forward_s1_0788, as
     // `...,...->...` on mesh [4,2]:
     //   x [1,12,1,12] [0,1,-1,-1], y [8,12,1,12] [0,-1,-1,1]
-    // DESIGN §4: step 2 merges every given dim (x's dim 0 carries Paddle's
+    // docs/semantics.md §4: step 2 merges every given dim (x's dim 0 carries Paddle's
     // `1` label and claims mesh dim 0 first; y's dim 0 claims it second and
     // loses it under first-wins; y's dim 3 loses mesh dim 1 to x's dim 1);
     // step 3 then replicates the never-sharded `1` axis. Expected (Paddle):
@@ -505,7 +505,7 @@ fn split_heads_forward_when_another_operand_fixes_the_factor() {
 #[test]
 fn split_heads_forward_with_unknown_factors_does_not_carry() {
     // bs(hd)->bshd forward: nothing tells h's extent, so divisibility cannot
-    // be established and the sharding is not carried (DESIGN §3: "only when
+    // be established and the sharding is not carried (docs/semantics.md §3: "only when
     // its size is divisible").
     let n = plan_of("bs(hd)->bshd");
     let x = attr(&[-1, 1, 0]);

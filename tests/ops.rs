@@ -349,7 +349,7 @@ fn flash_forward(
 fn flash_attention_frees_sequence_and_head_dims_before_merging() {
     const QKV: [&[usize]; 3] = [&[8, 16, 8, 32], &[8, 16, 8, 32], &[8, 16, 8, 32]];
     // q's sharded sequence does not keep mesh dim 0 from k's and v's heads
-    // (Paddle replicates it first; DESIGN 4's merge alone would let it
+    // (Paddle replicates it first; docs/semantics.md 4's merge alone would let it
     // claim mesh dim 0 and leave the heads replicated).
     let (ins, outs) = flash_forward(
         &[4],

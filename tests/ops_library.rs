@@ -1,7 +1,7 @@
 //! The op families added to reach Paddle 3.3.1's registry: each test pins a
 //! behaviour that could be wrong. Where the expected answer is Paddle's, it
 //! was measured with the Paddle 3.3.1 oracle (`shared/tools/paddle-oracle`);
-//! where we deliberately differ (DESIGN §4), the test says why.
+//! where we deliberately differ (docs/semantics.md §4), the test says why.
 
 use spmd_core::{Attrs, DistAttr, Mesh, Partial, ReduceType, RuleResult, Spec, SpmdError};
 

@@ -1,4 +1,4 @@
-//! Property tests of parsing and inference (DESIGN §3, §4, §9).
+//! Property tests of parsing and inference (docs/semantics.md §3, §4, §9).
 //!
 //! The generators build random valid notations from a small alphabet (1–3
 //! operands, rank ≤ 4, optional `...`, occasional `1` and repeated labels),

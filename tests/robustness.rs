@@ -247,7 +247,7 @@ fn run(rule: &dyn SpmdRule, dir: Direction, call: &Call) -> Result<RuleResult, S
     }
 }
 
-/// DESIGN §2's invariants of one attr on a mesh of `mesh_rank` dims.
+/// docs/semantics.md §2's invariants of one attr on a mesh of `mesh_rank` dims.
 fn attr_problem(a: &DistAttr, rank: Option<usize>, mesh_rank: usize) -> Option<String> {
     if let Some(rank) = rank
         && a.dims_mapping.rank() != rank

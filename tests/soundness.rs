@@ -1111,6 +1111,8 @@ fn no_answer_of_ours_is_unsound_and_listed_unsound_paddle_answers_are_confirmed(
     std::panic::set_hook(Box::new(|_| {}));
     let mut not_simulated: BTreeMap<String, usize> = BTreeMap::new();
     let (mut ours_sound, mut paddle_sound, mut paddle_unsound) = (0, 0, 0);
+    // Per file: [ours judged sound, Paddle's sound, Paddle's unsound].
+    let mut per_file: BTreeMap<&str, [usize; 3]> = BTreeMap::new();
     let mut problems = Vec::new();
     let mut confirmed = 0;
     let mut total = 0;
@@ -1142,7 +1144,10 @@ fn no_answer_of_ours_is_unsound_and_listed_unsound_paddle_answers_are_confirmed(
             };
             match our_answer(&case, &registry) {
                 Some(ours) => match judge(&case, &sim, &ours) {
-                    Verdict::Sound => ours_sound += 1,
+                    Verdict::Sound => {
+                        ours_sound += 1;
+                        per_file.entry(file).or_default()[0] += 1;
+                    }
                     Verdict::Unsound(r) => {
                         problems.push(format!("{}: OUR answer is unsound:\n{r}", case.id))
                     }
@@ -1177,8 +1182,14 @@ fn no_answer_of_ours_is_unsound_and_listed_unsound_paddle_answers_are_confirmed(
                     .push(case.id.clone());
             }
             match &verdict {
-                Some(Verdict::Sound) => paddle_sound += 1,
-                Some(Verdict::Unsound(_)) => paddle_unsound += 1,
+                Some(Verdict::Sound) => {
+                    paddle_sound += 1;
+                    per_file.entry(file).or_default()[1] += 1;
+                }
+                Some(Verdict::Unsound(_)) => {
+                    paddle_unsound += 1;
+                    per_file.entry(file).or_default()[2] += 1;
+                }
                 _ => {}
             }
             if listed_unsound {
@@ -1194,6 +1205,9 @@ fn no_answer_of_ours_is_unsound_and_listed_unsound_paddle_answers_are_confirmed(
     println!(
         "{total} vectors; our answers judged sound: {ours_sound}; Paddle's: {paddle_sound} sound, {paddle_unsound} unsound"
     );
+    for (file, [o, ps, pu]) in &per_file {
+        println!("  {file}: ours judged {o}, all sound; Paddle's {ps} sound, {pu} unsound");
+    }
     println!("listed unsound Paddle answers confirmed by the checker: {confirmed}");
     println!(
         "our rule errs where Paddle's answer is sound: {} {errors_where_paddle_is_sound:?}",

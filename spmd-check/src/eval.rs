@@ -5,7 +5,7 @@
 //! the axes the output lacks (the contracted axes) are combined with the
 //! rule's reduce type (`Sum`, `Max`, …; `Any`/`All` treat non-zero as true).
 //!
-//! The notation's features (DESIGN §3):
+//! The notation's features (docs/semantics.md §3):
 //! - `...` stands for the same trailing-aligned dims in every term (numpy
 //!   broadcasting): a size-1 dim against a larger extent is broadcast;
 //! - `1` is a dim of size 1 (index 0 only);

@@ -1,4 +1,4 @@
-//! The data model of DESIGN §2: how one tensor is laid out on the mesh.
+//! The data model of docs/semantics.md §2: how one tensor is laid out on the mesh.
 
 use core::fmt;
 

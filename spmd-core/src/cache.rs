@@ -1,4 +1,4 @@
-//! Memoized run-time notations: DESIGN §8 asks that a notation built at run
+//! Memoized run-time notations: docs/semantics.md §8 asks that a notation built at run
 //! time be compiled "once per distinct run-time notation", not once per call.
 //!
 //! A rule declared with `build = ...` derives its notation from its attributes

@@ -1,4 +1,4 @@
-//! The one error type of the crate (DESIGN §9): every message names the op, the
+//! The one error type of the crate (docs/semantics.md §9): every message names the op, the
 //! tensor (role and position), the dim and the mesh dims involved.
 
 use alloc::string::String;

@@ -1,4 +1,4 @@
-//! Forward and backward inference over any plan (DESIGN §4).
+//! Forward and backward inference over any plan (docs/semantics.md §4).
 //!
 //! One call: check the tensors against the notation, learn every axis's extent,
 //! merge the given side's shardings per axis, settle conflicts, apply the
@@ -1057,7 +1057,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                 continue;
             }
             let Some(a) = self.carrier(self.slot(term, rank, dim), Some(spec.shape[dim])) else {
-                // Replicated in the end, but its claims count (DESIGN §4
+                // Replicated in the end, but its claims count (docs/semantics.md §4
                 // steps 2-3), unless the policy unshards such dims first.
                 if self.rule.policy.unsharded_claims == UnshardedClaims::Count {
                     self.map.claim_unsharded(given);

@@ -1,4 +1,4 @@
-//! The choices a rule makes where sharding semantics are not forced (DESIGN §4).
+//! The choices a rule makes where sharding semantics are not forced (docs/semantics.md §4).
 //! The classic (Paddle test-suite) behaviour is the default of each; the
 //! refinements of Paddle 3.3.1, Shardy and DTensor are further variants, chosen
 //! per rule, never special cases inside one rule.
@@ -78,7 +78,7 @@ pub enum PartialInputs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum MissingAxis {
-    /// The axis is replicated on the input (DESIGN's unsharded-missing-axis rule).
+    /// The axis is replicated on the input (the semantics' unsharded-missing-axis rule).
     #[default]
     Replicate,
     /// The call fails with [`SpmdError::MissingAxis`](crate::SpmdError::MissingAxis).
@@ -117,7 +117,7 @@ pub enum BackwardPartial {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum UnshardedClaims {
-    /// It does (DESIGN §4 steps 2-3): the dim is replicated in the end, but
+    /// It does (docs/semantics.md §4 steps 2-3): the dim is replicated in the end, but
     /// an axis that wants the same mesh dim later loses it, first-wins.
     #[default]
     Count,
@@ -133,7 +133,7 @@ pub enum UnshardedClaims {
 #[non_exhaustive]
 pub enum Compounds {
     /// They are never sharded across the reshape: only the major factor's
-    /// own sharding carries (DESIGN §3).
+    /// own sharding carries (docs/semantics.md §3).
     #[default]
     MajorOnly,
     /// When the major factor is sharded, the minor factors' mesh dims are

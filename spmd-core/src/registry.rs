@@ -1,4 +1,4 @@
-//! Name -> rule (DESIGN §6). An explicit [`Registry`] value is the primary API:
+//! Name -> rule (docs/semantics.md §6). An explicit [`Registry`] value is the primary API:
 //! deterministic, testable, and free of linker tricks; [`global`] offers a
 //! process-wide one for `std` users.
 

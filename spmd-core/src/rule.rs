@@ -41,8 +41,8 @@ pub struct EinsumRule<'a> {
     /// boolean conditions. Grad inference returns grads for the others.
     pub no_grad: u64,
     /// Inputs the gradient computation does not read (an embedding's table,
-    /// a sum's input): they take no part in the grad op's merge, and their
-    /// requirement is their given attr.
+    /// a sum's input): they take no part in the grad op's merge, and are
+    /// required laid out as their grads (docs/semantics.md §4, "Grad").
     pub grad_ignores: u64,
     /// Inputs that follow the others (bit `i` = input `i`): they take no
     /// part in the forward merge nor in the grad op's, and their requirement
@@ -234,7 +234,7 @@ impl<'a> EinsumRule<'a> {
 }
 
 impl EinsumRule<'_> {
-    /// Grad inference, derived from the notation (DESIGN §4): `inputs` are the
+    /// Grad inference, derived from the notation (docs/semantics.md §4): `inputs` are the
     /// forward inputs, `output_grads` one grad per output. The result's
     /// `inputs` are the requirements of (inputs..., output grads...) and its
     /// `outputs` the grads of the inputs that have one (see `no_grad`), each

@@ -1,6 +1,6 @@
 //! Grad op signatures: which tensors a gradient operator takes.
 //!
-//! The derived grad rule (DESIGN §4) takes the forward inputs and one grad per
+//! The derived grad rule (docs/semantics.md §4) takes the forward inputs and one grad per
 //! output. Paddle's hand-written grad ops often take other tensors: forward
 //! outputs (`topk`'s indices, layer_norm's mean and variance), no forward
 //! input at all (`transpose`'s grad reads only `out_grad`), or grads of only

@@ -3,7 +3,7 @@
 //! and the plans of valid notations.
 //!
 //! Every expected range below is counted by hand from the notation text and the
-//! grammar of DESIGN §3; columns are 1-based and count characters, not bytes.
+//! grammar of docs/semantics.md §3; columns are 1-based and count characters, not bytes.
 
 use alloc::format;
 use alloc::string::ToString;

@@ -20,7 +20,7 @@ const OP: &str = "flash_attention";
 /// partial; an absent optional input is answered `[]`.
 ///
 /// Paddle 3.3.1's `FlashAttInferSpmd` / `FlashAttInferSpmdReverse` /
-/// `FlashAttGradInferSpmd`, whose merges differ from DESIGN §4's in what
+/// `FlashAttGradInferSpmd`, whose merges differ from docs/semantics.md §4's in what
 /// takes part:
 /// - the never-sharded dims are replicated *before* the merge, so their
 ///   mesh dims stay free for `b` and `h` (q's sharded sequence does not
@@ -34,7 +34,7 @@ const OP: &str = "flash_attention";
 ///   mask or the seed.
 ///
 /// Deliberate differences (DEVIATIONS.md): v's requirement follows v (Paddle
-/// derives it from k's attr, a bug DESIGN §4 names), backward reads `out`
+/// derives it from k's attr, a bug docs/semantics.md §4 names), backward reads `out`
 /// from the given out (Paddle's reverse reads v's attr there), and with
 /// grouped-query attention (fewer kv heads `G` than query heads) the heads
 /// stay sharded only when the merged heads mesh dim divides `G` (Paddle
@@ -42,7 +42,7 @@ const OP: &str = "flash_attention";
 /// a device's kv heads would not be the ones its query heads use). A mask
 /// whose heads dim is 1 (broadcast) takes no part in the heads' merge; Paddle
 /// merges that size-1 dim's sharding into the heads, then replicates it on
-/// the mask (DESIGN §3: a size-1 dim holds no part of its axis).
+/// the mask (docs/semantics.md §3: a size-1 dim holds no part of its axis).
 #[spmd_rule(
     name = "flash_attention",
     // No `cache`: the notation depends on whether a fixed dim is sharded,

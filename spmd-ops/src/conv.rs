@@ -9,7 +9,7 @@
 //! expresses). They are written `1` (never sharded). Paddle 3.3.1 labels the
 //! spatial dims of the input, the filter and the output alike and keeps
 //! their shardings, which computes wrong values at block edges; we do not
-//! copy that (DESIGN §4). Paddle 3.3.1 also reads every layout as
+//! copy that (docs/semantics.md §4). Paddle 3.3.1 also reads every layout as
 //! channels-first; we honour `data_format` (`NHWC`, `NDHWC`). As Paddle
 //! does for the input channels of a grouped convolution, the given
 //! shardings of never-sharded dims are dropped before the merge, so their

@@ -80,7 +80,7 @@ pub struct Bmm {}
 
 /// Paddle's `einsum` op: the rule is the `equation` attribute, parsed when
 /// the op is called (Paddle writes `...` as explicit letters; ours is the
-/// DESIGN §3 notation, `...` included). The classic policy, as Paddle's
+/// docs/semantics.md §3 notation, `...` included). The classic policy, as Paddle's
 /// `EinsumInferSpmd`.
 #[spmd_rule(name = "einsum", build = Self::notation)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

@@ -177,7 +177,7 @@ impl Unsqueeze {
 
 /// Paddle's `flatten`: dims `start_axis..=stop_axis` merge into one, written
 /// as a compound `(cde)` on the output; only the group's first dim may carry
-/// a sharding across (DESIGN §3). Flatten is linear, so a `Sum` partial input
+/// a sharding across (docs/semantics.md §3). Flatten is linear, so a `Sum` partial input
 /// passes to the output, as Paddle 3.3.1 does.
 ///
 /// Paddle's grad rule takes no attributes (`FlattenGradInferSpmd(x,
@@ -252,7 +252,7 @@ fn merged(names: &[char], shape: &[usize], group: &[usize]) -> String {
 /// shares a label; input dims merging into one output dim are a compound on
 /// the output (`ab->(ab)`); an input dim splitting into several output dims
 /// is a compound on the input (`(ab)->ab`); either way only the major factor
-/// carries a sharding (DESIGN §3). A run that both merges and splits has no
+/// carries a sharding (docs/semantics.md §3). A run that both merges and splits has no
 /// compound form: its dims are `1` here, and [`Reshape`]'s hook carries the
 /// run's sharding (see [`for_each_carrying_run`]). Size-1 dims are `1`.
 pub(crate) fn reshape_notation(
