@@ -11,8 +11,11 @@
 //! without attributes (random ranks, shapes, layouts and partial outputs on
 //! random meshes). Calls the rule rejects are counted, not judged.
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::Rng;
 use spmd_core::json::{self, Case, Direction, Parts};
 use spmd_core::{
     Attrs, DimsMapping, DistAttr, Einsum, Mesh, MeshSet, Partial, ReduceType, Registry, RuleResult,
@@ -244,21 +247,6 @@ fn contradicts_its_target(case: &Case, call: &Call) -> bool {
             .iter()
             .zip(out)
             .any(|(t, &o)| t.as_i64().is_some_and(|t| t > 0 && t as usize != o))
-}
-
-/// xorshift64*: deterministic choices.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 /// A tensor of rank `rank` with small extents, each dim replicated or on a

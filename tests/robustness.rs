@@ -12,9 +12,12 @@
 //! Deterministic (a fixed-seed generator), so a failure names the case id and
 //! the mutations that reproduce it.
 
+mod common;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
+use common::Rng;
 use spmd_core::json::{self, Case, Direction, Parts};
 use spmd_core::{
     Attrs, DimsMapping, DistAttr, Mesh, Partial, ReduceType, RuleResult, Sharding, Spec, SpmdError,
@@ -24,25 +27,6 @@ use spmd_core::{
 /// Mutated calls per template: with ~2,900 templates, ~23,000 calls (48,
 /// ~138,000 calls, was tried by hand and found nothing more).
 const MUTANTS: u64 = 8;
-
-/// xorshift64*: small, deterministic, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-}
 
 /// One call: the mesh and the tensors, `None` where absent.
 #[derive(Clone, Debug)]

@@ -556,7 +556,20 @@ fn run_answer<F>(
 where
     F: Fn(&[Tensor]) -> Vec<Tensor>,
 {
-    let reads: Vec<Read<'_>> = values
+    let (reads, claims) = reads_and_claims(values, r, expected);
+    simulate(mesh, &reads, &claims, &|dev, _, locals| {
+        catch(dev, || reference(locals))
+    })
+}
+
+/// What the devices read (the inputs, laid out as `r` requires) and what
+/// they must then hold (the outputs, laid out as `r` claims).
+fn reads_and_claims<'a>(
+    values: &[&'a Tensor],
+    r: &'a RuleResult,
+    expected: &'a [Tensor],
+) -> (Vec<Read<'a>>, Vec<Claim<'a>>) {
+    let reads = values
         .iter()
         .zip(&r.inputs)
         .enumerate()
@@ -566,7 +579,7 @@ where
             attr,
         })
         .collect();
-    let claims: Vec<Claim<'_>> = r
+    let claims = r
         .outputs
         .iter()
         .zip(expected)
@@ -577,9 +590,7 @@ where
             expected: e,
         })
         .collect();
-    simulate(mesh, &reads, &claims, &|dev, _, locals| {
-        catch(dev, || reference(locals))
-    })
+    (reads, claims)
 }
 
 /// What one device runs a kernel on in [`check_answer`]: its local values of
@@ -641,27 +652,8 @@ pub fn check_answer(
     let out_names: Vec<String> = (0..expected.len()).map(output_name).collect();
     cx.answered(answer, &in_names, &out_names);
     check_counts(answer, inputs.len(), expected.len()).map_err(|f| cx.report(f))?;
-    let reads: Vec<Read<'_>> = inputs
-        .iter()
-        .zip(&answer.inputs)
-        .enumerate()
-        .map(|(i, (value, attr))| Read {
-            name: input_name(i),
-            value,
-            attr,
-        })
-        .collect();
-    let claims: Vec<Claim<'_>> = answer
-        .outputs
-        .iter()
-        .zip(expected)
-        .enumerate()
-        .map(|(o, (attr, e))| Claim {
-            name: output_name(o),
-            attr,
-            expected: e,
-        })
-        .collect();
+    let values: Vec<&Tensor> = inputs.iter().collect();
+    let (reads, claims) = reads_and_claims(&values, answer, expected);
     simulate(mesh, &reads, &claims, &|dev, blocks, locals| {
         let output_blocks: Vec<Vec<Range<usize>>> = claims
             .iter()
