@@ -19,7 +19,7 @@ use common::Rng;
 use spmd_core::json::{self, Case, Direction, Parts};
 use spmd_core::{
     Attrs, DimsMapping, DistAttr, Einsum, Mesh, MeshSet, Partial, ReduceType, Registry, RuleResult,
-    Sharding, Spec, SpmdRule,
+    Spec, SpmdRule,
 };
 
 fn load(file: &str) -> Vec<Case> {
@@ -253,16 +253,7 @@ fn contradicts_its_target(case: &Case, call: &Call) -> bool {
 /// distinct mesh dim, maybe partial over a free mesh dim.
 fn random_tensor(rng: &mut Rng, rank: usize, mesh_rank: usize) -> Parts {
     let shape: Vec<usize> = (0..rank).map(|_| [2, 3, 4, 6, 8][rng.below(5)]).collect();
-    let mut free: Vec<u8> = (0..mesh_rank as u8).collect();
-    let mapping: Vec<Sharding> = (0..rank)
-        .map(|_| {
-            if free.is_empty() || rng.below(2) == 0 {
-                Sharding::REPLICATED
-            } else {
-                Sharding::on(free.swap_remove(rng.below(free.len())))
-            }
-        })
-        .collect();
+    let (mapping, free) = common::random_mapping(rng, rank, mesh_rank);
     let mut attr = DistAttr::new(DimsMapping::from_shardings(&mapping));
     if !free.is_empty() && rng.below(2) == 0 {
         let r = [ReduceType::Sum, ReduceType::Max, ReduceType::Avg][rng.below(3)];

@@ -416,16 +416,7 @@ fn mutated_calls_never_panic_and_answers_stay_well_formed() {
 /// dim on a distinct mesh dim or replicated.
 fn random_tensor(rng: &mut Rng, rank: usize, mesh_rank: usize) -> Parts {
     let shape: Vec<usize> = (0..rank).map(|_| [1, 2, 4, 6, 8][rng.below(5)]).collect();
-    let mut free: Vec<u8> = (0..mesh_rank as u8).collect();
-    let mapping: Vec<Sharding> = (0..rank)
-        .map(|_| {
-            if free.is_empty() || rng.below(2) == 0 {
-                Sharding::REPLICATED
-            } else {
-                Sharding::on(free.swap_remove(rng.below(free.len())))
-            }
-        })
-        .collect();
+    let (mapping, free) = common::random_mapping(rng, rank, mesh_rank);
     let mut attr = DistAttr::new(DimsMapping::from_shardings(&mapping));
     if let Some(&d) = free.first()
         && rng.below(4) == 0

@@ -20,3 +20,24 @@ impl Rng {
         }
     }
 }
+
+/// A random valid mapping of rank `rank` on a mesh of `mesh_rank` dims (each
+/// dim replicated or on a mesh dim of its own), and the mesh dims it leaves
+/// free (for a partial status).
+pub fn random_mapping(
+    rng: &mut Rng,
+    rank: usize,
+    mesh_rank: usize,
+) -> (Vec<spmd_core::Sharding>, Vec<u8>) {
+    let mut free: Vec<u8> = (0..mesh_rank as u8).collect();
+    let mapping = (0..rank)
+        .map(|_| {
+            if free.is_empty() || rng.below(2) == 0 {
+                spmd_core::Sharding::REPLICATED
+            } else {
+                spmd_core::Sharding::on(free.swap_remove(rng.below(free.len())))
+            }
+        })
+        .collect();
+    (mapping, free)
+}
