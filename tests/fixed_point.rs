@@ -280,14 +280,7 @@ fn synthetic_backward_calls_of_every_registered_op_are_fixed_points() {
         ops += 1;
         for m in 0..128u64 {
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((k as u64) << 12 | m));
-            let mesh: Vec<usize> = (0..1 + rng.below(3)).map(|_| 1 + rng.below(4)).collect();
-            let rank = rng.below(5);
-            let n_in = if info.inputs.is_empty() {
-                1 + rng.below(3)
-            } else {
-                info.inputs.len()
-            };
-            let n_out = info.outputs.len().max(1);
+            let (mesh, rank, n_in, n_out) = common::call_frame(&mut rng, info);
             // One shape for every tensor, so that the outputs' shapes are
             // the ones the op computes (elementwise-like ops answer; others
             // reject the ranks, which is counted).

@@ -442,14 +442,7 @@ fn synthetic_calls_of_every_registered_op_never_panic() {
         ops += 1;
         for m in 0..96u64 {
             let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((k as u64) << 12 | m));
-            let mesh: Vec<usize> = (0..1 + rng.below(3)).map(|_| 1 + rng.below(4)).collect();
-            let rank = rng.below(5);
-            let n_in = if info.inputs.is_empty() {
-                1 + rng.below(3)
-            } else {
-                info.inputs.len()
-            };
-            let n_out = info.outputs.len().max(1);
+            let (mesh, rank, n_in, n_out) = common::call_frame(&mut rng, info);
             let mut tensors = |n: usize| -> Vec<Option<Parts>> {
                 (0..n)
                     .map(|_| Some(random_tensor(&mut rng, rank, mesh.len())))

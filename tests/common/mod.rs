@@ -41,3 +41,17 @@ pub fn random_mapping(
         .collect();
     (mapping, free)
 }
+
+/// The frame of a synthetic call of a registered op: a random mesh (1 to 3
+/// dims of 1 to 4 devices), one rank for every tensor (0 to 4), and the
+/// number of inputs (declared, or 1 to 3 for variadic ops) and outputs.
+pub fn call_frame(rng: &mut Rng, info: &spmd_core::RuleInfo) -> (Vec<usize>, usize, usize, usize) {
+    let mesh: Vec<usize> = (0..1 + rng.below(3)).map(|_| 1 + rng.below(4)).collect();
+    let rank = rng.below(5);
+    let n_in = if info.inputs.is_empty() {
+        1 + rng.below(3)
+    } else {
+        info.inputs.len()
+    };
+    (mesh, rank, n_in, info.outputs.len().max(1))
+}
