@@ -13,22 +13,12 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use common::Rng;
-use spmd_core::json::{self, Case, Direction, Parts};
+use common::{Rng, load};
+use spmd_core::json::{Case, Direction, Parts};
 use spmd_core::{
     Attrs, DimsMapping, DistAttr, Einsum, Mesh, MeshSet, Partial, ReduceType, Registry, RuleResult,
     Spec, SpmdRule,
 };
-
-fn load(file: &str) -> Vec<Case> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/conformance")
-        .join(file);
-    let text = std::fs::read_to_string(&path).expect("the vectors are in the repository");
-    json::parse_cases(&text).expect("the vectors parse")
-}
 
 fn rule_for(case: &Case, registry: &Registry) -> Option<Box<dyn SpmdRule>> {
     if case.op == "einsum" {

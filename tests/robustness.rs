@@ -15,10 +15,9 @@
 mod common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
 
-use common::Rng;
-use spmd_core::json::{self, Case, Direction, Parts};
+use common::{Rng, load};
+use spmd_core::json::{Direction, Parts};
 use spmd_core::{
     Attrs, DimsMapping, DistAttr, Mesh, Partial, ReduceType, RuleResult, Sharding, Spec, SpmdError,
     SpmdRule,
@@ -34,14 +33,6 @@ struct Call {
     mesh: Vec<usize>,
     inputs: Vec<Option<Parts>>,
     outputs: Vec<Option<Parts>>,
-}
-
-fn load(file: &str) -> Vec<Case> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/conformance")
-        .join(file);
-    let text = std::fs::read_to_string(&path).expect("the vectors are in the repository");
-    json::parse_cases(&text).expect("the vectors parse")
 }
 
 /// Every tensor slot of a call, inputs first.

@@ -55,3 +55,12 @@ pub fn call_frame(rng: &mut Rng, info: &spmd_core::RuleInfo) -> (Vec<usize>, usi
     };
     (mesh, rank, n_in, info.outputs.len().max(1))
 }
+
+/// The cases of one vector file of `tests/conformance/`.
+pub fn load(file: &str) -> Vec<spmd_core::json::Case> {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/conformance")
+        .join(file);
+    let text = std::fs::read_to_string(&path).expect("the vectors are in the repository");
+    spmd_core::json::parse_cases(&text).expect("the vectors parse")
+}
