@@ -1221,9 +1221,17 @@ impl EinsumCheck {
                     .collect()
             })
             .collect();
+        // An addend's grad is the output grad summed onto its dims; a
+        // product operand's grad reads the other product operands only.
+        let plan = self.notation.plan();
         let parts = |j: usize| -> Vec<Vec<usize>> {
             (0..out_shapes.len())
-                .map(|o| (0..n_in).filter(|&i| i != j).chain([n_in + o]).collect())
+                .map(|o| {
+                    (0..n_in)
+                        .filter(|&i| i != j && !plan.is_addend(j) && !plan.is_addend(i))
+                        .chain([n_in + o])
+                        .collect()
+                })
                 .collect()
         };
         let mut expected = Vec::new();
@@ -1295,6 +1303,19 @@ impl EinsumCheck {
         .map_err(|f| cx.report(f))
     }
 
+    /// What each output sums: the einsum of the product operands, then each
+    /// addend (`+n`) on its own, broadcast onto the output.
+    fn forward_parts(&self, n_in: usize) -> Vec<Vec<usize>> {
+        let plan = self.notation.plan();
+        let products: Vec<usize> = (0..n_in).filter(|&i| !plan.is_addend(i)).collect();
+        let addends = (0..n_in).filter(|&i| plan.is_addend(i)).map(|i| vec![i]);
+        (!products.is_empty())
+            .then_some(products)
+            .into_iter()
+            .chain(addends)
+            .collect()
+    }
+
     fn dense(
         &self,
         layout: &Layout,
@@ -1307,16 +1328,28 @@ impl EinsumCheck {
             .map(Vec::as_slice)
             .zip(values)
             .collect();
+        let parts = self.forward_parts(values.len());
         layout
             .outputs
             .iter()
             .map(|out| {
-                contract(&operands, out, extent, self.reduce).map_err(|e| Finding::Setup(e.0))
+                let mut sum: Option<Tensor> = None;
+                for part in &parts {
+                    let ops: Vec<(&[Slot], &Tensor)> = part.iter().map(|&i| operands[i]).collect();
+                    let v = contract(&ops, out, extent, self.reduce)
+                        .map_err(|e| Finding::Setup(e.0))?;
+                    sum = Some(match sum {
+                        None => v,
+                        Some(s) => s.zip_with(&v, |a, b| a + b),
+                    });
+                }
+                Ok(sum.unwrap_or_else(|| Tensor::full(&slots_shape(out, extent), 0.0)))
             })
             .collect()
     }
 
-    /// Every output reads every input: the local einsum over the device's blocks.
+    /// Every output sums its parts (the product operands' einsum, then each
+    /// addend): the local einsums over the device's blocks.
     fn simulate_einsum(
         &self,
         mesh: &Mesh,
@@ -1352,7 +1385,7 @@ impl EinsumCheck {
             .iter()
             .zip(&r.outputs)
             .map(|(out, claim)| Term {
-                parts: vec![(0..values.len()).collect()],
+                parts: self.forward_parts(values.len()),
                 out,
                 claim: &claim.dims_mapping,
             })

@@ -1,9 +1,10 @@
 //! A small dense einsum evaluator: the mathematics a rule's notation stands for.
 //!
-//! Every output is the einsum of *all* inputs onto its term: for each index of
-//! the output's axes, the inputs' values are multiplied and the products over
-//! the axes the output lacks (the contracted axes) are combined with the
+//! Every output is the einsum of its *product* operands onto its term: for each
+//! index of the output's axes, their values are multiplied and the products
+//! over the axes the output lacks (the contracted axes) are combined with the
 //! rule's reduce type (`Sum`, `Max`, …; `Any`/`All` treat non-zero as true).
+//! Each addend (`+n`) is then added, broadcast over the output's other axes.
 //!
 //! The notation's features (docs/semantics.md §3):
 //! - `...` stands for the same trailing-aligned dims in every term (numpy
@@ -20,6 +21,8 @@
 //! let y = Tensor::new(&[3], vec![1., 10., 100.]);
 //! let out = einsum("ab,b->a", &[&x, &y], ReduceType::Sum)?;
 //! assert_eq!(out[0].data(), &[281., -546.]);
+//! let with_bias = einsum("ab,b,+a->a", &[&x, &y, &Tensor::new(&[2], vec![1000., 0.])], ReduceType::Sum)?;
+//! assert_eq!(with_bias[0].data(), &[1281., -546.]);
 //! let max = einsum("ab->a", &[&x], ReduceType::Max)?;
 //! assert_eq!(max[0].data(), &[3., 5.]);
 //! // A reshape: split the last dim into heads `h` of size `d` (one extent given).
@@ -466,10 +469,26 @@ pub fn einsum_sized(
         .map(Vec::as_slice)
         .zip(inputs.iter().copied())
         .collect();
+    // Products multiply; each addend (`+n`) is added, broadcast.
+    let products: Vec<(&[Slot], &Tensor)> = (0..operands.len())
+        .filter(|&i| !plan.is_addend(i))
+        .map(|i| operands[i])
+        .collect();
     layout
         .outputs
         .iter()
-        .map(|out| contract(&operands, out, &extent, reduce))
+        .map(|out| {
+            let mut sum = if products.is_empty() {
+                Tensor::full(&slots_shape(out, &extent), 0.0)
+            } else {
+                contract(&products, out, &extent, reduce)?
+            };
+            for i in (0..operands.len()).filter(|&i| plan.is_addend(i)) {
+                let added = contract(&[operands[i]], out, &extent, reduce)?;
+                sum = sum.zip_with(&added, |a, b| a + b);
+            }
+            Ok(sum)
+        })
         .collect()
 }
 

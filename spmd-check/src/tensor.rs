@@ -167,6 +167,19 @@ impl Tensor {
     pub fn map(&self, f: impl Fn(f64) -> f64) -> Tensor {
         Tensor::new(&self.shape, self.data.iter().map(|&x| f(x)).collect())
     }
+
+    /// Elementwise `f(self, other)`; the shapes must be equal.
+    pub fn zip_with(&self, other: &Tensor, f: impl Fn(f64, f64) -> f64) -> Tensor {
+        assert_eq!(self.shape, other.shape, "zip_with of different shapes");
+        Tensor::new(
+            &self.shape,
+            self.data
+                .iter()
+                .zip(&other.data)
+                .map(|(&a, &b)| f(a, b))
+                .collect(),
+        )
+    }
 }
 
 impl fmt::Debug for Tensor {

@@ -126,11 +126,13 @@ pub(crate) fn forward<T: Trace + ?Sized>(
         let taken = given[..cx.n_axes]
             .iter()
             .fold(MeshSet::EMPTY, |m, s| m.union(s.mesh_set()));
-        if let Some((i, spec)) = inputs
-            .iter()
-            .enumerate()
-            .find(|(i, s)| present(*i) && s.attr.partial.iter().any(|(_, r)| r == ReduceType::Sum))
-        {
+        // An addend keeps no partial of its own: a product partial over `d`
+        // makes it partial below, and alone it would be added on every rank.
+        if let Some((i, spec)) = inputs.iter().enumerate().find(|(i, s)| {
+            present(*i)
+                && !plan.is_addend(*i)
+                && s.attr.partial.iter().any(|(_, r)| r == ReduceType::Sum)
+        }) {
             passed_on = spec
                 .attr
                 .partial
@@ -170,7 +172,52 @@ pub(crate) fn forward<T: Trace + ?Sized>(
             partial,
         });
     }
+    addend_partials(rule, &mut result, present)?;
     Ok(result)
+}
+
+/// Addends (`+n`) are added once to the true result: where the output is a
+/// `Sum` over mesh dim `d`, each addend is required partial over `d` too
+/// (one rank holds it, the others zeros: a local conversion from
+/// replicated); a replicated addend commutes with `Avg`, `Max` and `Min`.
+/// With `Prod`, `Any` or `All` no layout of the addend is right, so the call
+/// is an error (the macro already refuses such a declaration).
+fn addend_partials(
+    rule: &EinsumRule<'_>,
+    result: &mut RuleResult,
+    present: impl Fn(usize) -> bool,
+) -> Result<(), SpmdError> {
+    let plan = &rule.plan;
+    if !plan.has_addends() {
+        return Ok(());
+    }
+    // The parser allows addends only with one output.
+    let Some(out) = result.outputs.first().map(|o| o.partial) else {
+        return Ok(());
+    };
+    if let Some((d, r)) = out.iter().find(|(_, r)| {
+        !matches!(
+            r,
+            ReduceType::Sum | ReduceType::Avg | ReduceType::Max | ReduceType::Min
+        )
+    }) {
+        return Err(SpmdError::Rejected {
+            op: rule.name,
+            message: alloc::format!(
+                "the output would be partial ({r}) over mesh dim {d}, and an added operand \
+                 cannot be laid out to commute with a {r} reduction"
+            ),
+        });
+    }
+    let sums: Partial = out.iter().filter(|&(_, r)| r == ReduceType::Sum).collect();
+    for (i, attr) in result.inputs.iter_mut().enumerate() {
+        if plan.is_addend(i) && present(i) {
+            let mut p = sums;
+            p.remove(attr.dims_mapping.mesh_set());
+            attr.partial = p;
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn backward<T: Trace + ?Sized>(
@@ -311,7 +358,7 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     // A partial explained by the inputs goes on the first present input
     // (linear in each operand) or on every one (aligned), as forward keeps it.
     let aligned = rule.policy.conflicts == Conflicts::Align;
-    let first_present = (0..input_shapes.len()).find(|&i| input_present(i));
+    let first_present = (0..input_shapes.len()).find(|&i| input_present(i) && !plan.is_addend(i));
     for (i, shape) in input_shapes.iter().enumerate() {
         let mapping = if input_present(i) {
             cx.project(plan.input(i), shape.len(), Some(shape), derived)
@@ -355,6 +402,7 @@ pub(crate) fn backward<T: Trace + ?Sized>(
             partial,
         });
     }
+    addend_partials(rule, &mut result, input_present)?;
     Ok(result)
 }
 
@@ -528,9 +576,16 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         };
         // What computing x_j's grad reads: the other read operands. Axes
         // they carry that x_j lacks are summed over.
+        // An addend's grad reads the output grads only (`db = sum dy`);
+        // a product operand's grad reads no addend.
+        let addend = plan.is_addend(j);
+        let reads_for_j = |t: TensorRef, input: Option<usize>| match input {
+            Some(i) => i != j && !addend && !plan.is_addend(i) && read(input),
+            None => !addend || t.role == Role::Output,
+        };
         let mut others = AxisSet::EMPTY;
-        for (_, term, input, spec) in operands() {
-            if input != Some(j) && read(input) {
+        for (t, term, input, spec) in operands() {
+            if reads_for_j(t, input) {
                 others = others.union(cx.carried_axes(term, spec.shape));
             }
         }

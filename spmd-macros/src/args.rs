@@ -306,6 +306,26 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         }
     }
     reduce_axes.sort_by_key(|(c, _)| *c);
+    // An addend commutes with a Sum, Avg, Max or Min of partial results, but
+    // not with a product or a logical reduction: `prod(p_i + b) != prod(p_i) + b`.
+    if literals.iter().any(|l| l.notation.plan().has_addends()) {
+        let lits = raw
+            .reduce
+            .iter()
+            .chain(raw.reduce_axes.iter().flat_map(|m| m.values()));
+        for lit in lits {
+            if matches!(lit.value().as_str(), "prod" | "any" | "all") {
+                errors.push(
+                    Error::custom(format!(
+                        "reduce type {:?} with an addend (`+`): an added operand commutes only \
+                         with \"sum\", \"avg\", \"max\" and \"min\" reductions",
+                        lit.value()
+                    ))
+                    .with_span(lit),
+                );
+            }
+        }
+    }
     let conflicts = choice(
         &mut errors,
         raw.conflicts.as_ref(),

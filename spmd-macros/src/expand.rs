@@ -517,6 +517,7 @@ fn plan(n: &Notation, span: Span) -> TokenStream {
     });
     let compound = p.compound_axes;
     let n_inputs = p.n_inputs;
+    let addends = p.addends;
     let set = |s: spmd_notation::AxisSet| {
         let bits = s.0;
         quote!(__spmd::AxisSet(#bits))
@@ -541,6 +542,7 @@ fn plan(n: &Notation, span: Span) -> TokenStream {
             diagonal: #dg,
             compound_minor: #mi,
             compound_major: #ma,
+            addends: #addends,
         }
     }
 }

@@ -63,6 +63,15 @@ pub enum ErrorKind {
         expected: usize,
         found: usize,
     },
+    /// `+` in an output term (only operands can be added).
+    AddendInOutput,
+    /// `+` anywhere but at the start of an operand, or twice.
+    MisplacedPlus,
+    /// An addend's label that the output lacks (an addend is added to the
+    /// result elementwise, broadcast over the output's other axes).
+    AddendLabelNotInOutput(char),
+    /// An addend in a notation with several outputs (which one gets it?).
+    AddendWithSeveralOutputs,
     /// A label named by a rule option (never-sharded axes, reduce types, ...)
     /// that the notation does not have.
     UnknownLabel(char),
@@ -76,7 +85,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::EmptyOperands => f.write_str("empty operand list before `->`"),
             ErrorKind::UnexpectedChar(c) => write!(
                 f,
-                "unexpected character {c:?} (expected a letter, `1`, `...`, `(`, `)`, `,` or `->`)"
+                "unexpected character {c:?} (expected a letter, `1`, `...`, `(`, `)`, `+`, `,` or `->`)"
             ),
             ErrorKind::MalformedEllipsis => f.write_str("malformed ellipsis (expected `...`)"),
             ErrorKind::RepeatedEllipsis => f.write_str("more than one `...` in one term"),
@@ -102,15 +111,31 @@ impl fmt::Display for ErrorKind {
                 found,
             } => write!(f, "{found} {side}(s) where the op declares {expected}"),
             ErrorKind::UnknownLabel(c) => write!(f, "label `{c}` is not in the notation"),
+            ErrorKind::AddendInOutput => {
+                f.write_str("`+` in an output (only an operand can be an addend)")
+            }
+            ErrorKind::MisplacedPlus => {
+                f.write_str("`+` must stand once, at the start of an operand (`+n` adds n)")
+            }
+            ErrorKind::AddendLabelNotInOutput(c) => {
+                write!(f, "addend label `{c}` is not in the output")
+            }
+            ErrorKind::AddendWithSeveralOutputs => {
+                f.write_str("an addend in a notation with several outputs")
+            }
         }
     }
 }
 
 impl ErrorKind {
     /// A short clause after the location, where the kind needs one.
-    fn hint(&self) -> Option<&'static str> {
+    pub(crate) fn hint(&self) -> Option<&'static str> {
         match self {
             ErrorKind::UnknownOutputLabel(_) => Some("no input has it"),
+            ErrorKind::AddendLabelNotInOutput(_) => {
+                Some("an addend is added to the result, so the result has every one of its axes")
+            }
+            ErrorKind::AddendWithSeveralOutputs => Some("which output would it be added to?"),
             _ => None,
         }
     }

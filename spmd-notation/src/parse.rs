@@ -23,6 +23,7 @@ pub struct Notation {
     diagonal: AxisSet,
     compound_minor: AxisSet,
     compound_major: AxisSet,
+    addends: u64,
 }
 
 impl Notation {
@@ -39,6 +40,7 @@ impl Notation {
             diagonal: self.diagonal,
             compound_minor: self.compound_minor,
             compound_major: self.compound_major,
+            addends: self.addends,
         }
     }
 
@@ -133,9 +135,11 @@ fn parse_with(
             diagonal: AxisSet::EMPTY,
             compound_minor: AxisSet::EMPTY,
             compound_major: AxisSet::EMPTY,
+            addends: 0,
         },
         no_operands: false,
         lone_scalar,
+        addend_at: Vec::new(),
     };
     if !found.is_empty() {
         // A separator inside a term: the joined text does not say what the
@@ -164,6 +168,8 @@ struct Parser<'s> {
     no_operands: bool,
     /// See [`parse_terms`].
     lone_scalar: bool,
+    /// Where each addend operand's `+` is (indexed by input).
+    addend_at: Vec<usize>,
 }
 
 impl Parser<'_> {
@@ -203,6 +209,46 @@ impl Parser<'_> {
         }
         self.n.terms.truncate(terms);
         self.n.dims.truncate(dims);
+        self.check_addends();
+    }
+
+    /// An addend is added to the result, so the result must have every one
+    /// of its labels (else the addend would be summed over an axis, which is
+    /// a product's job), and with several outputs it would not say which one
+    /// it is added to.
+    fn check_addends(&mut self) {
+        if self.n.addends == 0 || self.no_operands {
+            return;
+        }
+        let n_in = self.n.n_inputs as usize;
+        let n_out = self.n.terms.len() - n_in;
+        for i in 0..n_in.min(64) {
+            if self.n.addends & (1u64 << i) == 0 {
+                continue;
+            }
+            let at = self.addend_at[i];
+            if n_out > 1 {
+                self.err(ErrorKind::AddendWithSeveralOutputs, at..at + 1);
+                continue;
+            }
+            let term = self.n.terms[i];
+            let own = self.n.plan().axes_of(term);
+            let out_axes = match self.n.terms.get(n_in) {
+                Some(&o) => self.n.plan().axes_of(o),
+                None => AxisSet::EMPTY,
+            };
+            for a in own.minus(out_axes).iter() {
+                let c = self.n.labels[a as usize] as char;
+                // Point at the label inside the addend's own text.
+                let text = &self.src[at..];
+                let end = text
+                    .find(',')
+                    .or_else(|| text.find("->"))
+                    .unwrap_or(text.len());
+                let off = text[..end].find(c).map_or(at, |o| at + o);
+                self.err(ErrorKind::AddendLabelNotInOutput(c), off..off + 1);
+            }
+        }
     }
 
     /// Parses one side of the arrow: terms separated by commas.
@@ -228,12 +274,31 @@ impl Parser<'_> {
         // close them, not the compound, so no second error follows.
         let mut nested = 0usize;
         let mut seen = AxisSet::EMPTY;
+        // Nothing but white space read yet: where a `+` may stand.
+        let mut at_start = true;
+        let index = self.n.terms.len();
+        if !output {
+            self.addend_at.push(base);
+        }
         let mut chars = text.char_indices().peekable();
         while let Some((off, c)) = chars.next() {
             let at = base + off;
             let here = at..at + c.len_utf8();
+            if !c.is_whitespace() && c != '+' {
+                at_start = false;
+            }
             match c {
                 c if c.is_whitespace() => {}
+                '+' if output => self.err(ErrorKind::AddendInOutput, here),
+                '+' if !at_start || self.n.addends & (1u64 << index.min(63)) != 0 => {
+                    self.err(ErrorKind::MisplacedPlus, here)
+                }
+                '+' if index >= 64 => self.err(ErrorKind::MisplacedPlus, here),
+                '+' => {
+                    at_start = false;
+                    self.n.addends |= 1u64 << index;
+                    self.addend_at[index] = at;
+                }
                 'a'..='z' | 'A'..='Z' => {
                     let Some(id) = self.axis(c, output, here.clone()) else {
                         continue;

@@ -110,6 +110,10 @@ pub struct Plan<'a> {
     /// Axes that are the major factor of some compound dim: their sharding must
     /// divide their extent, or a reshape could not carry it.
     pub compound_major: AxisSet,
+    /// Inputs (bit `i` = input `i`) that are *added* to the result (`+n`: a
+    /// bias, a residual) rather than multiplied into it. An addend's labels
+    /// are all in the one output, so it never contracts an axis.
+    pub addends: u64,
 }
 
 impl<'a> Plan<'a> {
@@ -201,6 +205,18 @@ impl<'a> Plan<'a> {
             s.push_str("...");
         }
         s
+    }
+
+    /// Whether input `i` is an addend (`+` before its term).
+    #[inline]
+    pub const fn is_addend(&self, i: usize) -> bool {
+        i < 64 && self.addends & (1u64 << i) != 0
+    }
+
+    /// Whether any input is an addend.
+    #[inline]
+    pub const fn has_addends(&self) -> bool {
+        self.addends != 0
     }
 
     /// Whether any term has a compound dim.

@@ -29,11 +29,7 @@ fn one_error(src: &str, kind: ErrorKind, range: Range<usize>, column: usize) {
     assert_eq!(
         msg,
         format!("{kind} at column {column} of einsum {src:?}")
-            + if matches!(kind, ErrorKind::UnknownOutputLabel(_)) {
-                " (no input has it)"
-            } else {
-                ""
-            },
+            + &kind.hint().map(|h| format!(" ({h})")).unwrap_or_default(),
     );
     // The one-error `Display` of the collection is that message.
     assert_eq!(errs.to_string(), msg);
@@ -611,5 +607,49 @@ fn parse_terms_errors_point_into_the_joined_source() {
     assert_eq!(
         e.errors,
         vec![NotationError::new(ErrorKind::ExtraArrow, 5..7)]
+    );
+}
+
+#[test]
+fn addends_are_marked_and_contract_nothing() {
+    let n = parse("bsk,kn,+n->bsn").unwrap();
+    let p = n.plan();
+    assert_eq!(p.addends, 0b100);
+    assert!(p.is_addend(2) && !p.is_addend(0) && !p.is_addend(1));
+    assert_eq!(p.contracted(), axes(&p, "k"));
+    // The `+` is not part of the term: the addend's term is `n`.
+    assert_eq!(terms(&p), ["bsk", "kn", "n", "bsn"]);
+    // Anywhere among the operands, with white space and an ellipsis.
+    let p2 = parse(" + ...mn , ...mk,kn->...mn").unwrap();
+    assert_eq!(p2.plan().addends, 0b1);
+    // A sum of addends alone (a residual add), and addends through parse_terms.
+    assert_eq!(parse("+ab,+ab->ab").unwrap().plan().addends, 0b11);
+    let t = parse_terms(&["bsk", "kn", "+n"], &["bsn"]).unwrap();
+    assert_eq!(t.plan().addends, 0b100);
+    assert!(!parse("mk,kn->mn").unwrap().plan().has_addends());
+}
+
+#[test]
+fn addend_errors() {
+    one_error("ab->+ab", ErrorKind::AddendInOutput, 4..5, 5);
+    one_error("a+b->ab", ErrorKind::MisplacedPlus, 1..2, 2);
+    one_error("++ab->ab", ErrorKind::MisplacedPlus, 1..2, 2);
+    // The label the output lacks is pointed at inside the addend.
+    one_error(
+        "bk,kn,+kn->bn",
+        ErrorKind::AddendLabelNotInOutput('k'),
+        7..8,
+        8,
+    );
+    one_error("ab,+b->ab,b", ErrorKind::AddendWithSeveralOutputs, 3..4, 4);
+    // Every problem at once.
+    let errs = parse("ab,+ac,+d->ab").unwrap_err();
+    let kinds: Vec<ErrorKind> = errs.errors.iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(
+        kinds,
+        [
+            ErrorKind::AddendLabelNotInOutput('c'),
+            ErrorKind::AddendLabelNotInOutput('d')
+        ]
     );
 }

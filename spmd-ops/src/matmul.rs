@@ -2,9 +2,7 @@
 //! optional transposes), `bmm`, `einsum`, `linear_v2` and
 //! `fused_gemm_epilogue`.
 
-use spmd_core::{Call, Einsum, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
-
-use crate::notation::replicate_dims;
+use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
 /// Paddle's `matmul`: `x @ y` over the last two dims, batch dims broadcast.
 /// `trans_x` / `trans_y` swap the last two dims of an operand; a 1-D operand
@@ -95,16 +93,17 @@ impl EinsumOp {
 }
 
 /// Paddle's `linear_v2` (`input`, `weight`, `bias` → `out`): `out = input
-/// @ weight + bias`, `weight` `[k, n]`. The contracted `k` is never sharded
-/// (a partial product would need the bias added once, not per device), and
-/// the bias takes the weight's `n`: its own given sharding is dropped
-/// before the merge, as Paddle 3.3.1's `LinearV2InferSpmd` answers.
+/// @ weight + bias`, `weight` `[k, n]`, the bias an addend (`+n`). The
+/// contracted `k` is never sharded and the bias follows the weight's `n`
+/// (its own given sharding takes no part in the merge): Paddle 3.3.1's
+/// `LinearV2InferSpmd` answers so. (Sharding `k` would be sound too, the
+/// addend then required partial: `fused_gemm_epilogue` does that.)
 /// `transpose_weight` is rejected, as Paddle does under SPMD.
 #[spmd_rule(
     name = "linear_v2",
-    einsum = "...m1,1n,n->...mn",
+    einsum = "...m1,1n,+n->...mn",
     validate = Self::check,
-    adjust = Self::bias_follows_weight,
+    follows(bias),
     inputs(input, weight, bias),
     outputs(out)
 )]
@@ -125,46 +124,26 @@ impl LinearV2 {
         }
         Ok(())
     }
-
-    /// Forward again with the bias replicated, so it does not drive `n`.
-    fn bias_follows_weight(
-        &self,
-        call: &Call<'_>,
-        result: &mut RuleResult,
-    ) -> Result<(), SpmdError> {
-        let Call::Forward { mesh, inputs, .. } = *call else {
-            return Ok(());
-        };
-        let Some(bias) = inputs.get(2) else {
-            return Ok(());
-        };
-        if let Some(freed) = replicate_dims(bias.attr, &[0]) {
-            let specs = [inputs[0], inputs[1], Spec::new(bias.shape, &freed)];
-            *result = self.forward(mesh, &specs)?;
-        }
-        Ok(())
-    }
 }
 
 /// Paddle's `fused_gemm_epilogue` (`x`, `y`, `bias` → `out`): `out =
 /// activation(x @ y + bias)`, with `trans_x` / `trans_y` as in matmul and
-/// the bias over `n`. A sharded `k` leaves the product partial (`Sum`); the
-/// bias is then required partial over the same mesh dims (held by one
-/// device, zeros on the others, so it is added once), as Paddle 3.3.1's
-/// `FusedGemmEpilogueInferSpmd` answers. An activation other than `none`
-/// is not linear, so with one `k` is never sharded (Paddle applies it to
-/// the partial sums, which is wrong).
+/// the bias an addend over `n`. A sharded `k` leaves the product partial
+/// (`Sum`), so the addend is required partial over the same mesh dims (held
+/// by one device, zeros on the others, so it is added once), as Paddle
+/// 3.3.1's `FusedGemmEpilogueInferSpmd` answers. An activation other than
+/// `none` is not linear, so with one `k` is never sharded (Paddle applies it
+/// to the partial sums, which is wrong).
 #[spmd_rule(
     name = "fused_gemm_epilogue",
-    einsum = "...mk,kn,n->...mn",
-    case(when = self.nonlinear() && self.trans_x && self.trans_y, einsum = "...1m,n1,n->...mn"),
-    case(when = self.nonlinear() && self.trans_x, einsum = "...1m,1n,n->...mn"),
-    case(when = self.nonlinear() && self.trans_y, einsum = "...m1,n1,n->...mn"),
-    case(when = self.nonlinear(), einsum = "...m1,1n,n->...mn"),
-    case(when = self.trans_x && self.trans_y, einsum = "...km,nk,n->...mn"),
-    case(when = self.trans_x, einsum = "...km,kn,n->...mn"),
-    case(when = self.trans_y, einsum = "...mk,nk,n->...mn"),
-    adjust = Self::bias_partial,
+    einsum = "...mk,kn,+n->...mn",
+    case(when = self.nonlinear() && self.trans_x && self.trans_y, einsum = "...1m,n1,+n->...mn"),
+    case(when = self.nonlinear() && self.trans_x, einsum = "...1m,1n,+n->...mn"),
+    case(when = self.nonlinear() && self.trans_y, einsum = "...m1,n1,+n->...mn"),
+    case(when = self.nonlinear(), einsum = "...m1,1n,+n->...mn"),
+    case(when = self.trans_x && self.trans_y, einsum = "...km,nk,+n->...mn"),
+    case(when = self.trans_x, einsum = "...km,kn,+n->...mn"),
+    case(when = self.trans_y, einsum = "...mk,nk,+n->...mn"),
     inputs(x, y, bias),
     outputs(out)
 )]
@@ -181,20 +160,6 @@ pub struct FusedGemmEpilogue {
 impl FusedGemmEpilogue {
     fn nonlinear(&self) -> bool {
         !matches!(self.activation.as_str(), "none" | "")
-    }
-
-    /// Forward: the bias is required partial where the output is.
-    fn bias_partial(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        if !call.is_forward() {
-            return Ok(());
-        }
-        let partial = result.outputs.first().map(|o| o.partial);
-        if let (Some(partial), Some(bias)) = (partial, result.inputs.get_mut(2)) {
-            let mut p = partial;
-            p.remove(bias.dims_mapping.mesh_set());
-            bias.partial = p;
-        }
-        Ok(())
     }
 }
 
