@@ -51,10 +51,15 @@ pub enum Event {
 #[derive(Default)]
 pub struct Recorder {
     pub events: Vec<Event>,
+    /// The notation the call ran on, written out.
+    pub notation: Option<String>,
     axes: Vec<(AxisName, Sharding)>,
 }
 
 impl Trace for Recorder {
+    fn plan(&mut self, plan: &spmd_core::Plan<'_>) {
+        self.notation = Some(plan.notation_text());
+    }
     fn merged(
         &mut self,
         axis: AxisName,

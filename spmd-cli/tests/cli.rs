@@ -619,7 +619,7 @@ fn explain_traces_merges_conflicts_and_partials() {
     assert!(out.contains("output 0 has no axis `j`"), "{out}");
     assert!(out.contains("partial SUM over mesh dim 1"), "{out}");
 
-    // A notation built at run time is traced too.
+    // A template is traced with the notation it binds to for this call.
     let (code, out, _) = run(&[
         "explain",
         "softmax",
@@ -631,7 +631,12 @@ fn explain_traces_merges_conflicts_and_partials() {
         "axis=-1",
     ]);
     assert_eq!(code, 0);
-    assert!(out.contains("builds its notation at run time"), "{out}");
+    assert!(
+        out.contains(
+            r#"notation: "ba->ba" (the template "@{axis:a}->@{axis:a}" bound for this call)"#
+        ),
+        "{out}"
+    );
     assert!(
         out.contains("input 0 (x) dim 0: axis `b` takes mesh dim 0"),
         "{out}"
@@ -1111,9 +1116,12 @@ fn ops_lists_rules() {
     );
     let softmax = out.lines().find(|l| l.starts_with("softmax ")).unwrap();
     assert!(
-        softmax.contains("built at run time") && softmax.contains("axis"),
+        softmax.contains("@{axis:a}->@{axis:a}") && softmax.contains("axis"),
         "{softmax}"
     );
+    // A rule still built at run time says so.
+    let reshape = out.lines().find(|l| l.starts_with("reshape ")).unwrap();
+    assert!(reshape.contains("built at run time"), "{reshape}");
     let v = json(&["ops", "--json"]);
     let list = v.as_array().unwrap();
     assert!(list.iter().any(|o| o["name"] == "embedding"));

@@ -34,6 +34,9 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
+    if trace.enabled() {
+        trace.plan(plan);
+    }
     arity(rule, TensorRef::input(0), plan.n_inputs(), inputs.len())?;
     check_absent(rule, absent.mask())?;
     // Absent optional inputs take part in nothing; `present` skips them.
@@ -229,6 +232,9 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
+    if trace.enabled() {
+        trace.plan(plan);
+    }
     arity(
         rule,
         TensorRef::input(0),
@@ -422,6 +428,9 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     trace: &mut T,
 ) -> Result<RuleResult, SpmdError> {
     let plan = &rule.plan;
+    if trace.enabled() {
+        trace.plan(plan);
+    }
     let sig = rule
         .grad_signature
         .for_call(inputs.len(), output_grads.len());

@@ -45,6 +45,7 @@ mod policy;
 mod registry;
 mod rule;
 mod signature;
+mod template;
 mod trace;
 
 pub use attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
@@ -70,6 +71,7 @@ pub use registry::{global, global_mut, register_global};
 pub use rule::{EinsumRule, RuleResult, SpmdRule};
 pub use signature::{GradSignature, GradTensor};
 pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
+pub use template::{IntoPos, Positions};
 pub use trace::{NoTrace, Trace};
 
 #[doc = include_str!("macro_docs.md")]

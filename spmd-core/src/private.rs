@@ -9,7 +9,9 @@ pub use core::result::Result::{self, Err, Ok};
 pub use crate::cache::{NotationCache, cached_notation};
 pub use alloc::rc::Rc;
 pub use smallvec::SmallVec;
-pub use spmd_notation::{AxisId, AxisSet, Dim, Plan, Term};
+pub use spmd_notation::{AxisId, AxisSet, Dim, Fate, Item, Plan, Pos, Select, Template, Term};
+
+pub use crate::template::{IntoPos, Positions};
 
 pub use crate::{
     Absent, Attrs, BackwardPartial, Call, Compounds, Conflicts, Divisibility, Einsum, EinsumRule,
@@ -40,7 +42,42 @@ pub fn runtime_rule<R>(
     einsum: &Einsum,
     f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
 ) -> Result<R, SpmdError> {
-    let plan = einsum.notation().plan();
+    rule_over(o, einsum.notation().plan(), einsum.reduce(), false, f)
+}
+
+/// Binds a template for this call (docs/semantics.md §3) and runs `f` on the
+/// rule over the bound plan: no text is built or parsed, nothing allocated.
+pub fn bound_rule<R>(
+    o: &RuntimeOptions<'_>,
+    template: &Template<'static>,
+    selections: &[Pos<'_>],
+    call: &Call<'_>,
+    f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
+) -> Result<R, SpmdError> {
+    let n_in = template.n_inputs();
+    let rank = |t: usize| {
+        if t < n_in {
+            call.input_rank(t)
+        } else {
+            call.output_shape(t - n_in).map(<[usize]>::len)
+        }
+    };
+    let bound = spmd_notation::bind(template, selections, rank)
+        .map_err(|e| crate::template::bind_error(o.name, template, call, e))?;
+    // A label the options name is a literal of the template; a binding may
+    // leave it out (the selected dim of a 0-d tensor), which means "no such axis".
+    rule_over(o, bound.plan(), None, true, f)
+}
+
+/// The rule over `plan` with the options resolved by label; `lenient`: a
+/// label missing from the plan names no axis instead of being an error.
+fn rule_over<R>(
+    o: &RuntimeOptions<'_>,
+    plan: Plan<'_>,
+    reduce: Option<ReduceType>,
+    lenient: bool,
+    f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
+) -> Result<R, SpmdError> {
     let missing = |c: char| SpmdError::Rejected {
         op: o.name,
         message: alloc::format!(
@@ -50,15 +87,23 @@ pub fn runtime_rule<R>(
     };
     let mut never = AxisSet::EMPTY;
     for c in o.never_sharded.chars() {
-        never = never.with(plan.axis(c).ok_or_else(|| missing(c))?);
+        match plan.axis(c) {
+            Some(a) => never = never.with(a),
+            None if lenient => {}
+            None => return Err(missing(c)),
+        }
     }
     let mut overrides: SmallVec<[(AxisId, ReduceType); 4]> = SmallVec::new();
     for &(c, r) in o.reduce_axes {
-        overrides.push((plan.axis(c).ok_or_else(|| missing(c))?, r));
+        match plan.axis(c) {
+            Some(a) => overrides.push((a, r)),
+            None if lenient => {}
+            None => return Err(missing(c)),
+        }
     }
     let rule = EinsumRule::new(o.name, plan)
         .with_policy(o.policy)
-        .with_reduce(einsum.reduce().unwrap_or(o.reduce))
+        .with_reduce(reduce.unwrap_or(o.reduce))
         .with_never_sharded(never)
         .with_reduce_overrides(&overrides)
         .with_no_grad(o.no_grad)

@@ -1,6 +1,8 @@
 //! Hooks that observe inference step by step (for `explain`). The default
 //! [`NoTrace`] compiles to nothing, so the fast path pays for none of it.
 
+use spmd_notation::Plan;
+
 use crate::attr::{ReduceType, Sharding};
 use crate::error::{AxisName, TensorRef};
 use crate::mesh::{MeshDim, MeshSet};
@@ -12,6 +14,11 @@ pub trait Trace {
     /// says no, so the plain inference path never computes them.
     fn enabled(&self) -> bool {
         true
+    }
+    /// The plan this call runs on, first: for a template or a notation
+    /// built at run time, the one this call's attributes and ranks made.
+    fn plan(&mut self, plan: &Plan<'_>) {
+        let _ = plan;
     }
     /// `tensor` dim `dim` brought `given` to `axis`, whose sharding is now `now`.
     fn merged(

@@ -8,7 +8,7 @@ use darling::util::Override;
 use darling::{Error, FromMeta};
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
-use spmd_notation::{ErrorKind, Notation, NotationError, Side};
+use spmd_notation::{ErrorKind, Notation, NotationError, OwnedTemplate, Side};
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, ItemStruct, LitStr, Path};
 
@@ -22,7 +22,7 @@ struct RawArgs {
     build: Option<Path>,
     #[darling(default)]
     cache: bool,
-    reduce: Option<LitStr>,
+    reduce: Option<ReduceArg>,
     reduce_axes: Option<HashMap<Ident, LitStr>>,
     never_sharded: Option<LitStr>,
     conflicts: Option<LitStr>,
@@ -49,6 +49,17 @@ struct RawArgs {
     krate: Option<Path>,
 }
 
+/// `reduce = "max"` or `reduce = Self::method`, kept as written (darling's
+/// own `Expr` would read the string's contents as an expression).
+#[derive(Clone)]
+struct ReduceArg(Expr);
+
+impl FromMeta for ReduceArg {
+    fn from_expr(expr: &Expr) -> darling::Result<Self> {
+        Ok(ReduceArg(expr.clone()))
+    }
+}
+
 /// `case(when = <expr>, einsum = "...")`.
 #[derive(FromMeta)]
 struct RawCase {
@@ -68,7 +79,35 @@ struct RawField {
 /// A notation checked at macro time, with the literal it came from.
 pub struct Literal {
     pub lit: LitStr,
-    pub notation: Notation,
+    pub form: Form,
+}
+
+/// A literal is a notation, or a template bound per call (it uses `@` or `*`).
+pub enum Form {
+    Notation(Notation),
+    Template(OwnedTemplate),
+}
+
+impl Literal {
+    pub fn arity(&self) -> (usize, usize) {
+        match &self.form {
+            Form::Notation(n) => (n.plan().n_inputs(), n.plan().n_outputs()),
+            Form::Template(t) => (t.n_inputs(), t.terms().len() - t.n_inputs()),
+        }
+    }
+    /// Whether the literal has label `c` (a template: written literally).
+    pub fn has_label(&self, c: char) -> bool {
+        match &self.form {
+            Form::Notation(n) => n.plan().axis(c).is_some(),
+            Form::Template(t) => {
+                let names: Vec<&str> = t.selectors().iter().map(String::as_str).collect();
+                t.template(&names).has_label(c)
+            }
+        }
+    }
+    pub fn has_addends(&self) -> bool {
+        matches!(&self.form, Form::Notation(n) if n.plan().has_addends())
+    }
 }
 
 /// Where the rule's notation comes from.
@@ -105,6 +144,9 @@ pub struct Rule {
     pub fields: Vec<Field>,
     pub source: Source,
     pub reduce: Ident,
+    /// `reduce = Self::method`: `fn(&Self) -> Result<ReduceType, SpmdError>`,
+    /// the reduce type read from the attributes per call.
+    pub reduce_fn: Option<Path>,
     /// (label, reduce type variant), sorted by label.
     pub reduce_axes: Vec<(char, Ident)>,
     pub never_sharded: String,
@@ -241,18 +283,15 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         literals.extend(cases.iter().map(|(_, l)| l));
         // Without declared arity, every case must agree with the default.
         if declared == (None, None) {
-            let want = (
-                default.notation.plan().n_inputs(),
-                default.notation.plan().n_outputs(),
-            );
+            let want = default.arity();
             for (_, l) in cases {
-                let plan = l.notation.plan();
-                if (plan.n_inputs(), plan.n_outputs()) != want {
+                let (n_in, n_out) = l.arity();
+                if (n_in, n_out) != want {
                     errors.push(
                         Error::custom(format!(
                             "this case has {} operand(s) and {} output(s) but the default notation {:?} has {} and {}",
-                            plan.n_inputs(),
-                            plan.n_outputs(),
+                            n_in,
+                            n_out,
                             default.lit.value(),
                             want.0,
                             want.1
@@ -271,9 +310,17 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
             .filter(char::is_ascii_alphabetic)
             .collect()
     });
+    let (reduce_lit, reduce_fn) = match raw.reduce.as_ref().map(|r| ungroup(&r.0)) {
+        Some(Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(s),
+            ..
+        })) => (Some(s.clone()), None),
+        Some(Expr::Path(p)) => (None, Some(p.path.clone())),
+        _ => (None, None),
+    };
     let reduce = choice(
         &mut errors,
-        raw.reduce.as_ref(),
+        reduce_lit.as_ref(),
         "reduce type",
         REDUCE,
         "Sum",
@@ -308,9 +355,8 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     reduce_axes.sort_by_key(|(c, _)| *c);
     // An addend commutes with a Sum, Avg, Max or Min of partial results, but
     // not with a product or a logical reduction: `prod(p_i + b) != prod(p_i) + b`.
-    if literals.iter().any(|l| l.notation.plan().has_addends()) {
-        let lits = raw
-            .reduce
+    if literals.iter().any(|l| l.has_addends()) {
+        let lits = reduce_lit
             .iter()
             .chain(raw.reduce_axes.iter().flat_map(|m| m.values()));
         for lit in lits {
@@ -433,6 +479,11 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     });
 
     let fields = errors.handle(fields);
+    if let (Some(fields), Some(Source::Literal { default, cases })) = (&fields, &source) {
+        for l in std::iter::once(default).chain(cases.iter().map(|(_, l)| l)) {
+            selectors_are_fields(&mut errors, l, fields, &item.ident);
+        }
+    }
     errors.finish()?;
     let source = source.ok_or_else(|| Error::custom("invalid notation"))?;
     Ok(Rule {
@@ -442,6 +493,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         fields: fields.unwrap_or_default(),
         source,
         reduce,
+        reduce_fn,
         reduce_axes,
         never_sharded,
         conflicts,
@@ -687,7 +739,6 @@ fn raw_args(errors: &mut darling::error::Accumulator, metas: &[NestedMeta]) -> (
 const STRING_OPTIONS: &[(&str, &str)] = &[
     ("einsum", "einsum = \"mk,kn->mn\""),
     ("name", "name = \"matmul\""),
-    ("reduce", "reduce = \"max\""),
     ("never_sharded", "never_sharded = \"k\""),
     ("conflicts", "conflicts = \"strict\""),
     ("divisibility", "divisibility = \"drop\""),
@@ -712,6 +763,17 @@ fn string_expected(m: &NestedMeta) -> Option<Error> {
                 )
                 .with_span(meta),
             )
+        }
+        // `reduce = "max"`, or `reduce = Self::method` for a type read from
+        // the attributes.
+        NestedMeta::Meta(syn::Meta::NameValue(nv)) if nv.path.is_ident("reduce") => {
+            (!is_str(&nv.value) && !matches!(ungroup(&nv.value), Expr::Path(_))).then(|| {
+                Error::custom(
+                    "`reduce` takes a reduce type in double quotes, e.g. `reduce = \"max\"`, \
+                     or a method that reads it from the attributes, e.g. `reduce = Self::reduce_type`",
+                )
+                .with_span(&nv.value)
+            })
         }
         NestedMeta::Meta(syn::Meta::NameValue(nv)) => {
             let key = nv.path.get_ident()?.to_string();
@@ -745,6 +807,14 @@ fn string_expected(m: &NestedMeta) -> Option<Error> {
         }
         _ => None,
     }
+}
+
+/// `value` without the invisible groups `macro_rules!` wraps fragments in.
+fn ungroup(mut value: &Expr) -> &Expr {
+    while let Expr::Group(g) = value {
+        value = &g.expr;
+    }
+    value
 }
 
 /// A string literal, possibly in the invisible group a `$x:literal` of a
@@ -843,6 +913,32 @@ fn literal(
         return None;
     }
     let value = lit.value();
+    if spmd_notation::is_template(&value) {
+        let problems = match spmd_notation::parse_template(&value) {
+            Ok(t) => {
+                let (n_in, n_out) = (t.n_inputs(), t.terms().len() - t.n_inputs());
+                let mut p = Vec::new();
+                if let Some(want) = declared.0.filter(|&w| w != n_in) {
+                    p.push(arity(Side::Input, want, n_in, &value));
+                }
+                if let Some(want) = declared.1.filter(|&w| w != n_out) {
+                    p.push(arity(Side::Output, want, n_out, &value));
+                }
+                if p.is_empty() {
+                    return Some(Literal {
+                        lit: lit.clone(),
+                        form: Form::Template(t),
+                    });
+                }
+                p
+            }
+            Err(e) => e.errors,
+        };
+        for p in problems {
+            errors.push(Error::custom(p.message(&value)).with_span(&inside(lit, &p)));
+        }
+        return None;
+    }
     let mut problems: Vec<NotationError> = match spmd_notation::parse(&value) {
         Ok(n) => {
             let plan = n.plan();
@@ -856,7 +952,7 @@ fn literal(
             if p.is_empty() {
                 return Some(Literal {
                     lit: lit.clone(),
-                    notation: n,
+                    form: Form::Notation(n),
                 });
             }
             p
@@ -867,6 +963,36 @@ fn literal(
         errors.push(Error::custom(p.message(&value)).with_span(&inside(lit, &p)));
     }
     None
+}
+
+/// A template's selectors read the op's attributes: a plain name must be a
+/// field (`method()` selectors are checked by the compiler where they expand).
+fn selectors_are_fields(
+    errors: &mut darling::error::Accumulator,
+    l: &Literal,
+    fields: &[Field],
+    ident: &Ident,
+) {
+    let Form::Template(t) = &l.form else { return };
+    let value = l.lit.value();
+    for (name, range) in t.selectors().iter().zip(t.selector_ranges()) {
+        if name.ends_with("()") || fields.iter().any(|f| f.ident == name) {
+            continue;
+        }
+        let known: Vec<String> = fields.iter().map(|f| format!("`{}`", f.ident)).collect();
+        let column = value[..range.start].chars().count() + 1;
+        errors.push(
+            Error::custom(format!(
+                "template selector `{name}` at column {column} of {value:?} is not an attribute of `{ident}` ({}); a method selector is written `{name}()`",
+                if known.is_empty() {
+                    "it has none".to_string()
+                } else {
+                    format!("its attributes: {}", known.join(", "))
+                }
+            ))
+            .with_span(&lit_span(&l.lit, range.clone())),
+        );
+    }
 }
 
 /// An arity error points at the side it is about: the operands before `->`,
@@ -924,9 +1050,13 @@ fn labels_in(errors: &mut darling::error::Accumulator, lit: &LitStr, literals: &
 /// The notations among `literals` that lack label `c`, for a message: `the
 /// notation "mk->m"` or `the notations "mk->m", "km->m"`; `None` if all have it.
 fn missing_from(c: char, literals: &[&Literal]) -> Option<String> {
+    // A template may leave a label out where it has no such dim (`*->1`, the
+    // selected dim of a 0-d tensor): only plain notations must all have it,
+    // and some literal must.
+    let anywhere = literals.iter().any(|l| l.has_label(c));
     let missing: Vec<String> = literals
         .iter()
-        .filter(|l| l.notation.plan().axis(c).is_none())
+        .filter(|l| !l.has_label(c) && (!anywhere || matches!(l.form, Form::Notation(_))))
         .map(|l| format!("{:?}", l.lit.value()))
         .collect();
     match missing.len() {

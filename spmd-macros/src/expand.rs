@@ -4,10 +4,10 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
-use spmd_notation::{Dim, Notation};
-use syn::{Item, ItemStruct, LitByteStr, LitStr, Path};
+use spmd_notation::{Dim, Fate, Notation, OwnedTemplate, Select};
+use syn::{Expr, Item, ItemStruct, LitByteStr, LitStr, Path};
 
-use crate::args::{self, FieldSource, Literal, Rule, Source};
+use crate::args::{self, FieldSource, Form, Rule, Source};
 
 pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let item = match syn::parse2::<Item>(item.clone()) {
@@ -71,8 +71,6 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 .with_compounds(__spmd::Compounds::#cp)
         }
     };
-    let reduce = &rule.reduce;
-
     let (consts, notations, with_rule): (TokenStream, Vec<LitStr>, WithRule<'_>) = match &rule
         .source
     {
@@ -80,44 +78,96 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             let mut consts = TokenStream::new();
             let mut literals = vec![default];
             literals.extend(cases.iter().map(|(_, l)| l));
+            let any_template = literals.iter().any(|l| matches!(l.form, Form::Template(_)));
             for (i, l) in literals.iter().enumerate() {
-                let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
-                let expr = literal_rule(rule, l, &policy);
-                consts.extend(quote!(const #c: __spmd::EinsumRule<'static> = #expr;));
+                match &l.form {
+                    Form::Notation(n) => {
+                        let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
+                        let expr = literal_rule(rule, n, l.lit.span(), &policy);
+                        consts.extend(quote!(const #c: __spmd::EinsumRule<'static> = #expr;));
+                    }
+                    Form::Template(t) => {
+                        let c = syn::Ident::new(&format!("__TEMPLATE_{i}"), Span::call_site());
+                        let expr = template(t, l.lit.span());
+                        consts.extend(quote!(const #c: __spmd::Template<'static> = #expr;));
+                    }
+                }
             }
-            let whens: Vec<TokenStream> = cases
+            if any_template {
+                let options = runtime_options(rule, &policy);
+                consts.extend(quote!(const __OPTIONS: __spmd::RuntimeOptions<'static> = #options;));
+            }
+            let notations = literals.iter().map(|l| l.lit.clone()).collect();
+            let whens: Vec<Expr> = cases.iter().map(|(when, _)| when.clone()).collect();
+            let reduce_fn = rule.reduce_fn.clone();
+            let options_ref = match &reduce_fn {
+                Some(f) => quote!(&__spmd::RuntimeOptions { reduce: #f(self)?, ..__OPTIONS }),
+                None => quote!(&__OPTIONS),
+            };
+            let forms: Vec<(usize, Option<Vec<TokenStream>>)> = literals
                 .iter()
                 .enumerate()
-                .map(|(i, (when, _))| {
-                    let c = syn::Ident::new(&format!("__RULE_{}", i + 1), Span::call_site());
-                    quote!(if #when { &#c } else)
+                .map(|(i, l)| match &l.form {
+                    Form::Notation(_) => (i, None),
+                    Form::Template(t) => (i, Some(selections(t, l.lit.span()))),
                 })
                 .collect();
-            let notations = literals.iter().map(|l| l.lit.clone()).collect();
-            let select = quote!(#(#whens)* { &__RULE_0 });
-            (
-                consts,
-                notations,
+            let with: WithRule<'_> = if !any_template {
+                let whens: Vec<TokenStream> = whens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, when)| {
+                        let c = syn::Ident::new(&format!("__RULE_{}", i + 1), Span::call_site());
+                        quote!(if #when { &#c } else)
+                    })
+                    .collect();
+                let select = quote!(#(#whens)* { &__RULE_0 });
+                let reduce = reduce_fn.map(|f| quote!(let rule = &rule.with_reduce(#f(self)?);));
                 Box::new(move |call: TokenStream| {
                     quote! {{
                         let rule: &__spmd::EinsumRule<'static> = #select;
+                        #reduce
                         rule.#call
                     }}
-                }),
-            )
+                })
+            } else {
+                // Each literal is its own branch: a compiled rule, or a
+                // template bound for this call.
+                Box::new(move |call: TokenStream| {
+                    let branch = |i: usize| match &forms[i].1 {
+                        None => {
+                            let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
+                            match &reduce_fn {
+                                Some(f) => quote!(#c.with_reduce(#f(self)?).#call),
+                                None => quote!(#c.#call),
+                            }
+                        }
+                        Some(sels) => {
+                            let c = syn::Ident::new(&format!("__TEMPLATE_{i}"), Span::call_site());
+                            quote! {{
+                                let __selections = [#(#sels),*];
+                                __spmd::bound_rule(#options_ref, &#c, &__selections, &call, |rule| rule.#call)
+                            }}
+                        }
+                    };
+                    let mut chain = TokenStream::new();
+                    for (k, when) in whens.iter().enumerate() {
+                        let b = branch(k + 1);
+                        chain.extend(quote!(if #when { #b } else));
+                    }
+                    let b0 = branch(0);
+                    quote!({ #chain { #b0 } })
+                })
+            };
+            (consts, notations, with)
         }
         Source::Build { path, cache } => {
-            let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
-            let (follows, not_partial) = (rule.follows, rule.not_partial);
-            let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
-            let never = &rule.never_sharded;
-            let overrides = rule
-                .reduce_axes
-                .iter()
-                .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
-            let overrides = quote!(&[#(#overrides),*]);
+            let options = runtime_options(rule, &policy);
+            let options = match &rule.reduce_fn {
+                Some(f) => quote!(__spmd::RuntimeOptions { reduce: #f(self)?, ..#options }),
+                None => options,
+            };
             let path = path.clone();
-            let policy = policy.clone();
             let ident = &rule.item.ident;
             // With `cache`: one `NotationCache` per rule type and thread
             // (no lock on the hot path), behind one inherent method, so a
@@ -155,23 +205,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 Box::new(move |call: TokenStream| {
                     quote! {{
                         #einsum
-                        __spmd::runtime_rule(
-                            &__spmd::RuntimeOptions {
-                                name: __NAME,
-                                policy: #policy,
-                                reduce: __spmd::ReduceType::#reduce,
-                                never_sharded: #never,
-                                reduce_axes: #overrides,
-                                no_grad: #no_grad,
-                                grad_ignores: #grad_ignores,
-                                follows: #follows,
-                                optional: __spmd::Absent::new(#oi, #oo),
-                                not_partial: #not_partial,
-                                grad_signature: __GRAD_SIGNATURE,
-                            },
-                            &einsum,
-                            |rule| rule.#call,
-                        )
+                        __spmd::runtime_rule(&#options, &einsum, |rule| rule.#call)
                     }}
                 }),
             )
@@ -464,12 +498,12 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
 }
 
 /// `EinsumRule::new(..)` with every option, over the literal's plan.
-fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
+fn literal_rule(rule: &Rule, n: &Notation, span: Span, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
     let (follows, not_partial) = (rule.follows, rule.not_partial);
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
-    let plan_expr = plan(&l.notation, l.lit.span());
-    let plan = l.notation.plan();
+    let plan_expr = plan(n, span);
+    let plan = n.plan();
     let reduce = &rule.reduce;
     // Labels were checked against every literal in `args`; a missing one here
     // cannot happen, and would only leave that label unconstrained.
@@ -495,6 +529,95 @@ fn literal_rule(rule: &Rule, l: &Literal, policy: &TokenStream) -> TokenStream {
             .with_not_partial(#not_partial)
             .with_grad_signature(__GRAD_SIGNATURE)
     }
+}
+
+/// The options of a rule whose plan exists only at run time (bound from a
+/// template, or built), with labels resolved against each plan.
+fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
+    let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+    let (follows, not_partial) = (rule.follows, rule.not_partial);
+    let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
+    let never = &rule.never_sharded;
+    let reduce = &rule.reduce;
+    let overrides = rule
+        .reduce_axes
+        .iter()
+        .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
+    quote! {
+        __spmd::RuntimeOptions {
+            name: __NAME,
+            policy: #policy,
+            reduce: __spmd::ReduceType::#reduce,
+            never_sharded: #never,
+            reduce_axes: &[#(#overrides),*],
+            no_grad: #no_grad,
+            grad_ignores: #grad_ignores,
+            follows: #follows,
+            optional: __spmd::Absent::new(#oi, #oo),
+            not_partial: #not_partial,
+            grad_signature: __GRAD_SIGNATURE,
+        }
+    }
+}
+
+/// A template as a `Template` literal: the compile-time parse, emitted as data.
+fn template(t: &OwnedTemplate, span: Span) -> TokenStream {
+    let source = LitStr::new(t.source(), span);
+    let terms = t.terms().iter().map(|&(s, l)| quote!((#s, #l)));
+    let n_inputs = t.n_inputs() as u16;
+    let select = |s: Select| match s {
+        Select::At(k) => quote!(__spmd::Select::At(#k)),
+        Select::From(k) => quote!(__spmd::Select::From(#k)),
+        Select::Before(k) => quote!(__spmd::Select::Before(#k)),
+        Select::Every => quote!(__spmd::Select::Every),
+    };
+    let fate = |f: Fate| match f {
+        Fate::Label(c) => quote!(__spmd::Fate::Label(#c)),
+        Fate::One => quote!(__spmd::Fate::One),
+        Fate::Drop => quote!(__spmd::Fate::Drop),
+    };
+    use spmd_notation::Item as T;
+    let items = t.items().iter().map(|i| match *i {
+        T::Label(c) => quote!(__spmd::Item::Label(#c)),
+        T::One => quote!(__spmd::Item::One),
+        T::Ones => quote!(__spmd::Item::Ones),
+        T::Permuted(k) => quote!(__spmd::Item::Permuted(#k)),
+        T::Positions(None) => quote!(__spmd::Item::Positions(__spmd::Option::None)),
+        T::Positions(Some((s, f))) => {
+            let (s, f) = (select(s), fate(f));
+            quote!(__spmd::Item::Positions(__spmd::Option::Some((#s, #f))))
+        }
+    });
+    let names = t.selectors().iter().map(|n| LitStr::new(n, span));
+    let literals = t.literals().0;
+    quote! {
+        __spmd::Template {
+            source: #source,
+            terms: &[#(#terms),*],
+            n_inputs: #n_inputs,
+            items: &[#(#items),*],
+            selectors: &[#(#names),*],
+            literals: __spmd::AxisSet(#literals),
+        }
+    }
+}
+
+/// What each selector of a template reads from the op: a field by
+/// reference, or a method's result.
+fn selections(t: &OwnedTemplate, span: Span) -> Vec<TokenStream> {
+    t.selectors()
+        .iter()
+        .map(|name| match name.strip_suffix("()") {
+            Some(m) => {
+                let m = syn::Ident::new(m, span);
+                quote_spanned!(span=> __spmd::IntoPos::into_pos(self.#m()))
+            }
+            None => {
+                let f = syn::Ident::new(name, span);
+                quote_spanned!(span=> __spmd::Positions::positions(&self.#f))
+            }
+        })
+        .collect()
 }
 
 /// A notation as a `Plan` literal: the compile-time parse, emitted as data.

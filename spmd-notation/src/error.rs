@@ -72,6 +72,25 @@ pub enum ErrorKind {
     AddendLabelNotInOutput(char),
     /// An addend in a notation with several outputs (which one gets it?).
     AddendWithSeveralOutputs,
+    /// A template's input 0 without exactly one `@` (it defines the positions).
+    FirstInputPositions,
+    /// A template's input 0 dropping or permuting positions.
+    DropInFirstInput,
+    /// `*` in an output (an output's rank is not given in forward).
+    OnesInOutput,
+    /// `*` with other items in its term.
+    OnesNotAlone,
+    /// `@{` or `@[` without its closing bracket.
+    UnclosedSelector,
+    /// A character of the plain notation that templates do not take (`...`,
+    /// compound dims, addends).
+    NotInTemplate(char),
+    /// A selector that is not an attribute name or `method()`.
+    BadSelector,
+    /// `@{axis}` without `:fate`.
+    MissingFate,
+    /// A fate other than a label, `1` or `-`.
+    BadFate,
     /// A label named by a rule option (never-sharded axes, reduce types, ...)
     /// that the notation does not have.
     UnknownLabel(char),
@@ -111,6 +130,23 @@ impl fmt::Display for ErrorKind {
                 found,
             } => write!(f, "{found} {side}(s) where the op declares {expected}"),
             ErrorKind::UnknownLabel(c) => write!(f, "label `{c}` is not in the notation"),
+            ErrorKind::FirstInputPositions => {
+                f.write_str("the first operand of a template must hold `@` once")
+            }
+            ErrorKind::DropInFirstInput => f.write_str(
+                "the first operand of a template keeps every position (no `-` fate, no `@[..]`)",
+            ),
+            ErrorKind::OnesInOutput => f.write_str("`*` in an output"),
+            ErrorKind::OnesNotAlone => f.write_str("`*` with other dims in its term"),
+            ErrorKind::UnclosedSelector => f.write_str("`@{` or `@[` without its closing bracket"),
+            ErrorKind::NotInTemplate(c) => write!(f, "{c:?} is not allowed in a template"),
+            ErrorKind::BadSelector => {
+                f.write_str("a selector names an attribute (`axis`) or a method (`axes()`)")
+            }
+            ErrorKind::MissingFate => {
+                f.write_str("a selection without its fate (`@{axis:a}`, `@{axis:1}`, `@{axis:-}`)")
+            }
+            ErrorKind::BadFate => f.write_str("a fate is one label, `1` or `-`"),
             ErrorKind::AddendInOutput => {
                 f.write_str("`+` in an output (only an operand can be an addend)")
             }
@@ -136,6 +172,11 @@ impl ErrorKind {
                 Some("an addend is added to the result, so the result has every one of its axes")
             }
             ErrorKind::AddendWithSeveralOutputs => Some("which output would it be added to?"),
+            ErrorKind::FirstInputPositions => {
+                Some("its `@` stands for the dims the attributes select from")
+            }
+            ErrorKind::OnesInOutput => Some("write the output's dims out"),
+            ErrorKind::NotInTemplate(_) => Some("write the dims with `@`, `@{..}` and `@[..]`"),
             _ => None,
         }
     }

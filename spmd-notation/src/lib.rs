@@ -45,12 +45,17 @@ extern crate alloc;
 mod error;
 mod parse;
 mod plan;
+mod template;
 #[cfg(test)]
 mod tests;
 
 pub use error::{ErrorKind, NotationError, NotationErrors, Side};
 pub use parse::{Notation, parse, parse_terms};
 pub use plan::{AxisId, AxisSet, Dim, Plan, Term};
+pub use template::{
+    BindError, Fate, Item, MAX_BOUND_DIMS, MAX_BOUND_TERMS, OwnedTemplate, PlanBuf, Pos, Select,
+    Template, bind, is_template, parse_template,
+};
 
 /// At most this many distinct labels (`a-z`, `A-Z`).
 pub const MAX_LABELS: usize = 52;

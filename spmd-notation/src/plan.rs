@@ -219,6 +219,27 @@ impl<'a> Plan<'a> {
         self.addends != 0
     }
 
+    /// The notation the plan stands for, written out (`+` before addends):
+    /// for a plan bound from a template, the notation of this call.
+    pub fn notation_text(&self) -> alloc::string::String {
+        let mut s = alloc::string::String::new();
+        for (i, &t) in self.terms.iter().enumerate() {
+            if i == self.n_inputs() {
+                s.push_str("->");
+            } else if i > 0 {
+                s.push(',');
+            }
+            if self.is_addend(i) {
+                s.push('+');
+            }
+            s.push_str(&self.term_text(t));
+        }
+        if self.n_inputs() == self.terms.len() {
+            s.push_str("->");
+        }
+        s
+    }
+
     /// Whether any term has a compound dim.
     #[inline]
     pub const fn has_compound(&self) -> bool {

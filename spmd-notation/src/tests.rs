@@ -653,3 +653,186 @@ fn addend_errors() {
         ]
     );
 }
+
+mod templates {
+    use alloc::string::String;
+    use alloc::vec::Vec;
+
+    use crate::{BindError, ErrorKind, Plan, Pos, bind, parse, parse_template};
+
+    /// The bound plan equals the parsed plan of `text` in everything but
+    /// its source.
+    #[track_caller]
+    fn same(bound: Plan<'_>, text: &str) {
+        let n = parse(text).unwrap();
+        let p = n.plan();
+        assert_eq!(bound.labels, p.labels, "labels vs {text}");
+        assert_eq!(bound.terms, p.terms, "terms vs {text}");
+        assert_eq!(bound.dims, p.dims, "dims vs {text}");
+        assert_eq!(bound.n_inputs, p.n_inputs);
+        assert_eq!(bound.input_axes, p.input_axes);
+        assert_eq!(bound.output_axes, p.output_axes);
+        assert_eq!(bound.diagonal, p.diagonal);
+    }
+
+    fn bind_with(t: &str, sels: &[Pos<'_>], ranks: &[usize]) -> Result<String, BindError> {
+        let owned = parse_template(t).unwrap();
+        let names: Vec<&str> = owned.selectors().iter().map(String::as_str).collect();
+        let b = bind(&owned.template(&names), sels, |i| ranks.get(i).copied())?;
+        let p = b.plan();
+        let side = |r: core::ops::Range<usize>| {
+            r.map(|i| p.term_text(p.terms[i]))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let text = alloc::format!(
+            "{}->{}",
+            side(0..p.n_inputs()),
+            side(p.n_inputs()..p.terms.len())
+        );
+        if !text.starts_with("->") && !text.starts_with(',') {
+            same(p, &text);
+        }
+        Ok(text)
+    }
+
+    #[test]
+    fn a_dim_selected_by_an_attribute() {
+        // softmax, axis 1 of rank 3: the positions are b, c, d (a is literal).
+        assert_eq!(
+            bind_with("@{axis:a}->@{axis:a}", &[Pos::Int(1)], &[3]).unwrap(),
+            "bad->bad"
+        );
+        assert_eq!(
+            bind_with("@{axis:a}->@{axis:a}", &[Pos::Int(-1)], &[3]).unwrap(),
+            "bca->bca"
+        );
+        // topk: the outputs' axis is a dim of its own.
+        assert_eq!(
+            bind_with("@{axis:a}->@{axis:1},@{axis:1}", &[Pos::Int(0)], &[2]).unwrap(),
+            "ac->1c,1c"
+        );
+    }
+
+    #[test]
+    fn reductions_drop_or_keep_the_selected_dims() {
+        assert_eq!(
+            bind_with("@->@{axis:-}", &[Pos::List(&[0, 2])], &[3]).unwrap(),
+            "abc->b"
+        );
+        assert_eq!(
+            bind_with("@->@{axis:1}", &[Pos::List(&[0, -1])], &[3]).unwrap(),
+            "abc->1b1"
+        );
+        assert_eq!(
+            bind_with("@->@{axis:-}", &[Pos::All], &[2]).unwrap(),
+            "ab->"
+        );
+        // The reduced dims of the input written `1`: never sharded.
+        assert_eq!(
+            bind_with("@{axis:1}->@{axis:-}", &[Pos::List(&[1])], &[3]).unwrap(),
+            "a1c->ac"
+        );
+    }
+
+    #[test]
+    fn permutations_ranges_and_ones() {
+        assert_eq!(
+            bind_with("@->@[perm]", &[Pos::List(&[2, 0, 1])], &[3]).unwrap(),
+            "abc->cab"
+        );
+        assert_eq!(
+            bind_with("@->@[perm]", &[Pos::List(&[-1, 0])], &[2]).unwrap(),
+            "ab->ba"
+        );
+        let ln = "@{begin..:1},*,*->@{begin..:1},@{begin..:-},@{begin..:-}";
+        assert_eq!(
+            bind_with(ln, &[Pos::Int(1)], &[3, 1, 1]).unwrap(),
+            "a11,1,1->a11,a,a"
+        );
+        assert_eq!(
+            bind_with("@{..begin:1}->@{..begin:1}", &[Pos::Int(-1)], &[3]).unwrap(),
+            "11c->11c"
+        );
+        // `*` is the tensor's own rank of `1`s; a scalar operand too.
+        assert_eq!(bind_with("*->1", &[], &[3]).unwrap(), "111->1");
+        assert_eq!(bind_with("*->1", &[], &[0]).unwrap(), "->1");
+    }
+
+    #[test]
+    fn binding_errors_name_the_selector() {
+        let t = "@{axis:a}->@{axis:a}";
+        assert_eq!(
+            bind_with(t, &[Pos::Int(3)], &[3]),
+            Err(BindError::OutOfRange {
+                selector: 0,
+                value: 3,
+                rank: 3
+            })
+        );
+        assert_eq!(
+            bind_with(t, &[Pos::List(&[0, 1])], &[3]),
+            Err(BindError::NotOne {
+                selector: 0,
+                count: 2
+            })
+        );
+        assert_eq!(
+            bind_with("@->@[perm]", &[Pos::List(&[0, 0])], &[2]),
+            Err(BindError::NotPermutation {
+                selector: 0,
+                rank: 2
+            })
+        );
+        assert_eq!(
+            bind_with("ab@->@", &[], &[1]),
+            Err(BindError::RankBelow { need: 2, rank: 1 })
+        );
+        assert!(matches!(
+            bind_with("@->@", &[], &[60]),
+            Err(BindError::TooLarge { what: "labels", .. })
+        ));
+        // A position an input writes `1` cannot come back in an output.
+        assert_eq!(
+            bind_with("@{axis:1}->@", &[Pos::Int(0)], &[2]),
+            Err(BindError::OutputOnly { output: 0 })
+        );
+        // A 0-d tensor takes axis 0 and selects nothing.
+        assert_eq!(
+            bind_with("@->@{axis:-}", &[Pos::Int(0)], &[0]).unwrap(),
+            "->"
+        );
+    }
+
+    #[test]
+    fn template_errors() {
+        let kinds = |t: &str| -> Vec<ErrorKind> {
+            parse_template(t)
+                .unwrap_err()
+                .errors
+                .into_iter()
+                .map(|e| e.kind)
+                .collect()
+        };
+        assert_eq!(kinds("@{axis:-}->@"), [ErrorKind::DropInFirstInput]);
+        assert_eq!(kinds("a->@"), [ErrorKind::FirstInputPositions]);
+        assert_eq!(kinds("@->*"), [ErrorKind::OnesInOutput]);
+        assert_eq!(kinds("@,*a->@"), [ErrorKind::OnesNotAlone]);
+        assert_eq!(kinds("@{axis:a->@"), [ErrorKind::UnclosedSelector]);
+        assert_eq!(
+            kinds("...@->@"),
+            alloc::vec![ErrorKind::NotInTemplate('.'); 3]
+        );
+        assert_eq!(kinds("@{2x:a}->@"), [ErrorKind::BadSelector]);
+        assert_eq!(kinds("@{axis}->@"), [ErrorKind::MissingFate]);
+        assert_eq!(kinds("@{axis:ab}->@"), [ErrorKind::BadFate]);
+        assert_eq!(kinds("@->@q"), [ErrorKind::UnknownOutputLabel('q')]);
+        assert_eq!(
+            kinds("@{axis:a}->@{axis:a}a"),
+            [ErrorKind::RepeatedOutputLabel('a')]
+        );
+        // Selectors are shared by name; a method keeps its parentheses.
+        let t = parse_template("@{axes():1}->@{axes():-},@{k..:-}").unwrap();
+        assert_eq!(t.selectors(), ["axes()", "k"]);
+    }
+}

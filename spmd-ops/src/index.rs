@@ -19,29 +19,6 @@ fn axis_labels(op: &'static str, rank: usize, axis: i64) -> Result<(Vec<char>, u
     Ok((term, axis))
 }
 
-/// The rank of output `o` where the call gives it (backward).
-fn given_output_rank(call: &Call<'_>, o: usize) -> Option<usize> {
-    match *call {
-        Call::Backward { outputs, .. } => outputs.get(o).map(|s| s.shape.len()),
-        _ => None,
-    }
-}
-
-/// `rank` never-sharded dims: `111`.
-fn ones(rank: usize) -> String {
-    "1".repeat(rank)
-}
-
-/// A flattened input of rank `rank`, every dim replicated: `a11` (the
-/// rule's never-sharded axis `a`, then `1`s).
-fn flattened(rank: usize) -> String {
-    if rank == 0 {
-        String::new()
-    } else {
-        format!("a{}", ones(rank - 1))
-    }
-}
-
 /// Paddle's `cumsum`: a running sum along `axis`, which is never sharded
 /// (each element depends on every element before it). With `flatten` the
 /// input is scanned as one 1-D tensor, so nothing stays sharded. `exclusive`
@@ -50,8 +27,8 @@ fn flattened(rank: usize) -> String {
 /// a reverse scan of it) and leaves `x`, which it does not read, as given.
 #[spmd_rule(
     name = "cumsum",
-    build = Self::notation,
-    cache,
+    einsum = "@{axis:a}->@{axis:a}",
+    case(when = self.flatten, einsum = "*->1"),
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
@@ -70,58 +47,20 @@ pub struct Cumsum {
     pub reverse: bool,
 }
 
-impl Cumsum {
-    /// `bac->bac` (axis 1 of a rank-3 input), or `a11->1` with `flatten`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = input_rank(call, 0).unwrap_or(0);
-        if self.flatten {
-            return Einsum::new(&format!("{}->1", flattened(rank)));
-        }
-        let (term, _) = axis_labels("cumsum", rank, self.axis)?;
-        let term: String = term.into_iter().collect();
-        Einsum::new(&format!("{term}->{term}"))
-    }
-}
-
-/// The notation of an arg-reduction over `axis` (`bac->bc`, `bac->b1c` with
-/// `keepdims`); with `flatten` every dim is replicated and the output is 0-d
-/// (`keepdims`: the input's rank of `1`s).
-fn arg_notation(
-    op: &'static str,
-    axis: i64,
-    keepdims: bool,
-    flatten: bool,
-    call: &Call<'_>,
-) -> Result<Einsum, SpmdError> {
-    let rank = input_rank(call, 0).unwrap_or(0);
-    if flatten {
-        // The flattened arg-reduction's output is 0-d (or, with `keepdims`,
-        // all `1`s); Paddle 3.3.1 answers a one-entry mapping for the 0-d
-        // output, which we never do (a mapping has one entry per dim).
-        let out = given_output_rank(call, 0).unwrap_or(if keepdims { rank } else { 0 });
-        return Einsum::from_terms(&[&flattened(rank)], &[&ones(out)]);
-    }
-    let (term, axis) = axis_labels(op, rank, axis)?;
-    let output: String = term
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &c)| match (i == axis, keepdims) {
-            (false, _) => Some(c),
-            (true, true) => Some('1'),
-            (true, false) => None,
-        })
-        .collect();
-    let input: String = term.into_iter().collect();
-    Einsum::new(&format!("{input}->{output}"))
-}
-
+/// An arg-reduction over `axis` (`bac->bc`, `bac->b1c` with `keepdims`);
+/// with `flatten` every dim is replicated and the output is 0-d (with
+/// `keepdims`, the input's rank of `1`s). Paddle 3.3.1 answers a one-entry
+/// mapping for the flattened 0-d output, which we never do (a mapping has
+/// one entry per dim).
 macro_rules! arg_reduction {
     ($(#[$doc:meta])* $ty:ident, $name:literal) => {
         $(#[$doc])*
         #[spmd_rule(
             name = $name,
-            build = Self::notation,
-            cache,
+            einsum = "@{axis:a}->@{axis:-}",
+            case(when = self.flatten && self.keepdims, einsum = "@{..:1}->@{..:1}"),
+            case(when = self.flatten, einsum = "@{..:1}->"),
+            case(when = self.keepdims, einsum = "@{axis:a}->@{axis:1}"),
             never_sharded = "a",
             backward_partial = "reset",
             inputs(x),
@@ -135,12 +74,6 @@ macro_rules! arg_reduction {
             pub keepdims: bool,
             #[spmd(default)]
             pub flatten: bool,
-        }
-
-        impl $ty {
-            fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-                arg_notation($name, self.axis, self.keepdims, self.flatten, call)
-            }
         }
     };
 }
@@ -162,8 +95,7 @@ arg_reduction!(
 /// the outputs (whose extent there is `k`); other dims keep their sharding.
 #[spmd_rule(
     name = "topk",
-    build = Self::notation,
-    cache,
+    einsum = "@{axis:a}->@{axis:1},@{axis:1}",
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
@@ -183,27 +115,11 @@ pub struct TopK {
     pub sorted: bool,
 }
 
-impl TopK {
-    /// `bac->b1c,b1c`: the outputs' axis (`k` long) is its own, never-sharded dim.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let (term, axis) = axis_labels("topk", rank, self.axis)?;
-        let output: String = term
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| if i == axis { '1' } else { c })
-            .collect();
-        let input: String = term.into_iter().collect();
-        Einsum::new(&format!("{input}->{output},{output}"))
-    }
-}
-
 /// Paddle's `argsort`: the sorted values along `axis` and their indices. The
 /// sort axis is never sharded; other dims keep their sharding.
 #[spmd_rule(
     name = "argsort",
-    build = Self::notation,
-    cache,
+    einsum = "@{axis:a}->@{axis:a},@{axis:a}",
     never_sharded = "a",
     backward_partial = "reset",
     inputs(x),
@@ -219,16 +135,6 @@ pub struct ArgSort {
     pub descending: bool,
     #[spmd(default)]
     pub stable: bool,
-}
-
-impl ArgSort {
-    /// `bac->bac,bac`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let (term, _) = axis_labels("argsort", rank, self.axis)?;
-        let term: String = term.into_iter().collect();
-        Einsum::new(&format!("{term}->{term},{term}"))
-    }
 }
 
 /// Paddle's `one_hot`: appends a class dim of `num_classes`, which is never

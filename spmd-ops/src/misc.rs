@@ -32,8 +32,7 @@ pub struct Where {}
 /// broadcasts the output grad and never reads `x`.
 #[spmd_rule(
     name = "mean_all",
-    build = Self::notation,
-    cache,
+    einsum = "@->",
     reduce = "avg",
     inputs(x),
     outputs(out),
@@ -42,27 +41,13 @@ pub struct Where {}
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MeanAll {}
 
-impl MeanAll {
-    /// `abc->`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        crate::notation::all_reduced("mean_all", call)
-    }
-}
-
 /// Paddle's `numel`: the number of elements, a 0-d output. Each device
 /// counts its own block, so the output is partial (`Sum`) over the mesh
 /// dims sharding the input (Paddle's `NumelInferSpmd`). An integer count
 /// has no gradient.
-#[spmd_rule(name = "numel", build = Self::notation, cache, inputs(x), outputs(out), no_grad(x))]
+#[spmd_rule(name = "numel", einsum = "@->", inputs(x), outputs(out), no_grad(x))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Numel {}
-
-impl Numel {
-    /// `abc->`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        crate::notation::all_reduced("numel", call)
-    }
-}
 
 /// Paddle's `nonzero`: the coordinates of the non-zero elements, `[count,
 /// rank]`. How many a block holds depends on the data, so nothing is

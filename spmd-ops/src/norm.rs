@@ -4,14 +4,7 @@
 
 use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, keep_first_grads, labels};
-
-/// `lead` leading labels, then `norm` dims written `1` (never sharded).
-fn split_term(op: &'static str, lead: usize, norm: usize) -> Result<String, SpmdError> {
-    let mut term: String = labels(op, lead)?.into_iter().collect();
-    term.extend(std::iter::repeat_n('1', norm));
-    Ok(term)
-}
+use crate::notation::{input_rank, keep_first_grads};
 
 /// Paddle's `layer_norm`: `out = (x - mean) / sqrt(variance + epsilon) * scale
 /// + bias`, with mean and variance taken over the dims from
@@ -27,8 +20,7 @@ fn split_term(op: &'static str, lead: usize, norm: usize) -> Result<String, Spmd
 /// (its term `1`), as Paddle answers it.
 #[spmd_rule(
     name = "layer_norm",
-    build = Self::notation,
-    cache,
+    einsum = "@{begin_norm_axis..:1},*,*->@{begin_norm_axis..:1},@{begin_norm_axis..:-},@{begin_norm_axis..:-}",
     inputs(x, scale, bias),
     outputs(out, mean, variance),
     optional(scale, bias),
@@ -41,36 +33,6 @@ pub struct LayerNorm {
     pub begin_norm_axis: i64,
 }
 
-impl LayerNorm {
-    /// For rank 3 and `begin_norm_axis = 1`: `a11,1,1->a11,a,a` (scale and
-    /// bias are written with their own rank).
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        const OP: &str = "layer_norm";
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let begin = if self.begin_norm_axis < 0 {
-            self.begin_norm_axis + rank as i64
-        } else {
-            self.begin_norm_axis
-        };
-        if !(0..=rank as i64).contains(&begin) {
-            return Err(SpmdError::InvalidAttr {
-                op: OP,
-                attr: "begin_norm_axis".into(),
-                message: format!(
-                    "begin_norm_axis {} is out of range for x of rank {rank}",
-                    self.begin_norm_axis
-                ),
-            });
-        }
-        let begin = begin as usize;
-        let x = split_term(OP, begin, rank - begin)?;
-        let lead = split_term(OP, begin, 0)?;
-        let scale = "1".repeat(input_rank(call, 1).unwrap_or(1));
-        let bias = "1".repeat(input_rank(call, 2).unwrap_or(1));
-        Einsum::new(&format!("{x},{scale},{bias}->{x},{lead},{lead}"))
-    }
-}
-
 /// Paddle's `fused_rms_norm` (`x`, `scale` → `out`, `invvar`): `out = x /
 /// sqrt(mean(x², last axis) + epsilon) * scale`. The last axis is never
 /// sharded, `invvar` has the leading dims, `scale` is replicated. Paddle
@@ -78,26 +40,13 @@ impl LayerNorm {
 /// returns the outputs non-partial.
 #[spmd_rule(
     name = "fused_rms_norm",
-    build = Self::notation,
-    cache,
+    einsum = "@1,*->@1,@",
     backward_partial = "reset",
     inputs(x, scale),
     outputs(out, invvar)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FusedRmsNorm {}
-
-impl FusedRmsNorm {
-    /// For rank 3: `ab1,1->ab1,ab`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        const OP: &str = "fused_rms_norm";
-        let rank = input_rank(call, 0).unwrap_or(1).max(1);
-        let x = split_term(OP, rank - 1, 1)?;
-        let lead = split_term(OP, rank - 1, 0)?;
-        let scale = "1".repeat(input_rank(call, 1).unwrap_or(1));
-        Einsum::new(&format!("{x},{scale}->{x},{lead}"))
-    }
-}
 
 /// `n` then `rank - 1` never-sharded dims: `n111`.
 fn batch_only(rank: usize) -> String {

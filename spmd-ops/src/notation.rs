@@ -8,18 +8,6 @@ pub(crate) fn input_rank(call: &Call<'_>, i: usize) -> Option<usize> {
     call.input_shape(i).map(<[usize]>::len)
 }
 
-/// Paddle's axis (negative counts from the end) as an index below `rank`.
-/// `abc->`: every dim of input 0 reduced to a 0-d output (`mean_all`,
-/// `numel`).
-pub(crate) fn all_reduced(
-    op: &'static str,
-    call: &Call<'_>,
-) -> Result<spmd_core::Einsum, SpmdError> {
-    let rank = input_rank(call, 0).unwrap_or(0);
-    let term: String = labels(op, rank)?.into_iter().collect();
-    spmd_core::Einsum::new(&format!("{term}->"))
-}
-
 /// For the `_nd` index ops (`gather_nd`, `scatter_nd_add`): x's rank, the
 /// index's shape and the length `k` of its coordinate tuples (its last dim),
 /// which cannot exceed x's rank.

@@ -2,49 +2,17 @@
 //! `reduce_base` over an axis list. A sharded reduced axis leaves the output
 //! partial with the op's own reduce type.
 
-use spmd_core::{Call, Einsum, ReduceType, SpmdError, spmd_rule};
+use spmd_core::notation::Pos;
+use spmd_core::{Call, ReduceType, SpmdError, spmd_rule};
 
-use crate::notation::{axis_flags, input_rank, labels};
-
-/// The notation of a reduction of a rank-`rank` tensor over `axis` (every
-/// axis when empty); kept dims become `1`.
-fn reduce_notation(
-    op: &'static str,
-    axis: &[i64],
-    keep_dim: bool,
-    call: &Call<'_>,
-) -> Result<Einsum, SpmdError> {
-    reduce_notation_with(op, axis, keep_dim, false, call)
-}
-
-/// [`reduce_notation`], with the reduced dims of the input written `1`
-/// (never sharded) when `whole` is set: for reductions whose partial
-/// results no reduce type can finish.
-fn reduce_notation_with(
-    op: &'static str,
-    axis: &[i64],
-    keep_dim: bool,
-    whole: bool,
-    call: &Call<'_>,
-) -> Result<Einsum, SpmdError> {
-    let rank = input_rank(call, 0).unwrap_or(0);
-    let names = labels(op, rank)?;
-    let reduced = axis_flags(op, "axis", axis, rank, true)?;
-    let input: String = names
-        .iter()
-        .zip(&reduced)
-        .map(|(&c, &r)| if r && whole { '1' } else { c })
-        .collect();
-    let output: String = names
-        .iter()
-        .zip(&reduced)
-        .filter_map(|(&c, &r)| match (r, keep_dim) {
-            (false, _) => Some(c),
-            (true, true) => Some('1'),
-            (true, false) => None,
-        })
-        .collect();
-    Einsum::new(&format!("{input}->{output}"))
+/// The positions a reduction's `axis` list selects: every dim when it is
+/// empty (or `reduce_all` says so), as Paddle reduces.
+fn reduced(axis: &[i64], all: bool) -> Pos<'_> {
+    if all || axis.is_empty() {
+        Pos::All
+    } else {
+        Pos::List(axis)
+    }
 }
 
 macro_rules! reduction {
@@ -52,8 +20,8 @@ macro_rules! reduction {
         $(#[$doc])*
         #[spmd_rule(
             name = $name,
-            build = Self::notation,
-            cache,
+            einsum = "@->@{axis():-}",
+            case(when = self.keep_dim, einsum = "@->@{axis():1}"),
             reduce = $reduce,
             inputs(x),
             outputs(out)
@@ -68,8 +36,9 @@ macro_rules! reduction {
         }
 
         impl $ty {
-            fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-                reduce_notation($name, &self.axis, self.keep_dim, call)
+            /// The reduced dims (every dim for an empty list).
+            fn axis(&self) -> Pos<'_> {
+                reduced(&self.axis, false)
             }
         }
     };
@@ -125,8 +94,8 @@ reduction!(
 /// here: `x` is gathered along them and the output is never partial.
 #[spmd_rule(
     name = "frobenius_norm",
-    build = Self::notation,
-    cache,
+    einsum = "@{axis():1}->@{axis():-}",
+    case(when = self.keep_dim, einsum = "@{axis():1}->@{axis():1}"),
     inputs(x),
     outputs(out)
 )]
@@ -141,10 +110,9 @@ pub struct FrobeniusNorm {
 }
 
 impl FrobeniusNorm {
-    /// `a1c->ac` for axis 1 of a rank-3 input.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let axis: &[i64] = if self.reduce_all { &[] } else { &self.axis };
-        reduce_notation_with("frobenius_norm", axis, self.keep_dim, true, call)
+    /// The reduced dims, written `1` in `x` (never sharded).
+    fn axis(&self) -> Pos<'_> {
+        reduced(&self.axis, self.reduce_all)
     }
 }
 
@@ -155,8 +123,8 @@ impl FrobeniusNorm {
 /// axes are never sharded here and the output is never partial.
 #[spmd_rule(
     name = "logsumexp",
-    build = Self::notation,
-    cache,
+    einsum = "@{axis():1}->@{axis():-}",
+    case(when = self.keepdim, einsum = "@{axis():1}->@{axis():1}"),
     backward_partial = "reset",
     inputs(x),
     outputs(out)
@@ -172,10 +140,9 @@ pub struct LogSumExp {
 }
 
 impl LogSumExp {
-    /// `a1c->ac` for axis 1 of a rank-3 input.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let axis: &[i64] = if self.reduce_all { &[] } else { &self.axis };
-        reduce_notation_with("logsumexp", axis, self.keepdim, true, call)
+    /// The reduced dims, written `1` in `x` (never sharded).
+    fn axis(&self) -> Pos<'_> {
+        reduced(&self.axis, self.reduce_all)
     }
 }
 
@@ -188,7 +155,11 @@ impl LogSumExp {
 /// `0` and `1`.
 #[spmd_rule(
     name = "p_norm",
-    build = Self::notation,
+    einsum = "@->@{axis():-}",
+    case(when = self.reduce().is_none() && self.keepdim, einsum = "@{axis():1}->@{axis():1}"),
+    case(when = self.reduce().is_none(), einsum = "@{axis():1}->@{axis():-}"),
+    case(when = self.keepdim, einsum = "@->@{axis():1}"),
+    reduce = Self::reduce_type,
     inputs(x),
     outputs(out)
 )]
@@ -226,14 +197,19 @@ impl PNorm {
         }
     }
 
-    /// `abc->ab` for `p = 1` over the last axis, `ab1->ab` for `p = 2`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let axis: &[i64] = if self.asvector { &[] } else { &[self.axis] };
-        let e = reduce_notation_with("p_norm", axis, self.keepdim, self.reduce().is_none(), call)?;
-        Ok(match self.reduce() {
-            Some(r) => e.with_reduce(r),
-            None => e,
-        })
+    /// Where no reduce type finishes partial norms the reduced dims are
+    /// never sharded, so the type is never used.
+    fn reduce_type(&self) -> Result<ReduceType, SpmdError> {
+        Ok(self.reduce().unwrap_or(ReduceType::Sum))
+    }
+
+    /// The reduced dims: `axis`, or every dim with `asvector`.
+    fn axis(&self) -> Pos<'_> {
+        if self.asvector {
+            Pos::All
+        } else {
+            Pos::Int(self.axis)
+        }
     }
 }
 
@@ -244,8 +220,11 @@ impl PNorm {
 /// partial of that type alone.
 #[spmd_rule(
     name = "reduce_base",
-    build = Self::notation,
-    cache,
+    einsum = "@->@{axis():-}",
+    case(when = self.mean_grad(&call) && self.keep_dim, einsum = "@{axis():1}->@{axis():1}"),
+    case(when = self.mean_grad(&call), einsum = "@{axis():1}->@{axis():-}"),
+    case(when = self.keep_dim, einsum = "@->@{axis():1}"),
+    reduce = Self::reduce_type,
     validate = Self::check_reduce_type,
     inputs(x),
     outputs(out)
@@ -272,14 +251,20 @@ impl ReduceBase {
         ReduceType::All,
     ];
 
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        // A mean's grad divides by the reduced extent: a device holding a
-        // block of a reduced axis would divide by its block's. The grad
-        // never shards a reduced axis of an `Avg` reduction.
-        let r = self.reduce()?;
-        let whole = r == ReduceType::Avg && matches!(call, Call::Grad { .. });
-        let e = reduce_notation_with("reduce_base", &self.axis, self.keep_dim, whole, call)?;
-        Ok(e.with_reduce(r))
+    /// A mean's grad divides by the reduced extent: a device holding a
+    /// block of a reduced axis would divide by its block's. The grad never
+    /// shards a reduced axis of an `Avg` reduction.
+    fn mean_grad(&self, call: &Call<'_>) -> bool {
+        matches!(call, Call::Grad { .. }) && self.reduce().ok() == Some(ReduceType::Avg)
+    }
+
+    fn reduce_type(&self) -> Result<ReduceType, SpmdError> {
+        self.reduce()
+    }
+
+    /// The reduced dims (every dim for an empty list).
+    fn axis(&self) -> Pos<'_> {
+        reduced(&self.axis, false)
     }
 
     fn reduce(&self) -> Result<ReduceType, SpmdError> {

@@ -5,7 +5,7 @@
 
 use spmd_core::{Call, DimsMapping, Einsum, Mesh, RuleResult, Sharding, SpmdError, spmd_rule};
 
-use crate::notation::{axis_flags, input_rank, labels, normalize_axis};
+use crate::notation::{axis_flags, labels, normalize_axis};
 
 /// The shape of input `i`, or an error naming the op when the call lacks it.
 pub(crate) fn input_shape<'c>(
@@ -38,8 +38,7 @@ pub(crate) fn plain_term(names: &[char], shape: &[usize]) -> String {
 /// status, as 3.3.1 does.
 #[spmd_rule(
     name = "transpose",
-    build = Self::notation,
-    cache,
+    einsum = "@->@[perm]",
     backward_partial = "reset",
     inputs(x),
     outputs(out),
@@ -48,42 +47,6 @@ pub(crate) fn plain_term(names: &[char], shape: &[usize]) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Transpose {
     pub perm: Vec<i64>,
-}
-
-impl Transpose {
-    /// For rank 3 and `perm = [1, 2, 0]`: `abc->bca`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        // The grad op takes only out_grad, of x's rank.
-        let rank = input_rank(call, 0)
-            .or_else(|| call.output_shape(0).map(<[usize]>::len))
-            .unwrap_or(0);
-        if self.perm.len() != rank {
-            return Err(SpmdError::InvalidAttr {
-                op: "transpose",
-                attr: "perm".into(),
-                message: format!(
-                    "perm has {} entries for a tensor of rank {rank}",
-                    self.perm.len()
-                ),
-            });
-        }
-        let names = labels("transpose", rank)?;
-        let mut seen = vec![false; rank];
-        let mut out = String::with_capacity(rank);
-        for &p in &self.perm {
-            let d = normalize_axis("transpose", "perm", p, rank)?;
-            if std::mem::replace(&mut seen[d], true) {
-                return Err(SpmdError::InvalidAttr {
-                    op: "transpose",
-                    attr: "perm".into(),
-                    message: format!("dim {d} appears twice in perm {:?}", self.perm),
-                });
-            }
-            out.push(names[d]);
-        }
-        let input: String = names.iter().collect();
-        Einsum::new(&format!("{input}->{out}"))
-    }
 }
 
 /// Paddle's `squeeze`: drops the size-1 dims listed in `axis` (every size-1

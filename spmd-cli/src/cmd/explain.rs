@@ -65,6 +65,13 @@ fn notation(rule: &Built) -> (Option<String>, Option<String>) {
                     info.name
                 )),
             ),
+            [n] if spmd_core::notation::is_template(n) => (
+                Some(n.to_string()),
+                Some(format!(
+                    "`{}`'s notation is a template its attributes and the inputs' ranks bind per call",
+                    info.name
+                )),
+            ),
             [n] => (Some(n.to_string()), None),
             ns => (
                 None,
@@ -146,12 +153,23 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
     let Some(answer) = req.run_traced(&rule, &mut rec) else {
         return Err(untraceable(req));
     };
+    let rec_notation = rec.notation.take();
     let events = rec.events;
     let labels = match &rule {
         Built::Registered(_, info) => Labels::of(info, req.direction),
         Built::Einsum(_) => Labels::plain(req.direction),
     };
-    let (notation, note) = notation(&rule);
+    let (declared, note) = notation(&rule);
+    // What this call ran on: the declared notation, or the one a template
+    // (or a builder) made for these attributes and ranks.
+    let template = declared
+        .as_deref()
+        .filter(|d| spmd_core::notation::is_template(d));
+    let notation = match (&declared, &rec_notation) {
+        (Some(d), _) if template.is_none() => Some(d.clone()),
+        (_, Some(b)) => Some(b.clone()),
+        _ => None,
+    };
 
     let mut s = format!(
         "{} {} on mesh {} ({} devices)\n",
@@ -160,8 +178,12 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
         req.mesh,
         req.mesh.size()
     );
-    if let Some(n) = &notation {
-        s.push_str(&format!("notation: {n:?}\n"));
+    match (&notation, template) {
+        (Some(n), Some(t)) => s.push_str(&format!(
+            "notation: {n:?} (the template {t:?} bound for this call)\n"
+        )),
+        (Some(n), None) => s.push_str(&format!("notation: {n:?}\n")),
+        _ => {}
     }
     if let Some(n) = &note {
         s.push_str(&paint(DIM, format!("note: {n}\n")));

@@ -1,0 +1,865 @@
+//! Notation templates: notations whose dims depend on an op's attributes and
+//! on the rank of its first input, bound per call into a [`Plan`] without
+//! building or parsing any text.
+//!
+//! ```text
+//! template := operands "->" outputs
+//! term     := item*
+//! item     := label | "1"                 (as in a notation)
+//!           | "@"                         every dim of input 0, one axis each
+//!           | "@{" select ":" fate "}"    the same, the selected dims changed
+//!           | "@[" name "]"               the same, permuted by attribute `name`
+//!           | "*"                         a term of `1`s as long as the tensor's rank
+//! select   := name | name ".." | ".." name | ".."
+//! fate     := label | "1" | "-"
+//! name     := an attribute (a field of the op) or `method()`
+//! ```
+//!
+//! `@` stands for the dims of input 0 that its term does not write out, in
+//! order; each gets a label of its own (the letters the template does not use
+//! literally, `a`, `b`, ... in order), so the same position is the same axis in
+//! every term. A selector picks positions from an attribute: `axis` (an
+//! integer or a list; negative values count from the end), `axis..` (every
+//! position from it on), `..axis` (every position before it), `..` (all). The
+//! fate says what the picked positions become in this term: one literal label
+//! (exactly one position), `1` (a dim never sharded, e.g. a kept reduced dim),
+//! or `-` (no dim: reduced, squeezed). `@[perm]` writes the positions in the
+//! order the attribute `perm` lists. Examples:
+//!
+//! | op | template |
+//! |---|---|
+//! | softmax along `axis` | `@{axis:a}->@{axis:a}` (with `a` never sharded) |
+//! | sum over `axis` | `@->@{axis:-}`, or `@->@{axis:1}` with `keep_dim` |
+//! | transpose | `@->@[perm]` |
+//! | layer norm | `@{begin_norm_axis..:1},*,*->@{begin_norm_axis..:1},@{begin_norm_axis..:-},@{begin_norm_axis..:-}` |
+//!
+//! [`parse_template`] checks a template (the macro does so at compile time,
+//! with the same errors as values); [`bind`] turns one into a [`PlanBuf`] for
+//! the attributes' positions ([`Pos`]) and the call's ranks.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use crate::error::{ErrorKind, NotationError, NotationErrors};
+use crate::plan::{AxisId, AxisSet, Dim, Plan, Term};
+
+/// What a selector picks (`@{axis:..}`, `@{axis..:..}`, `@{..axis:..}`, `@{..:..}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Select {
+    /// The positions the attribute lists.
+    At(u8),
+    /// Every position from the attribute's value on.
+    From(u8),
+    /// Every position before the attribute's value.
+    Before(u8),
+    /// Every position.
+    Every,
+}
+
+/// What the selected positions become in one term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// This literal label (one position only).
+    Label(u8),
+    /// A `1` dim.
+    One,
+    /// No dim.
+    Drop,
+}
+
+/// One item of a template term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// A literal label.
+    Label(u8),
+    /// A literal `1`.
+    One,
+    /// `@`, or `@{select:fate}`.
+    Positions(Option<(Select, Fate)>),
+    /// `@[perm]`: the positions in the order the attribute lists.
+    Permuted(u8),
+    /// `*`: `1`s, one per dim of the tensor.
+    Ones,
+}
+
+/// A compiled template: items per term over a selector table. Const
+/// constructible, so `#[spmd_rule]` emits one as a `const`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Template<'a> {
+    /// The template as written (messages only; never parsed again).
+    pub source: &'a str,
+    /// Inputs' terms, then outputs' terms: `items[start .. start + len]`.
+    pub terms: &'a [(u16, u16)],
+    pub n_inputs: u16,
+    pub items: &'a [Item],
+    /// The attribute (or `method()`) each selector index reads.
+    pub selectors: &'a [&'a str],
+    /// Labels the template writes literally (positional labels avoid them).
+    pub literals: AxisSet,
+}
+
+impl<'a> Template<'a> {
+    pub const fn n_inputs(&self) -> usize {
+        self.n_inputs as usize
+    }
+    pub const fn n_outputs(&self) -> usize {
+        self.terms.len() - self.n_inputs as usize
+    }
+    fn items_of(&self, t: usize) -> &'a [Item] {
+        let (start, len) = self.terms[t];
+        &self.items[start as usize..start as usize + len as usize]
+    }
+    /// Whether any output writes literal label `c` (or a fate labels it).
+    pub fn has_label(&self, c: char) -> bool {
+        let b = c as u8;
+        self.items.iter().any(|i| {
+            matches!(*i, Item::Label(l) if l == b)
+                || matches!(*i, Item::Positions(Some((_, Fate::Label(l)))) if l == b)
+        })
+    }
+}
+
+/// Whether a notation text is a template (it uses `@` or `*`).
+pub fn is_template(source: &str) -> bool {
+    source.contains('@') || source.contains('*')
+}
+
+/// A parsed template that owns its storage; [`OwnedTemplate::template`]
+/// lends the [`Template`] that [`bind`] reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedTemplate {
+    source: String,
+    terms: Vec<(u16, u16)>,
+    n_inputs: u16,
+    items: Vec<Item>,
+    selectors: Vec<String>,
+    selector_refs: Vec<Range<usize>>,
+    literals: AxisSet,
+}
+
+impl OwnedTemplate {
+    /// The borrowed form; `names` must hold [`OwnedTemplate::selectors`].
+    pub fn template<'s>(&'s self, names: &'s [&'s str]) -> Template<'s> {
+        Template {
+            source: &self.source,
+            terms: &self.terms,
+            n_inputs: self.n_inputs,
+            items: &self.items,
+            selectors: names,
+            literals: self.literals,
+        }
+    }
+    /// The selectors' attribute names, in index order (`method()` with its parentheses).
+    pub fn selectors(&self) -> &[String] {
+        &self.selectors
+    }
+    /// Where each selector's first use is in the source (for messages).
+    pub fn selector_ranges(&self) -> &[Range<usize>] {
+        &self.selector_refs
+    }
+    pub fn terms(&self) -> &[(u16, u16)] {
+        &self.terms
+    }
+    pub fn n_inputs(&self) -> usize {
+        self.n_inputs as usize
+    }
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+    pub fn literals(&self) -> AxisSet {
+        self.literals
+    }
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// The bit of a label in [`Template::literals`] (`a-z` then `A-Z`).
+fn label_bit(c: u8) -> Option<AxisId> {
+    match c {
+        b'a'..=b'z' => Some(c - b'a'),
+        b'A'..=b'Z' => Some(26 + c - b'A'),
+        _ => None,
+    }
+}
+
+fn bit_label(b: AxisId) -> u8 {
+    if b < 26 { b'a' + b } else { b'A' + (b - 26) }
+}
+
+/// Parses and checks a template, returning every problem found.
+///
+/// ```
+/// use spmd_notation::{ErrorKind, parse_template};
+///
+/// let t = parse_template("@{axis:a}->@{axis:a}").unwrap();
+/// assert_eq!(t.selectors(), ["axis"]);
+/// let e = parse_template("@{axis:-}->@").unwrap_err();
+/// assert_eq!(e.errors[0].kind, ErrorKind::DropInFirstInput);
+/// ```
+pub fn parse_template(source: &str) -> Result<OwnedTemplate, NotationErrors> {
+    let mut p = TParser {
+        src: source,
+        errors: Vec::new(),
+        t: OwnedTemplate {
+            source: String::from(source),
+            terms: Vec::new(),
+            n_inputs: 0,
+            items: Vec::new(),
+            selectors: Vec::new(),
+            selector_refs: Vec::new(),
+            literals: AxisSet::EMPTY,
+        },
+        input_labels: AxisSet::EMPTY,
+    };
+    p.run();
+    if p.errors.is_empty() {
+        Ok(p.t)
+    } else {
+        p.errors.sort_by_key(|e| (e.range.start, e.range.end));
+        Err(NotationErrors {
+            source: String::from(source),
+            errors: p.errors,
+        })
+    }
+}
+
+struct TParser<'s> {
+    src: &'s str,
+    errors: Vec<NotationError>,
+    t: OwnedTemplate,
+    input_labels: AxisSet,
+}
+
+impl TParser<'_> {
+    fn err(&mut self, kind: ErrorKind, range: Range<usize>) {
+        self.errors.push(NotationError::new(kind, range));
+    }
+
+    fn run(&mut self) {
+        let Some(arrow) = self.src.find("->") else {
+            self.err(ErrorKind::MissingArrow, 0..self.src.len());
+            return;
+        };
+        if let Some(extra) = self.src[arrow + 2..].find("->") {
+            let at = arrow + 2 + extra;
+            self.err(ErrorKind::ExtraArrow, at..at + 2);
+            return;
+        }
+        if self.src[..arrow].trim().is_empty() {
+            self.err(ErrorKind::EmptyOperands, arrow..arrow + 2);
+            return;
+        }
+        self.side(0..arrow, false);
+        self.t.n_inputs = self.t.terms.len() as u16;
+        self.side(arrow + 2..self.src.len(), true);
+        // An item already in error is missing from input 0: no cascade.
+        if self.errors.is_empty() {
+            self.check_first_input(arrow);
+        }
+    }
+
+    fn side(&mut self, range: Range<usize>, output: bool) {
+        let mut start = range.start;
+        for i in range.clone() {
+            if self.src.as_bytes()[i] == b',' {
+                self.term(start..i, output);
+                start = i + 1;
+            }
+        }
+        self.term(start..range.end, output);
+    }
+
+    /// Input 0 defines the positions: its `@` must be there once, and keep a
+    /// dim for every position (no `-`, no permutation).
+    fn check_first_input(&mut self, arrow: usize) {
+        let uses_positions = self
+            .t
+            .items
+            .iter()
+            .any(|i| matches!(i, Item::Positions(_) | Item::Permuted(_)));
+        if !uses_positions {
+            return;
+        }
+        let (start, len) = self.t.terms[0];
+        let first = &self.t.items[start as usize..(start + len) as usize];
+        let runs = first
+            .iter()
+            .filter(|i| matches!(i, Item::Positions(_) | Item::Permuted(_)))
+            .count();
+        let drops = first.iter().any(|i| {
+            matches!(i, Item::Positions(Some((_, Fate::Drop)))) || matches!(i, Item::Permuted(_))
+        });
+        let end = self.src[..arrow].find(',').unwrap_or(arrow);
+        if runs != 1 {
+            self.err(ErrorKind::FirstInputPositions, 0..end);
+        }
+        if drops {
+            self.err(ErrorKind::DropInFirstInput, 0..end);
+        }
+    }
+
+    fn selector(&mut self, name: &str, range: Range<usize>) -> u8 {
+        if let Some(i) = self.t.selectors.iter().position(|s| s == name) {
+            return i as u8;
+        }
+        self.t.selectors.push(String::from(name));
+        self.t.selector_refs.push(range);
+        (self.t.selectors.len() - 1) as u8
+    }
+
+    fn term(&mut self, range: Range<usize>, output: bool) {
+        let text = &self.src[range.clone()];
+        let base = range.start;
+        let start = self.t.items.len();
+        let bytes = text.as_bytes();
+        let mut seen = AxisSet::EMPTY;
+        let mut i = 0;
+        let mut ones_at = None;
+        while i < bytes.len() {
+            let at = base + i;
+            let c = bytes[i];
+            match c {
+                b' ' | b'\t' | b'\n' | b'\r' => {}
+                b'a'..=b'z' | b'A'..=b'Z' => {
+                    self.label(c, output, &mut seen, at);
+                    self.t.items.push(Item::Label(c));
+                }
+                b'1' => self.t.items.push(Item::One),
+                b'*' => {
+                    if output {
+                        self.err(ErrorKind::OnesInOutput, at..at + 1);
+                    }
+                    ones_at = Some(at);
+                    self.t.items.push(Item::Ones);
+                }
+                b'@' => {
+                    let rest = &text[i + 1..];
+                    if rest.starts_with('{') || rest.starts_with('[') {
+                        let close = if rest.starts_with('{') { '}' } else { ']' };
+                        let Some(end) = rest.find(close) else {
+                            self.err(ErrorKind::UnclosedSelector, at..base + text.len());
+                            break;
+                        };
+                        let inner = &rest[1..end];
+                        let inner_at = at + 2;
+                        let item = if close == ']' {
+                            self.permuted(inner, inner_at)
+                        } else {
+                            self.selected(inner, inner_at, output, &mut seen)
+                        };
+                        if let Some(item) = item {
+                            self.t.items.push(item);
+                        }
+                        i += 1 + end + 1;
+                        continue;
+                    }
+                    self.t.items.push(Item::Positions(None));
+                }
+                b'.' | b'(' | b')' | b'+' => {
+                    self.err(ErrorKind::NotInTemplate(c as char), at..at + 1)
+                }
+                _ => {
+                    let ch = text[i..].chars().next().unwrap_or('?');
+                    self.err(ErrorKind::UnexpectedChar(ch), at..at + ch.len_utf8());
+                    i += ch.len_utf8();
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        let len = self.t.items.len() - start;
+        if let Some(at) = ones_at
+            && len > 1
+        {
+            self.err(ErrorKind::OnesNotAlone, at..at + 1);
+        }
+        if !output {
+            self.input_labels = self.input_labels.union(seen);
+        }
+        self.t.terms.push((start as u16, len as u16));
+    }
+
+    /// A literal label (or a fate's): interned; an output's must be an input's,
+    /// and once per output.
+    fn label(&mut self, c: u8, output: bool, seen: &mut AxisSet, at: usize) {
+        let Some(b) = label_bit(c) else { return };
+        self.t.literals = self.t.literals.with(b);
+        if output {
+            if !self.input_labels.contains(b) {
+                self.err(ErrorKind::UnknownOutputLabel(c as char), at..at + 1);
+            } else if seen.contains(b) {
+                self.err(ErrorKind::RepeatedOutputLabel(c as char), at..at + 1);
+            }
+        }
+        *seen = seen.with(b);
+    }
+
+    fn name_ok(&mut self, name: &str, at: usize) -> bool {
+        let bare = name.strip_suffix("()").unwrap_or(name);
+        let ok = !bare.is_empty()
+            && bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !bare.as_bytes()[0].is_ascii_digit();
+        if !ok {
+            self.err(ErrorKind::BadSelector, at..at + name.len().max(1));
+        }
+        ok
+    }
+
+    fn permuted(&mut self, inner: &str, at: usize) -> Option<Item> {
+        let name = inner.trim();
+        let off = inner.find(name).unwrap_or(0);
+        if !self.name_ok(name, at + off) {
+            return None;
+        }
+        Some(Item::Permuted(
+            self.selector(name, at + off..at + off + name.len()),
+        ))
+    }
+
+    fn selected(
+        &mut self,
+        inner: &str,
+        at: usize,
+        output: bool,
+        seen: &mut AxisSet,
+    ) -> Option<Item> {
+        let Some(colon) = inner.rfind(':') else {
+            self.err(ErrorKind::MissingFate, at..at + inner.len());
+            return None;
+        };
+        let (sel, fate) = (inner[..colon].trim(), inner[colon + 1..].trim());
+        let sel_at = at + inner.find(sel).unwrap_or(0);
+        let fate_at = at + colon + 1 + inner[colon + 1..].find(fate).unwrap_or(0);
+        let select = if sel == ".." {
+            Select::Every
+        } else if let Some(name) = sel.strip_prefix("..") {
+            let name = name.trim();
+            if !self.name_ok(name, sel_at + 2) {
+                return None;
+            }
+            Select::Before(self.selector(name, sel_at + 2..sel_at + sel.len()))
+        } else if let Some(name) = sel.strip_suffix("..") {
+            let name = name.trim();
+            if !self.name_ok(name, sel_at) {
+                return None;
+            }
+            Select::From(self.selector(name, sel_at..sel_at + name.len()))
+        } else {
+            if !self.name_ok(sel, sel_at) {
+                return None;
+            }
+            Select::At(self.selector(sel, sel_at..sel_at + sel.len()))
+        };
+        let fate = match fate.as_bytes() {
+            [b'1'] => Fate::One,
+            [b'-'] => Fate::Drop,
+            [c @ (b'a'..=b'z' | b'A'..=b'Z')] => {
+                self.label(*c, output, seen, fate_at);
+                Fate::Label(*c)
+            }
+            _ => {
+                self.err(ErrorKind::BadFate, fate_at..fate_at + fate.len().max(1));
+                return None;
+            }
+        };
+        Some(Item::Positions(Some((select, fate))))
+    }
+}
+
+/// The positions an attribute selects, before they are checked against a
+/// rank: one index, a list, or every position. Negative indices count from
+/// the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pos<'a> {
+    Int(i64),
+    List(&'a [i64]),
+    All,
+}
+
+/// Why a template could not be bound for one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindError {
+    /// A selected position is outside the rank (`selector` indexes
+    /// [`Template::selectors`]).
+    OutOfRange {
+        selector: u8,
+        value: i64,
+        rank: usize,
+    },
+    /// A fate that labels one dim, with this many positions selected.
+    NotOne { selector: u8, count: usize },
+    /// `@[perm]` whose attribute is not a permutation of the positions.
+    NotPermutation { selector: u8, rank: usize },
+    /// Input 0 has fewer dims than its term writes out.
+    RankBelow { need: usize, rank: usize },
+    /// More axes than the 52 labels, or more dims or terms than a bound plan holds.
+    TooLarge { what: &'static str, limit: usize },
+    /// An output axis no input has: a position an input writes `1` that an
+    /// output keeps (output `o`).
+    OutputOnly { output: usize },
+}
+
+/// Bound plans hold at most this many dims over all terms...
+pub const MAX_BOUND_DIMS: usize = 192;
+/// ...and this many terms.
+pub const MAX_BOUND_TERMS: usize = 12;
+
+/// A plan bound from a template, in fixed-capacity storage (no allocation);
+/// [`PlanBuf::plan`] lends the [`Plan`] inference runs on. Its labels are
+/// interned in order of first appearance, as the parser does, so a bound
+/// plan is the plan of the notation one would have written out.
+#[derive(Clone, Debug)]
+pub struct PlanBuf<'t> {
+    source: &'t str,
+    labels: [u8; 52],
+    n_labels: u8,
+    terms: [Term; MAX_BOUND_TERMS],
+    n_terms: u8,
+    n_inputs: u16,
+    dims: [Dim; MAX_BOUND_DIMS],
+    n_dims: u16,
+    input_axes: AxisSet,
+    output_axes: AxisSet,
+    diagonal: AxisSet,
+}
+
+impl<'t> PlanBuf<'t> {
+    fn new(source: &'t str) -> Self {
+        PlanBuf {
+            source,
+            labels: [0; 52],
+            n_labels: 0,
+            terms: [Term {
+                start: 0,
+                len: 0,
+                ellipsis: None,
+            }; MAX_BOUND_TERMS],
+            n_terms: 0,
+            n_inputs: 0,
+            dims: [Dim::One; MAX_BOUND_DIMS],
+            n_dims: 0,
+            input_axes: AxisSet::EMPTY,
+            output_axes: AxisSet::EMPTY,
+            diagonal: AxisSet::EMPTY,
+        }
+    }
+
+    /// The plan; its `source` is the template's text.
+    pub fn plan(&self) -> Plan<'_> {
+        Plan {
+            source: self.source,
+            labels: &self.labels[..self.n_labels as usize],
+            terms: &self.terms[..self.n_terms as usize],
+            n_inputs: self.n_inputs,
+            dims: &self.dims[..self.n_dims as usize],
+            compound_axes: &[],
+            input_axes: self.input_axes,
+            output_axes: self.output_axes,
+            diagonal: self.diagonal,
+            compound_minor: AxisSet::EMPTY,
+            compound_major: AxisSet::EMPTY,
+            addends: 0,
+        }
+    }
+
+    fn push(&mut self, d: Dim) -> Result<(), BindError> {
+        let n = self.n_dims as usize;
+        if n >= MAX_BOUND_DIMS {
+            return Err(BindError::TooLarge {
+                what: "dims",
+                limit: MAX_BOUND_DIMS,
+            });
+        }
+        self.dims[n] = d;
+        self.n_dims += 1;
+        Ok(())
+    }
+
+    /// Interns `label`; `seen` is the current term's axes.
+    fn axis(&mut self, label: u8, output: bool, seen: &mut AxisSet) -> Result<(), BindError> {
+        let id = match self.labels[..self.n_labels as usize]
+            .iter()
+            .position(|&l| l == label)
+        {
+            Some(p) => p as AxisId,
+            None => {
+                let n = self.n_labels as usize;
+                if n >= 52 {
+                    return Err(BindError::TooLarge {
+                        what: "labels",
+                        limit: 52,
+                    });
+                }
+                self.labels[n] = label;
+                self.n_labels += 1;
+                n as AxisId
+            }
+        };
+        if seen.contains(id) && !output {
+            self.diagonal = self.diagonal.with(id);
+        }
+        *seen = seen.with(id);
+        self.push(Dim::Axis(id))
+    }
+}
+
+/// The selected positions of one selector, as a mask over `rank` positions.
+fn select(select: Select, sels: &[Pos<'_>], rank: usize) -> Result<u64, BindError> {
+    let all = if rank >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << rank) - 1
+    };
+    let (k, from, before) = match select {
+        Select::Every => return Ok(all),
+        Select::At(k) => (k, false, false),
+        Select::From(k) => (k, true, false),
+        Select::Before(k) => (k, false, true),
+    };
+    let norm = |v: i64, allow_end: bool| -> Result<Option<usize>, BindError> {
+        let r = rank as i64;
+        let a = if v < 0 { v + r } else { v };
+        let top = if allow_end { r } else { r.max(1) - 1 };
+        if (0..=top).contains(&a) {
+            // A 0-d tensor accepts axis 0 (and -1) and has no dim to select.
+            Ok((a < r || allow_end).then_some(a as usize))
+        } else {
+            Err(BindError::OutOfRange {
+                selector: k,
+                value: v,
+                rank,
+            })
+        }
+    };
+    let pos = sels.get(k as usize).copied().unwrap_or(Pos::All);
+    if from || before {
+        let v = match pos {
+            Pos::Int(v) => v,
+            Pos::List(&[v]) => v,
+            Pos::All => return Ok(if from { all } else { 0 }),
+            Pos::List(_) => {
+                return Err(BindError::NotOne {
+                    selector: k,
+                    count: 0,
+                });
+            }
+        };
+        let at = norm(v, true)?.unwrap_or(rank);
+        let below = if at >= 64 { u64::MAX } else { (1u64 << at) - 1 };
+        return Ok(if from { all & !below } else { below & all });
+    }
+    let mut mask = 0u64;
+    let mut add = |v: i64| -> Result<(), BindError> {
+        if let Some(p) = norm(v, false)?
+            && p < 64
+        {
+            mask |= 1 << p;
+        }
+        Ok(())
+    };
+    match pos {
+        Pos::Int(v) => add(v)?,
+        Pos::List(vs) => {
+            for &v in vs {
+                add(v)?;
+            }
+        }
+        Pos::All => return Ok(all),
+    }
+    Ok(mask)
+}
+
+/// The number of positions, from output 0's rank, when its term writes
+/// every position once (`@` or `@[..]`, no selection) besides literal dims.
+fn positions_from_output(
+    t: &Template<'_>,
+    rank: &impl Fn(usize) -> Option<usize>,
+) -> Option<usize> {
+    if t.n_outputs() == 0 {
+        return None;
+    }
+    let items = t.items_of(t.n_inputs());
+    let runs = items
+        .iter()
+        .filter(|i| matches!(i, Item::Positions(None) | Item::Permuted(_)))
+        .count();
+    let plain = items.iter().all(|i| {
+        matches!(
+            i,
+            Item::Label(_) | Item::One | Item::Positions(None) | Item::Permuted(_)
+        )
+    });
+    if runs != 1 || !plain {
+        return None;
+    }
+    let written = items.len() - 1;
+    rank(t.n_inputs())?.checked_sub(written)
+}
+
+/// Binds a template for one call: `sels` holds each selector's positions
+/// (in [`Template::selectors`] order) and `rank(t)` the rank of term `t`
+/// (inputs, then outputs; `None` when absent or not given). Input 0's rank
+/// sets the positions; without it, output 0's, where that term writes every
+/// position once.
+///
+/// ```
+/// use spmd_notation::{Pos, bind, parse_template};
+///
+/// let t = parse_template("@->@{axis:-}").unwrap();
+/// let names = ["axis"];
+/// let b = bind(&t.template(&names), &[Pos::List(&[1])], |_| Some(3)).unwrap();
+/// let plan = b.plan();
+/// assert_eq!(plan.term_text(plan.input(0)), "abc");
+/// assert_eq!(plan.term_text(plan.output(0)), "ac");
+/// ```
+pub fn bind<'t>(
+    t: &Template<'t>,
+    sels: &[Pos<'_>],
+    rank: impl Fn(usize) -> Option<usize>,
+) -> Result<PlanBuf<'t>, BindError> {
+    let mut buf = PlanBuf::new(t.source);
+    if t.terms.len() > MAX_BOUND_TERMS {
+        return Err(BindError::TooLarge {
+            what: "terms",
+            limit: MAX_BOUND_TERMS,
+        });
+    }
+    // Positions: input 0's dims that its term does not write out.
+    let written = t
+        .items_of(0)
+        .iter()
+        .filter(|i| matches!(i, Item::Label(_) | Item::One))
+        .count();
+    let n_pos = match rank(0) {
+        Some(r0) => r0.checked_sub(written).ok_or(BindError::RankBelow {
+            need: written,
+            rank: r0,
+        })?,
+        // A grad op that takes no x (transpose's takes only out_grad): the
+        // positions from output 0, when it writes each of them once.
+        None => positions_from_output(t, &rank).unwrap_or(0),
+    };
+    // Positional labels: the letters the template does not use, in order.
+    let mut pos_labels = [0u8; 52];
+    let mut next = 0u8;
+    if n_pos > 52 {
+        return Err(BindError::TooLarge {
+            what: "labels",
+            limit: 52,
+        });
+    }
+    for slot in &mut pos_labels[..n_pos] {
+        while next < 52 && t.literals.contains(next) {
+            next += 1;
+        }
+        if next >= 52 {
+            return Err(BindError::TooLarge {
+                what: "labels",
+                limit: 52,
+            });
+        }
+        *slot = bit_label(next);
+        next += 1;
+    }
+    buf.n_inputs = t.n_inputs;
+    for term in 0..t.terms.len() {
+        let output = term >= t.n_inputs();
+        let start = buf.n_dims;
+        let mut seen = AxisSet::EMPTY;
+        for item in t.items_of(term) {
+            match *item {
+                Item::Label(c) => buf.axis(c, output, &mut seen)?,
+                Item::One => buf.push(Dim::One)?,
+                Item::Ones => {
+                    // An absent tensor is answered as one `1` dim, as Paddle answers it.
+                    for _ in 0..rank(term).unwrap_or(1) {
+                        buf.push(Dim::One)?;
+                    }
+                }
+                Item::Positions(None) => {
+                    for &l in &pos_labels[..n_pos] {
+                        buf.axis(l, output, &mut seen)?;
+                    }
+                }
+                Item::Positions(Some((sel, fate))) => {
+                    let mask = select(sel, sels, n_pos)?;
+                    if let Fate::Label(_) = fate
+                        && mask.count_ones() != 1
+                    {
+                        let k = match sel {
+                            Select::At(k) | Select::From(k) | Select::Before(k) => k,
+                            Select::Every => 0,
+                        };
+                        return Err(BindError::NotOne {
+                            selector: k,
+                            count: mask.count_ones() as usize,
+                        });
+                    }
+                    for (p, &l) in pos_labels[..n_pos].iter().enumerate() {
+                        if p >= 64 || mask & (1 << p) == 0 {
+                            buf.axis(l, output, &mut seen)?;
+                            continue;
+                        }
+                        match fate {
+                            Fate::Label(c) => buf.axis(c, output, &mut seen)?,
+                            Fate::One => buf.push(Dim::One)?,
+                            Fate::Drop => {}
+                        }
+                    }
+                }
+                Item::Permuted(k) => {
+                    let perm = match sels.get(k as usize).copied() {
+                        Some(Pos::List(p)) => p,
+                        Some(Pos::Int(_)) if n_pos == 1 => &[0][..],
+                        _ => &[][..],
+                    };
+                    let mut used = 0u64;
+                    let ok = perm.len() == n_pos
+                        && perm.iter().all(|&v| {
+                            let a = if v < 0 { v + n_pos as i64 } else { v };
+                            let fresh =
+                                (0..n_pos as i64).contains(&a) && a < 64 && used & (1 << a) == 0;
+                            if fresh {
+                                used |= 1 << a;
+                            }
+                            fresh
+                        });
+                    if !ok {
+                        return Err(BindError::NotPermutation {
+                            selector: k,
+                            rank: n_pos,
+                        });
+                    }
+                    for &v in perm {
+                        let a = if v < 0 { v + n_pos as i64 } else { v };
+                        buf.axis(pos_labels[a as usize], output, &mut seen)?;
+                    }
+                }
+            }
+        }
+        if output {
+            buf.output_axes = buf.output_axes.union(seen);
+        } else {
+            buf.input_axes = buf.input_axes.union(seen);
+        }
+        buf.terms[term] = Term {
+            start,
+            len: buf.n_dims - start,
+            ellipsis: None,
+        };
+        buf.n_terms += 1;
+    }
+    if !buf.output_axes.minus(buf.input_axes).is_empty() {
+        let missing = buf.output_axes.minus(buf.input_axes);
+        let output = (t.n_inputs()..t.terms.len())
+            .position(|o| {
+                let p = buf.plan();
+                !p.axes_of(p.terms[o]).intersect(missing).is_empty()
+            })
+            .unwrap_or(0);
+        return Err(BindError::OutputOnly { output });
+    }
+    Ok(buf)
+}
