@@ -9,6 +9,7 @@ pub use core::result::Result::{self, Err, Ok};
 pub use crate::cache::{NotationCache, cached_notation};
 pub use alloc::rc::Rc;
 pub use smallvec::SmallVec;
+use spmd_notation::PlanBuf;
 pub use spmd_notation::{AxisId, AxisSet, Dim, Fate, Item, Plan, Pos, Select, Template, Term};
 
 pub use crate::template::{IntoPos, Positions};
@@ -42,13 +43,17 @@ pub fn runtime_rule<R>(
     einsum: &Einsum,
     f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
 ) -> Result<R, SpmdError> {
-    rule_over(o, einsum.notation().plan(), einsum.reduce(), false, f)
+    rule_over(o, einsum.notation().plan(), einsum.reduce(), f)
 }
 
-/// Binds a template for this call (docs/semantics.md §3) and runs `f` on the
-/// rule over the bound plan: no text is built or parsed, nothing allocated.
+/// Binds a template for this call (docs/semantics.md §3) and runs `f` on
+/// `base` (every option of the rule, made at compile time) over the bound
+/// plan: no text is built or parsed, nothing allocated. `reduce`: a reduce
+/// type read from the attributes; `reduce_axes`: per-label overrides.
 pub fn bound_rule<R>(
-    o: &RuntimeOptions<'_>,
+    base: &EinsumRule<'static>,
+    reduce: Option<ReduceType>,
+    reduce_axes: &[(char, ReduceType)],
     template: &Template<'static>,
     selections: &[Pos<'_>],
     call: &Call<'_>,
@@ -62,20 +67,54 @@ pub fn bound_rule<R>(
             call.output_shape(t - n_in).map(<[usize]>::len)
         }
     };
-    let bound = spmd_notation::bind(template, selections, rank)
-        .map_err(|e| crate::template::bind_error(o.name, template, call, e))?;
-    // A label the options name is a literal of the template; a binding may
-    // leave it out (the selected dim of a 0-d tensor), which means "no such axis".
-    rule_over(o, bound.plan(), None, true, f)
+    with_scratch(|bound| {
+        spmd_notation::bind_into(bound, template, selections, rank)
+            .map_err(|e| crate::template::bind_error(base.name, template, call, e))?;
+        let plan = bound.plan();
+        // A label may be missing from a binding (the selected dim of a 0-d
+        // tensor has no axis): it then overrides nothing.
+        let mut overrides: SmallVec<[(AxisId, ReduceType); 4]> = SmallVec::new();
+        for &(c, r) in reduce_axes {
+            if let Some(a) = plan.axis(c) {
+                overrides.push((a, r));
+            }
+        }
+        let rule = EinsumRule {
+            plan,
+            // The never-sharded labels were resolved while binding.
+            never_sharded: bound.never(),
+            reduce: reduce.unwrap_or(base.reduce),
+            reduce_overrides: &overrides,
+            ..*base
+        };
+        f(&rule)
+    })
 }
 
-/// The rule over `plan` with the options resolved by label; `lenient`: a
-/// label missing from the plan names no axis instead of being an error.
+/// Runs `f` on a binding buffer: the thread's own (making one costs more
+/// than a binding), or a fresh one when a hook binds inside a binding.
+#[cfg(feature = "std")]
+fn with_scratch<R>(f: impl FnOnce(&mut PlanBuf<'static>) -> R) -> R {
+    use core::cell::RefCell;
+    std::thread_local! {
+        static SCRATCH: RefCell<PlanBuf<'static>> = RefCell::new(PlanBuf::new(""));
+    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => f(&mut buf),
+        Err(_) => f(&mut PlanBuf::new("")),
+    })
+}
+
+#[cfg(not(feature = "std"))]
+fn with_scratch<R>(f: impl FnOnce(&mut PlanBuf<'static>) -> R) -> R {
+    f(&mut PlanBuf::new(""))
+}
+
+/// The rule over a notation built at run time, with the options resolved by label.
 fn rule_over<R>(
     o: &RuntimeOptions<'_>,
     plan: Plan<'_>,
     reduce: Option<ReduceType>,
-    lenient: bool,
     f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
 ) -> Result<R, SpmdError> {
     let missing = |c: char| SpmdError::Rejected {
@@ -87,19 +126,11 @@ fn rule_over<R>(
     };
     let mut never = AxisSet::EMPTY;
     for c in o.never_sharded.chars() {
-        match plan.axis(c) {
-            Some(a) => never = never.with(a),
-            None if lenient => {}
-            None => return Err(missing(c)),
-        }
+        never = never.with(plan.axis(c).ok_or_else(|| missing(c))?);
     }
     let mut overrides: SmallVec<[(AxisId, ReduceType); 4]> = SmallVec::new();
     for &(c, r) in o.reduce_axes {
-        match plan.axis(c) {
-            Some(a) => overrides.push((a, r)),
-            None if lenient => {}
-            None => return Err(missing(c)),
-        }
+        overrides.push((plan.axis(c).ok_or_else(|| missing(c))?, r));
     }
     let rule = EinsumRule::new(o.name, plan)
         .with_policy(o.policy)

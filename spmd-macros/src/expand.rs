@@ -88,22 +88,27 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                     }
                     Form::Template(t) => {
                         let c = syn::Ident::new(&format!("__TEMPLATE_{i}"), Span::call_site());
-                        let expr = template(t, l.lit.span());
+                        let expr = template(t, &rule.never_sharded, l.lit.span());
                         consts.extend(quote!(const #c: __spmd::Template<'static> = #expr;));
                     }
                 }
             }
             if any_template {
-                let options = runtime_options(rule, &policy);
-                consts.extend(quote!(const __OPTIONS: __spmd::RuntimeOptions<'static> = #options;));
+                let base = base_rule(rule, &policy);
+                consts.extend(quote!(const __RULE_BASE: __spmd::EinsumRule<'static> = #base;));
             }
             let notations = literals.iter().map(|l| l.lit.clone()).collect();
             let whens: Vec<Expr> = cases.iter().map(|(when, _)| when.clone()).collect();
             let reduce_fn = rule.reduce_fn.clone();
-            let options_ref = match &reduce_fn {
-                Some(f) => quote!(&__spmd::RuntimeOptions { reduce: #f(self)?, ..__OPTIONS }),
-                None => quote!(&__OPTIONS),
+            let reduce_now = match &reduce_fn {
+                Some(f) => quote!(__spmd::Option::Some(#f(self)?)),
+                None => quote!(__spmd::Option::None),
             };
+            let overrides = rule
+                .reduce_axes
+                .iter()
+                .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
+            let reduce_axes = quote!(&[#(#overrides),*]);
             let forms: Vec<(usize, Option<Vec<TokenStream>>)> = literals
                 .iter()
                 .enumerate()
@@ -146,7 +151,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                             let c = syn::Ident::new(&format!("__TEMPLATE_{i}"), Span::call_site());
                             quote! {{
                                 let __selections = [#(#sels),*];
-                                __spmd::bound_rule(#options_ref, &#c, &__selections, &call, |rule| rule.#call)
+                                __spmd::bound_rule(&__RULE_BASE, #reduce_now, #reduce_axes, &#c, &__selections, &call, |rule| rule.#call)
                             }}
                         }
                     };
@@ -531,6 +536,26 @@ fn literal_rule(rule: &Rule, n: &Notation, span: Span, policy: &TokenStream) -> 
     }
 }
 
+/// Every option of a rule whose plan is bound per call, over an empty plan
+/// (labels are resolved while binding).
+fn base_rule(rule: &Rule, policy: &TokenStream) -> TokenStream {
+    let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+    let (follows, not_partial) = (rule.follows, rule.not_partial);
+    let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
+    let reduce = &rule.reduce;
+    quote! {
+        __spmd::EinsumRule::new(__NAME, __spmd::Plan::EMPTY)
+            .with_policy(#policy)
+            .with_reduce(__spmd::ReduceType::#reduce)
+            .with_no_grad(#no_grad)
+            .with_grad_ignores(#grad_ignores)
+            .with_follows(#follows)
+            .with_optional(__spmd::Absent::new(#oi, #oo))
+            .with_not_partial(#not_partial)
+            .with_grad_signature(__GRAD_SIGNATURE)
+    }
+}
+
 /// The options of a rule whose plan exists only at run time (bound from a
 /// template, or built), with labels resolved against each plan.
 fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
@@ -561,7 +586,7 @@ fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
 }
 
 /// A template as a `Template` literal: the compile-time parse, emitted as data.
-fn template(t: &OwnedTemplate, span: Span) -> TokenStream {
+fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
     let source = LitStr::new(t.source(), span);
     let terms = t.terms().iter().map(|&(s, l)| quote!((#s, #l)));
     let n_inputs = t.n_inputs() as u16;
@@ -590,6 +615,14 @@ fn template(t: &OwnedTemplate, span: Span) -> TokenStream {
     });
     let names = t.selectors().iter().map(|n| LitStr::new(n, span));
     let literals = t.literals().0;
+    let positional = LitByteStr::new(t.positional(), span);
+    let written = t.written();
+    let never = never_sharded
+        .bytes()
+        .filter_map(spmd_notation::label_bit)
+        .fold(0u64, |m, b| m | 1 << b);
+    let picks = t.picks().iter().map(|&s| select(s));
+    let (fixed, runs) = t.counts();
     quote! {
         __spmd::Template {
             source: #source,
@@ -598,6 +631,12 @@ fn template(t: &OwnedTemplate, span: Span) -> TokenStream {
             items: &[#(#items),*],
             selectors: &[#(#names),*],
             literals: __spmd::AxisSet(#literals),
+            positional: #positional,
+            written: #written,
+            never: __spmd::AxisSet(#never),
+            picks: &[#(#picks),*],
+            fixed: #fixed,
+            runs: #runs,
         }
     }
 }

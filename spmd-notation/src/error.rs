@@ -91,6 +91,8 @@ pub enum ErrorKind {
     MissingFate,
     /// A fate other than a label, `1` or `-`.
     BadFate,
+    /// More than [`MAX_PICKS`](crate::MAX_PICKS) distinct selections in one template.
+    TooManyPicks,
     /// A label named by a rule option (never-sharded axes, reduce types, ...)
     /// that the notation does not have.
     UnknownLabel(char),
@@ -147,6 +149,9 @@ impl fmt::Display for ErrorKind {
                 f.write_str("a selection without its fate (`@{axis:a}`, `@{axis:1}`, `@{axis:-}`)")
             }
             ErrorKind::BadFate => f.write_str("a fate is one label, `1` or `-`"),
+            ErrorKind::TooManyPicks => f.write_str(
+                "a template selects positions in at most 4 distinct ways (`@{axis:..}`, `@{k..:..}`, ...)",
+            ),
             ErrorKind::AddendInOutput => {
                 f.write_str("`+` in an output (only an operand can be an addend)")
             }

@@ -53,8 +53,8 @@ pub use error::{ErrorKind, NotationError, NotationErrors, Side};
 pub use parse::{Notation, parse, parse_terms};
 pub use plan::{AxisId, AxisSet, Dim, Plan, Term};
 pub use template::{
-    BindError, Fate, Item, MAX_BOUND_DIMS, MAX_BOUND_TERMS, OwnedTemplate, PlanBuf, Pos, Select,
-    Template, bind, is_template, parse_template,
+    BindError, Fate, Item, MAX_BOUND_DIMS, MAX_BOUND_TERMS, MAX_PICKS, OwnedTemplate, PlanBuf, Pos,
+    Select, Template, bind, bind_into, is_template, label_bit, parse_template,
 };
 
 /// At most this many distinct labels (`a-z`, `A-Z`).

@@ -117,6 +117,22 @@ pub struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
+    /// No terms: the placeholder of a rule whose plan is bound per call.
+    pub const EMPTY: Plan<'static> = Plan {
+        source: "",
+        labels: &[],
+        terms: &[],
+        n_inputs: 0,
+        dims: &[],
+        compound_axes: &[],
+        input_axes: AxisSet::EMPTY,
+        output_axes: AxisSet::EMPTY,
+        diagonal: AxisSet::EMPTY,
+        compound_minor: AxisSet::EMPTY,
+        compound_major: AxisSet::EMPTY,
+        addends: 0,
+    };
+
     #[inline]
     pub const fn n_inputs(&self) -> usize {
         self.n_inputs as usize

@@ -95,11 +95,35 @@ pub struct Template<'a> {
     pub items: &'a [Item],
     /// The attribute (or `method()`) each selector index reads.
     pub selectors: &'a [&'a str],
-    /// Labels the template writes literally (positional labels avoid them).
+    /// Labels the template writes literally (as [`label_bit`]s).
     pub literals: AxisSet,
+    /// The labels positions take, in order: the letters `literals` lacks.
+    pub positional: &'a [u8],
+    /// How many dims input 0's term writes out (labels and `1`s).
+    pub written: u16,
+    /// Literal labels (as [`label_bit`]s) the rule never shards: a bound
+    /// plan reports their axes ([`PlanBuf::never`]).
+    pub never: AxisSet,
+    /// The distinct selections, each evaluated once per binding (at most
+    /// [`MAX_PICKS`]).
+    pub picks: &'a [Select],
+    /// Items that write one dim (labels, `1`s) and runs of positions
+    /// (`@`, `@{..}`, `@[..]`): a binding's size before `*` items.
+    pub fixed: u16,
+    pub runs: u16,
 }
 
+/// A template selects positions in at most this many distinct ways.
+pub const MAX_PICKS: usize = 4;
+
 impl<'a> Template<'a> {
+    /// The template with literal `labels` never sharded.
+    pub fn with_never(mut self, labels: &str) -> Self {
+        for b in labels.bytes().filter_map(label_bit) {
+            self.never = self.never.with(b);
+        }
+        self
+    }
     pub const fn n_inputs(&self) -> usize {
         self.n_inputs as usize
     }
@@ -136,6 +160,11 @@ pub struct OwnedTemplate {
     selectors: Vec<String>,
     selector_refs: Vec<Range<usize>>,
     literals: AxisSet,
+    positional: Vec<u8>,
+    written: u16,
+    picks: Vec<Select>,
+    fixed: u16,
+    runs: u16,
 }
 
 impl OwnedTemplate {
@@ -148,7 +177,29 @@ impl OwnedTemplate {
             items: &self.items,
             selectors: names,
             literals: self.literals,
+            positional: &self.positional,
+            written: self.written,
+            never: AxisSet::EMPTY,
+            picks: &self.picks,
+            fixed: self.fixed,
+            runs: self.runs,
         }
+    }
+    /// The distinct selections, in order of first use.
+    pub fn picks(&self) -> &[Select] {
+        &self.picks
+    }
+    /// Items that write one dim, and runs of positions.
+    pub fn counts(&self) -> (u16, u16) {
+        (self.fixed, self.runs)
+    }
+    /// The labels positions take, in order.
+    pub fn positional(&self) -> &[u8] {
+        &self.positional
+    }
+    /// How many dims input 0's term writes out.
+    pub fn written(&self) -> u16 {
+        self.written
     }
     /// The selectors' attribute names, in index order (`method()` with its parentheses).
     pub fn selectors(&self) -> &[String] {
@@ -176,7 +227,7 @@ impl OwnedTemplate {
 }
 
 /// The bit of a label in [`Template::literals`] (`a-z` then `A-Z`).
-fn label_bit(c: u8) -> Option<AxisId> {
+pub fn label_bit(c: u8) -> Option<AxisId> {
     match c {
         b'a'..=b'z' => Some(c - b'a'),
         b'A'..=b'Z' => Some(26 + c - b'A'),
@@ -210,10 +261,47 @@ pub fn parse_template(source: &str) -> Result<OwnedTemplate, NotationErrors> {
             selectors: Vec::new(),
             selector_refs: Vec::new(),
             literals: AxisSet::EMPTY,
+            positional: Vec::new(),
+            written: 0,
+            picks: Vec::new(),
+            fixed: 0,
+            runs: 0,
         },
         input_labels: AxisSet::EMPTY,
     };
     p.run();
+    let t = &mut p.t;
+    t.positional = (0..52u8)
+        .filter(|&b| !t.literals.contains(b))
+        .map(bit_label)
+        .collect();
+    if let Some(&(start, len)) = t.terms.first() {
+        t.written = t.items[start as usize..(start + len) as usize]
+            .iter()
+            .filter(|i| matches!(i, Item::Label(_) | Item::One))
+            .count() as u16;
+    }
+    for item in &t.items {
+        match *item {
+            Item::Label(_) | Item::One => t.fixed += 1,
+            Item::Positions(_) | Item::Permuted(_) => t.runs += 1,
+            Item::Ones => {}
+        }
+        if let Item::Positions(Some((sel, _))) = *item
+            && !t.picks.contains(&sel)
+        {
+            t.picks.push(sel);
+        }
+    }
+    if t.picks.len() > MAX_PICKS {
+        let end = source.len();
+        p.errors
+            .push(NotationError::new(ErrorKind::TooManyPicks, 0..end));
+        return Err(NotationErrors {
+            source: String::from(source),
+            errors: p.errors,
+        });
+    }
     if p.errors.is_empty() {
         Ok(p.t)
     } else {
@@ -501,10 +589,11 @@ pub enum BindError {
     OutputOnly { output: usize },
 }
 
-/// Bound plans hold at most this many dims over all terms...
-pub const MAX_BOUND_DIMS: usize = 192;
+/// Bound plans hold at most this many dims over all terms (a rank-52
+/// softmax takes 104)...
+pub const MAX_BOUND_DIMS: usize = 128;
 /// ...and this many terms.
-pub const MAX_BOUND_TERMS: usize = 12;
+pub const MAX_BOUND_TERMS: usize = 10;
 
 /// A plan bound from a template, in fixed-capacity storage (no allocation);
 /// [`PlanBuf::plan`] lends the [`Plan`] inference runs on. Its labels are
@@ -515,6 +604,8 @@ pub struct PlanBuf<'t> {
     source: &'t str,
     labels: [u8; 52],
     n_labels: u8,
+    /// Label byte (ASCII) -> its axis id + 1; 0: not interned yet.
+    ids: [u8; 128],
     terms: [Term; MAX_BOUND_TERMS],
     n_terms: u8,
     n_inputs: u16,
@@ -523,14 +614,23 @@ pub struct PlanBuf<'t> {
     input_axes: AxisSet,
     output_axes: AxisSet,
     diagonal: AxisSet,
+    never: AxisSet,
+}
+
+impl Default for PlanBuf<'_> {
+    fn default() -> Self {
+        PlanBuf::new("")
+    }
 }
 
 impl<'t> PlanBuf<'t> {
-    fn new(source: &'t str) -> Self {
+    /// An empty buffer.
+    pub fn new(source: &'t str) -> Self {
         PlanBuf {
             source,
             labels: [0; 52],
             n_labels: 0,
+            ids: [0; 128],
             terms: [Term {
                 start: 0,
                 len: 0,
@@ -538,15 +638,41 @@ impl<'t> PlanBuf<'t> {
             }; MAX_BOUND_TERMS],
             n_terms: 0,
             n_inputs: 0,
-            dims: [Dim::One; MAX_BOUND_DIMS],
+            dims: [Dim::Axis(0); MAX_BOUND_DIMS],
             n_dims: 0,
             input_axes: AxisSet::EMPTY,
             output_axes: AxisSet::EMPTY,
             diagonal: AxisSet::EMPTY,
+            never: AxisSet::EMPTY,
         }
     }
 
+    /// Empties the buffer for another binding: only what the last one used
+    /// is cleared (making a buffer writes every slot, which costs more
+    /// than a binding).
+    #[inline]
+    pub fn reset(&mut self, source: &'t str) {
+        for &l in &self.labels[..self.n_labels as usize] {
+            self.ids[usize::from(l & 127)] = 0;
+        }
+        self.source = source;
+        self.n_labels = 0;
+        self.n_terms = 0;
+        self.n_inputs = 0;
+        self.n_dims = 0;
+        self.input_axes = AxisSet::EMPTY;
+        self.output_axes = AxisSet::EMPTY;
+        self.diagonal = AxisSet::EMPTY;
+        self.never = AxisSet::EMPTY;
+    }
+
+    /// The axes of the never-sharded literal labels ([`Template::never`]).
+    pub fn never(&self) -> AxisSet {
+        self.never
+    }
+
     /// The plan; its `source` is the template's text.
+    #[inline]
     pub fn plan(&self) -> Plan<'_> {
         Plan {
             source: self.source,
@@ -564,44 +690,36 @@ impl<'t> PlanBuf<'t> {
         }
     }
 
-    fn push(&mut self, d: Dim) -> Result<(), BindError> {
-        let n = self.n_dims as usize;
-        if n >= MAX_BOUND_DIMS {
-            return Err(BindError::TooLarge {
-                what: "dims",
-                limit: MAX_BOUND_DIMS,
-            });
-        }
-        self.dims[n] = d;
+    /// Appends a dim (`bind_into` checked the capacity first).
+    #[inline]
+    fn push(&mut self, d: Dim) {
+        self.dims[self.n_dims as usize] = d;
         self.n_dims += 1;
-        Ok(())
     }
 
-    /// Interns `label`; `seen` is the current term's axes.
-    fn axis(&mut self, label: u8, output: bool, seen: &mut AxisSet) -> Result<(), BindError> {
-        let id = match self.labels[..self.n_labels as usize]
-            .iter()
-            .position(|&l| l == label)
-        {
-            Some(p) => p as AxisId,
-            None => {
-                let n = self.n_labels as usize;
-                if n >= 52 {
-                    return Err(BindError::TooLarge {
-                        what: "labels",
-                        limit: 52,
-                    });
-                }
-                self.labels[n] = label;
+    /// Interns `label` (never sharded when `never`); `seen` is the current
+    /// term's axes. `bind_into` checked that the labels fit.
+    #[inline]
+    fn axis(&mut self, label: u8, output: bool, seen: &mut AxisSet, never: bool) {
+        let slot = usize::from(label & 127);
+        let id = match self.ids[slot] {
+            0 => {
+                let n = self.n_labels;
+                self.labels[n as usize] = label;
                 self.n_labels += 1;
-                n as AxisId
+                self.ids[slot] = n + 1;
+                n
             }
+            id => id - 1,
         };
-        if seen.contains(id) && !output {
+        if !output && seen.contains(id) {
             self.diagonal = self.diagonal.with(id);
         }
+        if never {
+            self.never = self.never.with(id);
+        }
         *seen = seen.with(id);
-        self.push(Dim::Axis(id))
+        self.push(Dim::Axis(id));
     }
 }
 
@@ -720,6 +838,19 @@ pub fn bind<'t>(
     rank: impl Fn(usize) -> Option<usize>,
 ) -> Result<PlanBuf<'t>, BindError> {
     let mut buf = PlanBuf::new(t.source);
+    bind_into(&mut buf, t, sels, rank)?;
+    Ok(buf)
+}
+
+/// [`bind`] into an empty buffer the caller owns (no copy of the buffer on
+/// the hot path).
+pub fn bind_into<'t>(
+    buf: &mut PlanBuf<'t>,
+    t: &Template<'t>,
+    sels: &[Pos<'_>],
+    rank: impl Fn(usize) -> Option<usize>,
+) -> Result<(), BindError> {
+    buf.reset(t.source);
     if t.terms.len() > MAX_BOUND_TERMS {
         return Err(BindError::TooLarge {
             what: "terms",
@@ -727,11 +858,7 @@ pub fn bind<'t>(
         });
     }
     // Positions: input 0's dims that its term does not write out.
-    let written = t
-        .items_of(0)
-        .iter()
-        .filter(|i| matches!(i, Item::Label(_) | Item::One))
-        .count();
+    let written = t.written as usize;
     let n_pos = match rank(0) {
         Some(r0) => r0.checked_sub(written).ok_or(BindError::RankBelow {
             need: written,
@@ -741,28 +868,33 @@ pub fn bind<'t>(
         // positions from output 0, when it writes each of them once.
         None => positions_from_output(t, &rank).unwrap_or(0),
     };
-    // Positional labels: the letters the template does not use, in order.
-    let mut pos_labels = [0u8; 52];
-    let mut next = 0u8;
-    if n_pos > 52 {
+    // Positional labels: the letters the template does not use, in order;
+    // with the literals, at most 52 labels, so interning cannot overflow.
+    if n_pos > t.positional.len() {
         return Err(BindError::TooLarge {
             what: "labels",
             limit: 52,
         });
     }
-    for slot in &mut pos_labels[..n_pos] {
-        while next < 52 && t.literals.contains(next) {
-            next += 1;
-        }
-        if next >= 52 {
-            return Err(BindError::TooLarge {
-                what: "labels",
-                limit: 52,
-            });
-        }
-        *slot = bit_label(next);
-        next += 1;
+    let pos_labels = &t.positional[..n_pos];
+    if t.fixed as usize + t.runs as usize * n_pos > MAX_BOUND_DIMS {
+        return Err(BindError::TooLarge {
+            what: "dims",
+            limit: MAX_BOUND_DIMS,
+        });
     }
+    let is_never = |c: u8| label_bit(c).is_some_and(|b| t.never.contains(b));
+    // Each distinct selection's mask, once.
+    let mut masks = [0u64; MAX_PICKS];
+    for (m, &sel) in masks.iter_mut().zip(t.picks) {
+        *m = select(sel, sels, n_pos)?;
+    }
+    let mask_of = |sel: Select| -> u64 {
+        t.picks
+            .iter()
+            .position(|&p| p == sel)
+            .map_or(0, |k| masks[k])
+    };
     buf.n_inputs = t.n_inputs;
     for term in 0..t.terms.len() {
         let output = term >= t.n_inputs();
@@ -770,21 +902,28 @@ pub fn bind<'t>(
         let mut seen = AxisSet::EMPTY;
         for item in t.items_of(term) {
             match *item {
-                Item::Label(c) => buf.axis(c, output, &mut seen)?,
-                Item::One => buf.push(Dim::One)?,
+                Item::Label(c) => buf.axis(c, output, &mut seen, is_never(c)),
+                Item::One => buf.push(Dim::One),
                 Item::Ones => {
                     // An absent tensor is answered as one `1` dim, as Paddle answers it.
-                    for _ in 0..rank(term).unwrap_or(1) {
-                        buf.push(Dim::One)?;
+                    let most = rank(term).unwrap_or(1);
+                    if buf.n_dims as usize + most > MAX_BOUND_DIMS - t.fixed as usize {
+                        return Err(BindError::TooLarge {
+                            what: "dims",
+                            limit: MAX_BOUND_DIMS,
+                        });
+                    }
+                    for _ in 0..most {
+                        buf.push(Dim::One);
                     }
                 }
                 Item::Positions(None) => {
-                    for &l in &pos_labels[..n_pos] {
-                        buf.axis(l, output, &mut seen)?;
+                    for &l in pos_labels {
+                        buf.axis(l, output, &mut seen, false);
                     }
                 }
                 Item::Positions(Some((sel, fate))) => {
-                    let mask = select(sel, sels, n_pos)?;
+                    let mask = mask_of(sel);
                     if let Fate::Label(_) = fate
                         && mask.count_ones() != 1
                     {
@@ -797,14 +936,14 @@ pub fn bind<'t>(
                             count: mask.count_ones() as usize,
                         });
                     }
-                    for (p, &l) in pos_labels[..n_pos].iter().enumerate() {
+                    for (p, &l) in pos_labels.iter().enumerate() {
                         if p >= 64 || mask & (1 << p) == 0 {
-                            buf.axis(l, output, &mut seen)?;
+                            buf.axis(l, output, &mut seen, false);
                             continue;
                         }
                         match fate {
-                            Fate::Label(c) => buf.axis(c, output, &mut seen)?,
-                            Fate::One => buf.push(Dim::One)?,
+                            Fate::Label(c) => buf.axis(c, output, &mut seen, is_never(c)),
+                            Fate::One => buf.push(Dim::One),
                             Fate::Drop => {}
                         }
                     }
@@ -834,7 +973,7 @@ pub fn bind<'t>(
                     }
                     for &v in perm {
                         let a = if v < 0 { v + n_pos as i64 } else { v };
-                        buf.axis(pos_labels[a as usize], output, &mut seen)?;
+                        buf.axis(pos_labels[a as usize], output, &mut seen, false);
                     }
                 }
             }
@@ -861,5 +1000,5 @@ pub fn bind<'t>(
             .unwrap_or(0);
         return Err(BindError::OutputOnly { output });
     }
-    Ok(buf)
+    Ok(())
 }

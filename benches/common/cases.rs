@@ -1,0 +1,248 @@
+//! The built-in ops' benchmark cases, shared by `benches/library.rs` (wall
+//! time, divan) and `examples/calls.rs` (instructions per call, run under
+//! callgrind by `benches/instructions.sh`): each is a rule built once from
+//! the registry by Paddle name and attributes, called through `dyn SpmdRule`
+//! with `[8, 1024, 512]`-sized tensors on a 2x4 mesh, and checked once so
+//! that no measurement runs an error path.
+
+use spmd_core::{Attrs, DistAttr, Mesh, RuleResult, Spec, SpmdError, SpmdRule};
+
+pub enum Direction {
+    Forward,
+    Backward,
+}
+
+/// One call: the op, its direction and tensors, and what its answer must say.
+pub struct Case {
+    pub name: &'static str,
+    pub op: Box<dyn SpmdRule>,
+    pub direction: Direction,
+    /// Forward: the inputs; backward: the outputs.
+    pub given: Vec<(Vec<usize>, DistAttr)>,
+    /// Backward: the inputs' shapes.
+    pub input_shapes: Vec<Vec<usize>>,
+    /// Forward: output 0's attr; backward: input 0's requirement.
+    pub expect: &'static str,
+}
+
+fn attr(dims: &[i64]) -> DistAttr {
+    DistAttr::from_paddle(dims).expect("valid Paddle mapping")
+}
+
+pub fn mesh() -> Mesh {
+    Mesh::new(&[2, 4]).expect("valid mesh")
+}
+
+fn op(name: &str, attrs: Attrs) -> Box<dyn SpmdRule> {
+    spmd_ops::builtins()
+        .build(name, &attrs)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn forward(
+    name: &'static str,
+    o: &str,
+    attrs: Attrs,
+    given: &[(&[usize], &[i64])],
+    expect: &'static str,
+) -> Case {
+    Case {
+        name,
+        op: op(o, attrs),
+        direction: Direction::Forward,
+        given: given.iter().map(|(s, a)| (s.to_vec(), attr(a))).collect(),
+        input_shapes: Vec::new(),
+        expect,
+    }
+}
+
+fn backward(
+    name: &'static str,
+    o: &str,
+    attrs: Attrs,
+    shapes: &[&[usize]],
+    outputs: &[(&[usize], &[i64])],
+    expect: &'static str,
+) -> Case {
+    Case {
+        name,
+        op: op(o, attrs),
+        direction: Direction::Backward,
+        given: outputs.iter().map(|(s, a)| (s.to_vec(), attr(a))).collect(),
+        input_shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+        expect,
+    }
+}
+
+impl Case {
+    /// Runs `f` with the call's specs and input shapes, built once.
+    pub fn with_specs<R>(&self, f: impl FnOnce(&[Spec<'_>], &[&[usize]]) -> R) -> R {
+        let specs: Vec<Spec<'_>> = self.given.iter().map(|(s, a)| Spec::new(s, a)).collect();
+        let shapes: Vec<&[usize]> = self.input_shapes.iter().map(Vec::as_slice).collect();
+        f(&specs, &shapes)
+    }
+
+    /// One call.
+    #[inline(always)]
+    pub fn call(
+        &self,
+        mesh: &Mesh,
+        specs: &[Spec<'_>],
+        shapes: &[&[usize]],
+    ) -> Result<RuleResult, SpmdError> {
+        match self.direction {
+            Direction::Forward => self.op.forward(mesh, specs),
+            Direction::Backward => self.op.backward(mesh, shapes, specs),
+        }
+    }
+
+    /// Panics unless the call answers what the case expects.
+    pub fn check(&self) {
+        let mesh = mesh();
+        let got = self.with_specs(|specs, shapes| {
+            let r = self
+                .call(&mesh, specs, shapes)
+                .unwrap_or_else(|e| panic!("{}: {e}", self.name));
+            match self.direction {
+                Direction::Forward => r.outputs[0].to_string(),
+                Direction::Backward => r.inputs[0].to_string(),
+            }
+        });
+        assert_eq!(got, self.expect, "{}", self.name);
+    }
+}
+
+/// Every case, by name.
+pub fn all() -> Vec<Case> {
+    let big: &[usize] = &[8, 1024, 512];
+    let sum = || {
+        Attrs::new()
+            .with("axis", vec![-1_i64])
+            .with("keep_dim", false)
+    };
+    let softmax = || Attrs::new().with("axis", -1_i64);
+    let reshape = || Attrs::new().with("shape", vec![8_i64, 1024, 512]);
+    let layer_norm = || Attrs::new().with("begin_norm_axis", 2_i64);
+    vec![
+        forward(
+            "matmul_forward",
+            "matmul",
+            Attrs::new(),
+            &[(big, &[0, -1, 1]), (&[512, 256], &[1, -1])],
+            "[0, -1, -1] partial{1: SUM}",
+        ),
+        backward(
+            "matmul_backward",
+            "matmul",
+            Attrs::new(),
+            &[big, &[512, 256]],
+            &[(&[8, 1024, 256], &[0, -1, 1])],
+            "[0, -1, -1]",
+        ),
+        // `[8, 1024, 512] + [512]`: the bias broadcasts over the two leading dims.
+        forward(
+            "add_broadcast_forward",
+            "add",
+            Attrs::new(),
+            &[(big, &[0, -1, 1]), (&[512], &[-1])],
+            "[0, -1, 1]",
+        ),
+        backward(
+            "add_broadcast_backward",
+            "add",
+            Attrs::new(),
+            &[big, &[512]],
+            &[(big, &[0, -1, 1])],
+            "[0, -1, 1]",
+        ),
+        // Ids data parallel, the table split by rows: the output is partial.
+        forward(
+            "embedding_forward",
+            "embedding",
+            Attrs::new(),
+            &[(&[8, 1024], &[0, -1]), (&[32000, 512], &[1, -1])],
+            "[0, -1, -1] partial{1: SUM}",
+        ),
+        backward(
+            "embedding_backward",
+            "embedding",
+            Attrs::new(),
+            &[&[8, 1024], &[32000, 512]],
+            &[(big, &[0, -1, 1])],
+            "[0, -1]",
+        ),
+        // `sum` over the last axis, which is sharded: the output is partial.
+        forward(
+            "sum_forward",
+            "sum",
+            sum(),
+            &[(big, &[0, -1, 1])],
+            "[0, -1] partial{1: SUM}",
+        ),
+        backward(
+            "sum_backward",
+            "sum",
+            sum(),
+            &[big],
+            &[(&[8, 1024], &[0, 1])],
+            "[0, 1, -1]",
+        ),
+        // `softmax` on the last axis, which must be replicated.
+        forward(
+            "softmax_forward",
+            "softmax",
+            softmax(),
+            &[(big, &[0, 1, -1])],
+            "[0, 1, -1]",
+        ),
+        backward(
+            "softmax_backward",
+            "softmax",
+            softmax(),
+            &[big],
+            &[(big, &[0, -1, 1])],
+            "[0, -1, -1]",
+        ),
+        // Head merge: the heads' sharding carries to the merged dim.
+        forward(
+            "reshape_forward",
+            "reshape",
+            reshape(),
+            &[(&[8, 1024, 16, 32], &[0, -1, 1, -1])],
+            "[0, -1, 1]",
+        ),
+        backward(
+            "reshape_backward",
+            "reshape",
+            reshape(),
+            &[&[8, 1024, 16, 32]],
+            &[(big, &[0, -1, 1])],
+            "[0, -1, 1, -1]",
+        ),
+        // `layer_norm` over the last axis: the normalized axis is replicated.
+        forward(
+            "layer_norm_forward",
+            "layer_norm",
+            layer_norm(),
+            &[(big, &[0, -1, 1]), (&[512], &[-1]), (&[512], &[-1])],
+            "[0, -1, -1]",
+        ),
+        backward(
+            "layer_norm_backward",
+            "layer_norm",
+            layer_norm(),
+            &[big, &[512], &[512]],
+            &[
+                (big, &[0, -1, -1]),
+                (&[8, 1024], &[0, -1]),
+                (&[8, 1024], &[0, -1]),
+            ],
+            "[0, -1, -1]",
+        ),
+    ]
+}
+
+/// The case called `name`.
+pub fn by_name(name: &str) -> Option<Case> {
+    all().into_iter().find(|c| c.name == name)
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Instructions per call of each benchmark case (benches/common/cases.rs),
+# counted by callgrind: the difference between 11,000 and 1,000 calls,
+# divided by 10,000, so start-up and the one-time check cancel. Instruction
+# counts do not move with the machine's load, unlike wall time.
+#
+#   benches/instructions.sh            every case
+#   benches/instructions.sh sum_forward softmax_forward
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+cargo build --release --quiet --example calls
+bin=target/release/examples/calls
+cases=("$@")
+if [ ${#cases[@]} -eq 0 ]; then
+    mapfile -t cases < <("$bin" --list)
+fi
+count() {
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 \
+        | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+printf '%-26s %s\n' case instructions/call
+for c in "${cases[@]}"; do
+    a=$(count "$c" 1000)
+    b=$(count "$c" 11000)
+    printf '%-26s %s\n' "$c" $(( (b - a) / 10000 ))
+done

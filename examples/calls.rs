@@ -1,0 +1,42 @@
+//! Calls one benchmark case N times: what `benches/instructions.sh` runs
+//! under callgrind to count instructions per call (the difference of two
+//! runs, so that start-up costs cancel).
+//!
+//! `cargo run --release --example calls -- CASE N` (`--list` names the cases).
+
+#[path = "../benches/common/cases.rs"]
+mod cases;
+
+use std::hint::black_box;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--list") {
+        for c in cases::all() {
+            println!("{}", c.name);
+        }
+        return;
+    }
+    let (Some(name), Some(n)) = (
+        args.first(),
+        args.get(1).and_then(|n| n.parse::<u64>().ok()),
+    ) else {
+        eprintln!("usage: calls CASE N (or --list)");
+        std::process::exit(2);
+    };
+    let Some(case) = cases::by_name(name) else {
+        eprintln!("no case named {name:?}; --list names them");
+        std::process::exit(2);
+    };
+    case.check();
+    let mesh = cases::mesh();
+    case.with_specs(|specs, shapes| {
+        for _ in 0..n {
+            drop(black_box(case.call(
+                black_box(&mesh),
+                black_box(specs),
+                black_box(shapes),
+            )));
+        }
+    });
+}
