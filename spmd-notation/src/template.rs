@@ -446,7 +446,15 @@ impl TParser<'_> {
                     self.t.items.push(Item::Positions(None));
                 }
                 b'.' | b'(' | b')' | b'+' => {
-                    self.err(ErrorKind::NotInTemplate(c as char), at..at + 1)
+                    // A run of dots (`...`) is one error.
+                    let run = if c == b'.' {
+                        bytes[i..].iter().take_while(|&&b| b == b'.').count()
+                    } else {
+                        1
+                    };
+                    self.err(ErrorKind::NotInTemplate(c as char), at..at + run);
+                    i += run;
+                    continue;
                 }
                 _ => {
                     let ch = text[i..].chars().next().unwrap_or('?');
