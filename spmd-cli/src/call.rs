@@ -265,8 +265,9 @@ impl Request {
         match &self.source {
             RuleSource::Einsum { equation, .. } => Einsum::new(equation).map(Built::Einsum),
             RuleSource::Registered { name, attrs } => {
+                // Through the registry, which checks the attribute names.
                 let info = *registry.get(name)?;
-                Ok(Built::Registered((info.build)(attrs)?, info))
+                Ok(Built::Registered(registry.build(name, attrs)?, info))
             }
         }
     }

@@ -1122,6 +1122,9 @@ fn ops_lists_rules() {
     // A rule still built at run time says so.
     let reshape = out.lines().find(|l| l.starts_with("reshape ")).unwrap();
     assert!(reshape.contains("built at run time"), "{reshape}");
+    // Attributes the op takes but whose values no layout depends on.
+    let (_, one, _) = run(&["ops", "layer_norm"]);
+    assert!(one.contains("begin_norm_axis (ignored: epsilon)"), "{one}");
     let v = json(&["ops", "--json"]);
     let list = v.as_array().unwrap();
     assert!(list.iter().any(|o| o["name"] == "embedding"));
@@ -1875,4 +1878,78 @@ fn forward_outputs_that_may_be_placeholders_are_flagged() {
     let (code, out, err) = run(&with_ins(&LAYER_NORM, &["absent", "absent"]));
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains("note:"), "{out}");
+}
+
+/// A misspelled attribute is an error, never "the default" (it used to
+/// answer softmax over axis -1): on the command line and in a graph.
+#[test]
+fn unknown_attributes_are_one_line_errors() {
+    let (code, out, err) = run(&[
+        "infer",
+        "softmax",
+        "--mesh",
+        "2x4",
+        "--in",
+        "8x16:[0,1]",
+        "--attr",
+        "axsi=0",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(
+        err.trim_end(),
+        "error: softmax: unknown attribute `axsi` (did you mean `axis`?); softmax takes: axis"
+    );
+    let (code, _, err) = run(&[
+        "infer",
+        "matmul",
+        "--mesh",
+        "2",
+        "--in",
+        "4x8",
+        "--in",
+        "8x6",
+        "--attr",
+        "transpose_y=true",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("matmul: unknown attribute `transpose_y`; matmul takes: trans_x, trans_y"),
+        "{err}"
+    );
+    // An attribute the op takes but its sharding ignores is accepted.
+    let (code, _, err) = run(&[
+        "infer",
+        "layer_norm",
+        "--mesh",
+        "2",
+        "--in",
+        "4x8:[0,-1]",
+        "--in",
+        "8",
+        "--in",
+        "8",
+        "--attr",
+        "begin_norm_axis=1",
+        "--attr",
+        "epsilon=0.00001",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let dir = std::env::temp_dir().join(format!("spmd-cli-attrs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("g.json");
+    std::fs::write(
+        &graph,
+        r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4, 8], "dims_mapping": [0, -1]},
+            {"name": "w", "shape": [8, 6]}, {"name": "y", "shape": [4, 6]}],
+            "ops": [{"name": "fc", "op": "matmul", "attrs": {"transpose_y": true},
+                     "inputs": ["x", "w"], "outputs": ["y"]}]}"#,
+    )
+    .unwrap();
+    let (code, _, err) = run(&["propagate", graph.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("op `fc`: matmul: unknown attribute `transpose_y`"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -92,6 +92,37 @@ impl Attrs {
         }
     }
 
+    /// Every given attribute must be one the op takes (`known`): a typo
+    /// must never silently mean "the default" (docs/semantics.md §9).
+    ///
+    /// ```
+    /// use spmd_core::{Attrs, SpmdError};
+    ///
+    /// let attrs = Attrs::new().with("axsi", 0_i64);
+    /// let e = attrs.check_known("softmax", &["axis"]).unwrap_err();
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "softmax: unknown attribute `axsi` (did you mean `axis`?); softmax takes: axis"
+    /// );
+    /// assert!(Attrs::new().with("axis", 0_i64).check_known("softmax", &["axis"]).is_ok());
+    /// ```
+    pub fn check_known(&self, op: &'static str, known: &[&str]) -> Result<(), SpmdError> {
+        for (name, _) in self.iter() {
+            if !known.contains(&name) {
+                return Err(SpmdError::UnknownAttr {
+                    op,
+                    attr: name.into(),
+                    suggestions: crate::registry::near_names(name, known.iter().copied()),
+                    known: known
+                        .iter()
+                        .map(|k| alloc::string::String::from(*k))
+                        .collect(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The attribute `name` as a `T`, or `default` when it is missing.
     pub fn get_or<T: FromAttr>(
         &self,

@@ -233,6 +233,19 @@ pub enum SpmdError {
     #[error("{op}: {message}")]
     Rejected { op: &'static str, message: String },
 
+    /// An attribute the op does not take (a typo is never "the default").
+    #[error(
+        "{op}: unknown attribute `{attr}`{}; {op} takes: {}",
+        did_you_mean(suggestions),
+        if known.is_empty() { alloc::string::String::from("no attributes") } else { known.join(", ") }
+    )]
+    UnknownAttr {
+        op: &'static str,
+        attr: String,
+        suggestions: Vec<String>,
+        known: Vec<String>,
+    },
+
     /// A rule whose forward inference reads the outputs' shapes, called
     /// without them.
     #[error(

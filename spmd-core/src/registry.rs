@@ -17,7 +17,12 @@ use crate::rule::SpmdRule;
 pub struct RuleInfo {
     pub name: &'static str,
     pub notations: &'static [&'static str],
+    /// The attributes the rule reads.
     pub attrs: &'static [&'static str],
+    /// Attributes the op takes that its sharding does not depend on
+    /// (Paddle's `epsilon`, `dtype`, `is_test`, ...): accepted and dropped.
+    /// Any other attribute is an error (docs/semantics.md §9).
+    pub ignored: &'static [&'static str],
     /// Tensor names, when the rule declares them (else empty).
     pub inputs: &'static [&'static str],
     pub outputs: &'static [&'static str],
@@ -33,6 +38,7 @@ impl RuleInfo {
             name: O::NAME,
             notations: O::NOTATIONS,
             attrs: O::ATTRS,
+            ignored: &[],
             inputs: O::INPUTS,
             outputs: O::OUTPUTS,
             no_grad: O::NO_GRAD,
@@ -45,6 +51,37 @@ impl RuleInfo {
     pub fn renamed(mut self, name: &'static str) -> RuleInfo {
         self.name = name;
         self
+    }
+
+    /// The same entry, also accepting `names`: attributes the op takes that
+    /// do not change its sharding (layer_norm's `epsilon`, gelu's
+    /// `approximate`).
+    ///
+    /// ```
+    /// use spmd_core::{Attrs, Registry, RuleInfo, spmd_rule};
+    ///
+    /// #[spmd_rule(einsum = "ab->ab")]
+    /// struct Gelu {}
+    ///
+    /// let mut r = Registry::new();
+    /// r.insert(RuleInfo::of::<Gelu>().ignoring(&["approximate"]))?;
+    /// assert!(r.build("gelu", &Attrs::new().with("approximate", true)).is_ok());
+    /// let e = r.build("gelu", &Attrs::new().with("aproximate", true)).err().unwrap();
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "gelu: unknown attribute `aproximate` (did you mean `approximate`?); gelu takes: approximate"
+    /// );
+    /// # Ok::<(), spmd_core::SpmdError>(())
+    /// ```
+    pub fn ignoring(mut self, names: &'static [&'static str]) -> RuleInfo {
+        self.ignored = names;
+        self
+    }
+
+    /// Every attribute the op takes: the ones its rule reads, then the
+    /// ignored ones.
+    pub fn all_attrs(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.attrs.iter().chain(self.ignored).copied()
     }
 }
 
@@ -83,9 +120,32 @@ impl Registry {
         })
     }
 
-    /// Builds the rule `name` from attributes.
+    /// Builds the rule `name` from attributes. An attribute the op does not
+    /// take is an error that names the op, suggests near names and lists
+    /// the op's attributes; the ones the op ignores are dropped first.
     pub fn build(&self, name: &str, attrs: &Attrs) -> Result<Box<dyn SpmdRule>, SpmdError> {
-        (self.get(name)?.build)(attrs)
+        let info = self.get(name)?;
+        let mut ignored_given = false;
+        for (attr, _) in attrs.iter() {
+            if info.ignored.contains(&attr) {
+                ignored_given = true;
+            } else if !info.attrs.contains(&attr) {
+                return Err(SpmdError::UnknownAttr {
+                    op: info.name,
+                    attr: attr.to_string(),
+                    suggestions: near_names(attr, info.all_attrs()),
+                    known: info.all_attrs().map(String::from).collect(),
+                });
+            }
+        }
+        if !ignored_given {
+            return (info.build)(attrs);
+        }
+        let mut read = Attrs::new();
+        for (attr, value) in attrs.iter().filter(|(a, _)| !info.ignored.contains(a)) {
+            read.set(attr, value.clone());
+        }
+        (info.build)(&read)
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -105,41 +165,70 @@ impl Registry {
         self.rules.is_empty()
     }
 
-    /// Up to three registered names close to `name` (edit distance at most a
-    /// third of its length, or sharing it as a prefix), nearest first.
+    /// Up to three registered names close to `name`.
     fn near(&self, name: &str) -> Vec<String> {
-        let limit = (name.len() / 3).max(1);
-        let mut scored: Vec<(usize, &str)> = self
-            .rules
-            .keys()
-            .map(|k| (edit_distance(name, k), *k))
-            .filter(|(d, k)| *d <= limit || (name.len() >= 3 && k.starts_with(name)))
-            .collect();
-        scored.sort();
-        scored
-            .into_iter()
-            .take(3)
-            .map(|(_, k)| k.to_string())
-            .collect()
+        near_names(name, self.rules.keys().copied())
     }
 }
 
-/// Levenshtein distance over bytes (names are ASCII).
+/// Up to three of `candidates` close to `name` (edit distance at most a
+/// third of its length, or sharing it as a prefix), nearest first.
+pub(crate) fn near_names<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Vec<String> {
+    let limit = (name.len() / 3).max(1);
+    let mut scored: Vec<(usize, &str)> = candidates
+        .map(|k| (edit_distance(name, k), k))
+        .filter(|(d, k)| *d <= limit || (name.len() >= 3 && k.starts_with(name)))
+        .collect();
+    scored.sort();
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, k)| k.to_string())
+        .collect()
+}
+
+/// Edit distance over bytes (names are ASCII) where swapping two adjacent
+/// letters is one edit, the commonest typo (`axsi` for `axis`): the optimal
+/// string alignment distance.
 fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let next = (diag + usize::from(ca != cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diag = row[j + 1];
-            row[j + 1] = next;
+    // Three rows: two back (for transpositions), the previous, the current.
+    let mut back: Vec<usize> = (0..=b.len()).collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (prev[j - 1] + cost).min(prev[j] + 1).min(cur[j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(back[j - 2] + 1);
+            }
+            cur[j] = d;
         }
+        core::mem::swap(&mut back, &mut prev);
+        core::mem::swap(&mut prev, &mut cur);
     }
-    row[b.len()]
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod distance_tests {
+    use super::{edit_distance, near_names};
+
+    #[test]
+    fn distances() {
+        assert_eq!(edit_distance("axis", "axis"), 0);
+        assert_eq!(edit_distance("axsi", "axis"), 1);
+        assert_eq!(edit_distance("matmull", "matmul"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(
+            near_names("axsi", ["axis", "keep_dim"].into_iter()),
+            ["axis"]
+        );
+        assert!(near_names("zzzz", ["axis"].into_iter()).is_empty());
+    }
 }
 
 #[cfg(feature = "std")]

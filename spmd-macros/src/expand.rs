@@ -499,6 +499,11 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
         syn::Fields::Unit => quote!(__spmd::Ok(Self)),
         _ => quote!(__spmd::Ok(Self { #(#inits,)* })),
     };
+    // Unknown attributes are errors (a typo must not mean the default).
+    let body = quote! {
+        __spmd::Attrs::check_known(attrs, __NAME, &[#(#names),*])?;
+        #body
+    };
     (names, body)
 }
 

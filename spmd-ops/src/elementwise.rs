@@ -217,6 +217,35 @@ pub const BINARY: &[&str] = &[
     "trunc_divide",
 ];
 
+/// The attributes Paddle's unary ops take (none changes an elementwise
+/// op's sharding): accepted and ignored, so that a typo is still an error.
+const UNARY_ATTRS: &[(&str, &[&str])] = &[
+    ("cast", &["dtype"]),
+    ("celu", &["alpha"]),
+    ("clip", &["min", "max"]),
+    ("dropout", &["p", "is_test", "mode", "seed", "fix_seed"]),
+    ("elu", &["alpha"]),
+    ("fill", &["value"]),
+    ("full_like", &["value", "dtype", "place"]),
+    ("gelu", &["approximate"]),
+    ("hardshrink", &["threshold"]),
+    ("hardsigmoid", &["slope", "offset"]),
+    ("hardtanh", &["t_min", "t_max"]),
+    ("leaky_relu", &["negative_slope"]),
+    ("logit", &["eps"]),
+    ("mish", &["lambda"]),
+    ("pow", &["factor"]),
+    ("relu6", &["threshold"]),
+    ("round", &["decimals"]),
+    ("scale", &["scale", "bias", "bias_after_scale"]),
+    ("selu", &["scale", "alpha"]),
+    ("softplus", &["beta", "threshold"]),
+    ("softshrink", &["threshold"]),
+    ("stanh", &["scale_a", "scale_b"]),
+    ("swish", &["beta"]),
+    ("thresholded_relu", &["threshold", "value"]),
+];
+
 pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdError> {
     registry
         .register::<ElementwiseUnary>()?
@@ -227,7 +256,15 @@ pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdErr
         .register::<LabelSmooth>()?
         .register::<FusedDropoutAdd>()?;
     for name in UNARY {
-        registry.insert(RuleInfo::of::<ElementwiseUnary>().renamed(name))?;
+        let ignored = UNARY_ATTRS
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(&[][..], |(_, a)| *a);
+        registry.insert(
+            RuleInfo::of::<ElementwiseUnary>()
+                .renamed(name)
+                .ignoring(ignored),
+        )?;
     }
     for name in BINARY {
         registry.insert(RuleInfo::of::<ElementwiseBinary>().renamed(name))?;

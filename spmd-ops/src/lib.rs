@@ -126,6 +126,68 @@ mod tests {
         }
     }
 
+    /// An attribute is read by the rule or ignored, never both (an ignored
+    /// one is dropped before the rule reads it: it would read its default).
+    #[test]
+    fn ignored_attributes_are_not_read() {
+        for info in super::builtins().iter() {
+            for a in info.ignored {
+                assert!(
+                    !info.attrs.contains(a),
+                    "{}: `{a}` is read and ignored",
+                    info.name
+                );
+            }
+        }
+    }
+
+    /// Unknown attributes are errors that name the op as it was called and
+    /// suggest the near name; ignored ones are accepted; a renamed entry
+    /// checks its own attributes.
+    #[test]
+    fn unknown_attributes_are_errors() {
+        use spmd_core::{Attrs, SpmdError};
+        let r = super::builtins();
+        let err = |op: &str, attrs: Attrs| r.build(op, &attrs).err().map(|e| e.to_string());
+        assert_eq!(
+            err("softmax", Attrs::new().with("axsi", 0_i64)).as_deref(),
+            Some("softmax: unknown attribute `axsi` (did you mean `axis`?); softmax takes: axis")
+        );
+        assert_eq!(
+            err("matmul", Attrs::new().with("transpose_y", true)).as_deref(),
+            Some("matmul: unknown attribute `transpose_y`; matmul takes: trans_x, trans_y")
+        );
+        assert!(err("layer_norm", Attrs::new().with("epsilon", 1e-5)).is_none());
+        assert!(err("gelu", Attrs::new().with("approximate", true)).is_none());
+        let e = r
+            .build("gelu", &Attrs::new().with("aproximate", true))
+            .err();
+        assert!(
+            matches!(&e, Some(SpmdError::UnknownAttr { op: "gelu", suggestions, .. }) if suggestions == &["approximate"]),
+            "{e:?}"
+        );
+        // relu takes no attribute at all.
+        assert_eq!(
+            err("relu", Attrs::new().with("alpha", 0.1)).as_deref(),
+            Some("relu: unknown attribute `alpha`; relu takes: no attributes")
+        );
+        // reduce_all reduces every dim, whatever `axis` says (it used to be ignored).
+        let mesh = spmd_core::Mesh::new(&[2]).unwrap();
+        let x = spmd_core::DistAttr::from_paddle(&[-1, 0]).unwrap();
+        let max = r
+            .build(
+                "max",
+                &Attrs::new()
+                    .with("axis", vec![0_i64])
+                    .with("reduce_all", true),
+            )
+            .unwrap();
+        let out = max
+            .forward(&mesh, &[spmd_core::Spec::new(&[4, 6], &x)])
+            .unwrap();
+        assert_eq!(out.outputs[0].to_string(), "[] partial{0: MAX}");
+    }
+
     /// Paddle 3.3.1's registered names with a rule of their own here (the
     /// unary and binary aliases are checked from their lists).
     const LIBRARY: &[&str] = &[

@@ -205,12 +205,13 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<ReduceBase>()?
         .register::<MeanAll>()?
         .register::<Cumsum>()?
-        .register::<Cummax>()?
-        .register::<Cummin>()?
+        // The indices' dtype does not change a layout.
+        .insert(RuleInfo::of::<Cummax>().ignoring(&["dtype"]))?
+        .insert(RuleInfo::of::<Cummin>().ignoring(&["dtype"]))?
         .register::<Roll>()?
         .register::<Pad>()?
-        .register::<ArgMax>()?
-        .register::<ArgMin>()?
+        .insert(RuleInfo::of::<ArgMax>().ignoring(&["dtype"]))?
+        .insert(RuleInfo::of::<ArgMin>().ignoring(&["dtype"]))?
         .register::<TopK>()?
         .register::<ArgSort>()?
         .register::<OneHot>()?

@@ -11,18 +11,25 @@ use crate::{
     PutAlongAxis, Scatter, ScatterNdAdd, Softmax, Swiglu, TakeAlongAxis,
 };
 
+/// Paddle's cross entropy attributes that do not change its sharding.
+const CROSS_ENTROPY_IGNORED: &[&str] = &["ignore_index", "numeric_stable_mode"];
+
 pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
     registry
-        .register::<LayerNorm>()?
-        .register::<FusedRmsNorm>()?
-        .register::<CrossEntropyWithSoftmax>()?
-        .insert(RuleInfo::of::<CrossEntropyWithSoftmax>().renamed("softmax_with_cross_entropy"))?
+        .insert(RuleInfo::of::<LayerNorm>().ignoring(&["epsilon"]))?
+        .insert(RuleInfo::of::<FusedRmsNorm>().ignoring(&["epsilon"]))?
+        .insert(RuleInfo::of::<CrossEntropyWithSoftmax>().ignoring(CROSS_ENTROPY_IGNORED))?
+        .insert(
+            RuleInfo::of::<CrossEntropyWithSoftmax>()
+                .renamed("softmax_with_cross_entropy")
+                .ignoring(CROSS_ENTROPY_IGNORED),
+        )?
         // Paddle 3.3.1 registers `log_softmax` with the softmax rule.
         .insert(RuleInfo::of::<Softmax>().renamed("log_softmax"))?
         .register::<Swiglu>()?
         .register::<CSoftmaxWithCrossEntropy>()?
         .register::<CSoftmaxWithMultiLabelCrossEntropy>()?
-        .register::<GroupNorm>()?
+        .insert(RuleInfo::of::<GroupNorm>().ignoring(&["epsilon"]))?
         .register::<BatchNorm>()?
         .register::<InstanceNorm>()?
         .register::<Gather>()?
@@ -37,8 +44,15 @@ pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<ScatterNdAdd>()?
         .register::<PutAlongAxis>()?
         .register::<IndexPut>()?
-        .register::<FlashAttention>()?
-        .register::<FlashMask>()?
-        .register::<FusedRotaryPositionEmbedding>()?;
+        // The flags that choose the kernel's math, not its layout.
+        .insert(RuleInfo::of::<FlashAttention>().ignoring(&[
+            "dropout",
+            "causal",
+            "return_softmax",
+            "is_test",
+            "rng_name",
+        ]))?
+        .insert(RuleInfo::of::<FlashMask>().ignoring(&["return_softmax", "is_test", "rng_name"]))?
+        .insert(RuleInfo::of::<FusedRotaryPositionEmbedding>().ignoring(&["rotary_emb_base"]))?;
     Ok(())
 }

@@ -33,12 +33,15 @@ macro_rules! reduction {
             pub axis: Vec<i64>,
             #[spmd(default)]
             pub keep_dim: bool,
+            /// Paddle's legacy flag: reduce every dim, whatever `axis` says.
+            #[spmd(default)]
+            pub reduce_all: bool,
         }
 
         impl $ty {
-            /// The reduced dims (every dim for an empty list).
+            /// The reduced dims (every dim for an empty list or `reduce_all`).
             fn axis(&self) -> Pos<'_> {
-                reduced(&self.axis, false)
+                reduced(&self.axis, self.reduce_all)
             }
         }
     };

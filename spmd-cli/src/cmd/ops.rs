@@ -27,6 +27,7 @@ pub fn ops(args: &OpsArgs) -> Result<Output> {
                     "notations": i.notations,
                     "notation_built_at_run_time": i.notations.is_empty(),
                     "attrs": i.attrs,
+                    "ignored_attrs": i.ignored,
                 })
             })
             .collect();
@@ -49,11 +50,15 @@ pub fn ops(args: &OpsArgs) -> Result<Output> {
         } else {
             i.notations.join("  ")
         };
-        let attrs = if i.attrs.is_empty() {
+        let mut attrs = if i.attrs.is_empty() {
             "-".to_string()
         } else {
             i.attrs.join(", ")
         };
+        if !i.ignored.is_empty() {
+            // Taken, and accepted, but no layout depends on them.
+            attrs.push_str(&format!(" (ignored: {})", i.ignored.join(", ")));
+        }
         t.row(vec![i.name.to_string(), attrs, notations]);
     }
     let mut s = t.render("");
