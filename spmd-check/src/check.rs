@@ -891,24 +891,15 @@ impl SpmdRule for RuleRef<'_, '_> {
     fn name(&self) -> &'static str {
         self.0.name
     }
-    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        self.0.forward(mesh, inputs)
-    }
-    fn backward(
+    fn infer(
         &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
+        call: &spmd_core::Call<'_>,
+        trace: Option<&mut dyn spmd_core::Trace>,
     ) -> Result<RuleResult, SpmdError> {
-        self.0.backward(mesh, input_shapes, outputs)
-    }
-    fn grad(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        self.0.grad(mesh, inputs, output_grads)
+        match trace {
+            None => self.0.run(call, &mut spmd_core::NoTrace),
+            Some(t) => self.0.run(call, t),
+        }
     }
 }
 

@@ -6,8 +6,8 @@ use spmd_check::{
     Direction, EinsumCheck, Finding, Input, Tensor, Values, check_backward, check_forward, einsum,
 };
 use spmd_core::{
-    DimsMapping, DistAttr, Mesh, MeshSet, Partial, ReduceType, RuleResult, Spec, SpmdError,
-    SpmdRule,
+    Call, DimsMapping, DistAttr, Mesh, MeshSet, Partial, ReduceType, RuleResult, Spec, SpmdError,
+    SpmdRule, Trace,
 };
 
 /// A rule that answers the same thing whatever it is given.
@@ -20,14 +20,11 @@ impl SpmdRule for Fixed {
     fn name(&self) -> &'static str {
         "fixed"
     }
-    fn forward(&self, _: &Mesh, _: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+    fn infer(&self, _: &Call<'_>, _: Option<&mut dyn Trace>) -> Result<RuleResult, SpmdError> {
         Ok(RuleResult {
             inputs: self.inputs.iter().cloned().collect(),
             outputs: self.outputs.iter().cloned().collect(),
         })
-    }
-    fn backward(&self, m: &Mesh, _: &[&[usize]], o: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        self.forward(m, o)
     }
 }
 
@@ -298,19 +295,11 @@ fn rejections_are_not_unsound() {
         fn name(&self) -> &'static str {
             "refuses"
         }
-        fn forward(&self, _: &Mesh, _: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+        fn infer(&self, _: &Call<'_>, _: Option<&mut dyn Trace>) -> Result<RuleResult, SpmdError> {
             Err(SpmdError::Rejected {
                 op: "refuses",
                 message: "no".into(),
             })
-        }
-        fn backward(
-            &self,
-            m: &Mesh,
-            _: &[&[usize]],
-            o: &[Spec<'_>],
-        ) -> Result<RuleResult, SpmdError> {
-            self.forward(m, o)
         }
     }
     let mesh = Mesh::new(&[2]).unwrap();

@@ -219,11 +219,8 @@ fn push_rows(ids: &mut DistAttr, rows: Sharding) {
     ids.dims_mapping = DimsMapping::from_shardings(&s);
 }
 
-impl SpmdRule for OneHot {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+impl OneHot {
+    fn fwd(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
         let ids_attr = drop_last(inputs[0].attr);
         let ids_shape = &inputs[0].shape[..inputs[0].shape.len() - 1];
         let mut r = self
@@ -233,7 +230,7 @@ impl SpmdRule for OneHot {
         push_rows(&mut r.inputs[0], rows);
         Ok(r)
     }
-    fn backward(
+    fn bwd(
         &self,
         mesh: &Mesh,
         shapes: &[&[usize]],
@@ -245,7 +242,7 @@ impl SpmdRule for OneHot {
         push_rows(&mut r.inputs[0], rows);
         Ok(r)
     }
-    fn grad(
+    fn grd(
         &self,
         mesh: &Mesh,
         inputs: &[Spec<'_>],
@@ -259,6 +256,34 @@ impl SpmdRule for OneHot {
         let rows = r.outputs[0].dims_mapping[0];
         push_rows(&mut r.inputs[0], rows);
         Ok(r)
+    }
+}
+
+impl SpmdRule for OneHot {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn infer(
+        &self,
+        call: &spmd_core::Call<'_>,
+        _: Option<&mut dyn spmd_core::Trace>,
+    ) -> Result<RuleResult, SpmdError> {
+        match *call {
+            spmd_core::Call::Forward { mesh, inputs, .. } => self.fwd(mesh, inputs),
+            spmd_core::Call::Backward {
+                mesh,
+                input_shapes,
+                outputs,
+                ..
+            } => self.bwd(mesh, input_shapes, outputs),
+            spmd_core::Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                ..
+            } => self.grd(mesh, inputs, output_grads),
+            _ => Err(SpmdError::NoGradRule { op: self.0.name() }),
+        }
     }
 }
 

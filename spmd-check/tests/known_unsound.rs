@@ -344,14 +344,11 @@ fn align_keeps_the_order_of_co_sharded_mesh_dims() {
 fn label_smooth_without_a_prior_gathers_the_classes() {
     /// The rule with its prior absent.
     struct NoPrior(Box<dyn SpmdRule>);
-    impl SpmdRule for NoPrior {
-        fn name(&self) -> &'static str {
-            self.0.name()
-        }
-        fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+    impl NoPrior {
+        fn fwd(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
             self.0.forward_optional(mesh, &[Some(inputs[0]), None])
         }
-        fn backward(
+        fn bwd(
             &self,
             mesh: &Mesh,
             shapes: &[&[usize]],
@@ -360,6 +357,29 @@ fn label_smooth_without_a_prior_gathers_the_classes() {
             let outputs: Vec<_> = outputs.iter().copied().map(Some).collect();
             self.0
                 .backward_optional(mesh, &[Some(shapes[0]), None], &outputs)
+        }
+    }
+
+    impl SpmdRule for NoPrior {
+        fn name(&self) -> &'static str {
+            self.0.name()
+        }
+        fn infer(
+            &self,
+            call: &spmd_core::Call<'_>,
+            _: Option<&mut dyn spmd_core::Trace>,
+        ) -> Result<RuleResult, SpmdError> {
+            match *call {
+                spmd_core::Call::Forward { mesh, inputs, .. } => self.fwd(mesh, inputs),
+                spmd_core::Call::Backward {
+                    mesh,
+                    input_shapes,
+                    outputs,
+                    ..
+                } => self.bwd(mesh, input_shapes, outputs),
+                spmd_core::Call::Grad { .. } => Err(SpmdError::NoGradRule { op: self.0.name() }),
+                _ => Err(SpmdError::NoGradRule { op: self.0.name() }),
+            }
         }
     }
     let eps = 0.25;

@@ -134,50 +134,14 @@ impl SpmdRule for Einsum {
     fn name(&self) -> &'static str {
         "einsum"
     }
-    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        Einsum::forward(self, mesh, inputs)
-    }
-    fn backward(
+    fn infer(
         &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
+        call: &crate::op::Call<'_>,
+        trace: Option<&mut dyn Trace>,
     ) -> Result<RuleResult, SpmdError> {
-        Einsum::backward(self, mesh, input_shapes, outputs)
-    }
-    fn grad(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        Einsum::grad(self, mesh, inputs, output_grads)
-    }
-    fn forward_traced(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        trace: &mut dyn Trace,
-    ) -> Result<RuleResult, SpmdError> {
-        self.rule().forward_traced(mesh, inputs, trace)
-    }
-    fn backward_traced(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
-        trace: &mut dyn Trace,
-    ) -> Result<RuleResult, SpmdError> {
-        self.rule()
-            .backward_traced(mesh, input_shapes, outputs, trace)
-    }
-    fn grad_traced(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-        trace: &mut dyn Trace,
-    ) -> Result<RuleResult, SpmdError> {
-        self.rule().grad_traced(mesh, inputs, output_grads, trace)
+        match trace {
+            None => self.rule().run(call, &mut crate::trace::NoTrace),
+            Some(t) => self.rule().run(call, t),
+        }
     }
 }

@@ -46,12 +46,63 @@ impl<'c> Call<'c> {
     /// A forward call with every input present and no output shapes, the
     /// common case (hooks and caches are tested with it; the fields of
     /// `Call` grow as the core learns new call forms).
+    #[inline]
     pub fn forward(mesh: &'c Mesh, inputs: &'c [Spec<'c>]) -> Call<'c> {
         Call::Forward {
             mesh,
             inputs,
             output_shapes: &[],
             absent: Absent::NONE,
+        }
+    }
+
+    /// A backward call with every tensor present.
+    #[inline]
+    pub fn backward(
+        mesh: &'c Mesh,
+        input_shapes: &'c [&'c [usize]],
+        outputs: &'c [Spec<'c>],
+    ) -> Call<'c> {
+        Call::Backward {
+            mesh,
+            input_shapes,
+            outputs,
+            absent: Absent::NONE,
+        }
+    }
+
+    /// A grad call with every tensor present, in the default signature; a
+    /// rule answers it in its own ([`Call::with_grad_signature`]).
+    #[inline]
+    pub fn grad(mesh: &'c Mesh, inputs: &'c [Spec<'c>], output_grads: &'c [Spec<'c>]) -> Call<'c> {
+        Call::Grad {
+            mesh,
+            inputs,
+            output_grads,
+            absent: Absent::NONE,
+            signature: GradSignature::DERIVED.for_call(inputs.len(), output_grads.len()),
+        }
+    }
+
+    /// The call with a grad call's tensors read in `signature` (the rule's
+    /// grad op's); other directions are unchanged.
+    #[inline]
+    pub fn with_grad_signature(self, signature: GradSignature<'c>) -> Call<'c> {
+        match self {
+            Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                absent,
+                ..
+            } => Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                absent,
+                signature: signature.for_call(inputs.len(), output_grads.len()),
+            },
+            other => other,
         }
     }
 

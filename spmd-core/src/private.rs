@@ -16,7 +16,7 @@ pub use crate::template::{IntoPos, Positions};
 
 pub use crate::{
     Absent, Attrs, BackwardPartial, Call, Compounds, Conflicts, Divisibility, Einsum, EinsumRule,
-    GradSignature, GradTensor, Mesh, MissingAxis, Op, PartialInputs, Policy, ReduceType,
+    GradSignature, GradTensor, Mesh, MissingAxis, NoTrace, Op, PartialInputs, Policy, ReduceType,
     RuleResult, Spec, SpmdError, SpmdRule, Trace, UnshardedClaims, fill_shapes, fill_specs,
 };
 

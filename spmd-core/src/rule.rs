@@ -7,6 +7,7 @@ use spmd_notation::{AxisId, AxisSet, Plan};
 use crate::attr::{DistAttr, ReduceType, Spec};
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
+use crate::op::Call;
 use crate::optional::{Absent, AllPresent, fill_shapes, fill_specs};
 use crate::policy::Policy;
 use crate::signature::GradSignature;
@@ -142,6 +143,60 @@ impl<'a> EinsumRule<'a> {
             .iter()
             .find(|(x, _)| *x == a)
             .map_or(self.reduce, |(_, r)| *r)
+    }
+
+    /// Answers a call in any direction (the engine's one entry point): the
+    /// absent tensors and the grad op's tensors are read off the call.
+    pub fn run<T: Trace + ?Sized>(
+        &self,
+        call: &Call<'_>,
+        trace: &mut T,
+    ) -> Result<RuleResult, SpmdError> {
+        use crate::infer;
+        match *call {
+            Call::Forward {
+                mesh,
+                inputs,
+                absent,
+                ..
+            } if absent.is_none() => infer::forward(self, mesh, inputs, AllPresent, trace),
+            Call::Forward {
+                mesh,
+                inputs,
+                absent,
+                ..
+            } => infer::forward(self, mesh, inputs, absent, trace),
+            Call::Backward {
+                mesh,
+                input_shapes,
+                outputs,
+                absent,
+            } if absent.is_none() => {
+                infer::backward(self, mesh, input_shapes, outputs, AllPresent, trace)
+            }
+            Call::Backward {
+                mesh,
+                input_shapes,
+                outputs,
+                absent,
+            } => infer::backward(self, mesh, input_shapes, outputs, absent, trace),
+            Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                absent,
+                ..
+            } if absent.is_none() => {
+                infer::grad(self, mesh, inputs, output_grads, AllPresent, trace)
+            }
+            Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                absent,
+                ..
+            } => infer::grad(self, mesh, inputs, output_grads, absent, trace),
+        }
     }
 
     /// Forward inference: the inputs' specs give the requirements and outputs.
@@ -322,60 +377,112 @@ impl EinsumRule<'_> {
 
 /// A sharding rule as registries and generic callers see it. Object safe; every
 /// implementation is `Send + Sync` so one registry serves many threads.
+///
+/// One method does the work: [`SpmdRule::infer`] answers a [`Call`] (its
+/// direction, tensors, absent tensors and output shapes), reporting each step
+/// to a trace when one is given. Every other method is provided on top of it.
+///
+/// ```
+/// use spmd_core::{Call, DistAttr, Mesh, RuleResult, Spec, SpmdError, SpmdRule, Trace};
+///
+/// /// Replicates everything (a rule written by hand).
+/// struct Gather;
+///
+/// impl SpmdRule for Gather {
+///     fn name(&self) -> &'static str {
+///         "gather_all"
+///     }
+///     fn infer(&self, call: &Call<'_>, _: Option<&mut dyn Trace>) -> Result<RuleResult, SpmdError> {
+///         let rank = |s: &Spec<'_>| DistAttr::replicated(s.shape.len());
+///         let mut r = RuleResult::default();
+///         if let Call::Forward { inputs, .. } = call {
+///             r.inputs = inputs.iter().map(rank).collect();
+///             r.outputs = inputs.iter().take(1).map(rank).collect();
+///         }
+///         Ok(r)
+///     }
+/// }
+///
+/// let x = DistAttr::from_paddle(&[0, -1]).unwrap();
+/// let r = Gather.forward(&Mesh::new(&[2])?, &[Spec::new(&[4, 4], &x)])?;
+/// assert_eq!(r.inputs[0].to_string(), "[-1, -1]");
+/// # Ok::<(), SpmdError>(())
+/// ```
 pub trait SpmdRule: Send + Sync {
     /// The registry name (Paddle's name for built-ins).
     fn name(&self) -> &'static str;
 
+    /// Answers `call`, reporting each step to `trace` when one is given
+    /// (`None`: untraced, at no cost).
+    fn infer(
+        &self,
+        call: &Call<'_>,
+        trace: Option<&mut dyn Trace>,
+    ) -> Result<RuleResult, SpmdError>;
+
     /// Forward inference (see [`EinsumRule::forward`]).
-    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError>;
+    #[inline]
+    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
+        self.infer(&Call::forward(mesh, inputs), None)
+    }
 
     /// Backward inference (see [`EinsumRule::backward`]).
+    #[inline]
     fn backward(
         &self,
         mesh: &Mesh,
         input_shapes: &[&[usize]],
         outputs: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError>;
+    ) -> Result<RuleResult, SpmdError> {
+        self.infer(&Call::backward(mesh, input_shapes, outputs), None)
+    }
 
-    /// Grad inference (see [`EinsumRule::grad`]). Rules without one answer
-    /// [`SpmdError::NoGradRule`].
+    /// Grad inference (see [`EinsumRule::grad`]): the tensors in the rule's
+    /// grad op's signature.
+    #[inline]
     fn grad(
         &self,
         mesh: &Mesh,
         inputs: &[Spec<'_>],
         output_grads: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
-        let _ = (mesh, inputs, output_grads);
-        Err(SpmdError::NoGradRule { op: self.name() })
+        self.infer(&Call::grad(mesh, inputs, output_grads), None)
     }
 
-    /// Forward inference when the caller also knows the outputs' shapes.
-    /// Rules whose notation depends on them (Paddle's variadic fallbacks
-    /// `replicated` and `default_data_parallel`, `needs_output_shapes` of
-    /// `#[spmd_rule]`) override it; the default ignores the shapes and runs
-    /// [`SpmdRule::forward`].
+    /// Forward inference when the caller also knows the outputs' shapes
+    /// (rules whose notation depends on them, Paddle's variadic fallbacks
+    /// `replicated` and `default_data_parallel`, need them).
     fn forward_with_output_shapes(
         &self,
         mesh: &Mesh,
         inputs: &[Spec<'_>],
         output_shapes: &[&[usize]],
     ) -> Result<RuleResult, SpmdError> {
-        let _ = output_shapes;
-        self.forward(mesh, inputs)
+        let call = Call::Forward {
+            mesh,
+            inputs,
+            output_shapes,
+            absent: Absent::NONE,
+        };
+        self.infer(&call, None)
     }
 
-    /// Forward inference where optional inputs may be absent (`None`). Rules
-    /// that declare optional tensors (`optional(..)` of `#[spmd_rule]`)
-    /// override it; the default runs [`SpmdRule::forward`] when every input
-    /// is present and otherwise answers [`SpmdError::AbsentTensor`].
+    /// Forward inference where optional inputs may be absent (`None`); a
+    /// rule answers [`SpmdError::AbsentTensor`] for a tensor it does not
+    /// declare optional.
     fn forward_optional(
         &self,
         mesh: &Mesh,
         inputs: &[Option<Spec<'_>>],
     ) -> Result<RuleResult, SpmdError> {
         let (specs, absent) = fill_specs(inputs);
-        no_absent(self.name(), Absent::new(absent, 0))?;
-        self.forward(mesh, &specs)
+        let call = Call::Forward {
+            mesh,
+            inputs: &specs,
+            output_shapes: &[],
+            absent: Absent::new(absent, 0),
+        };
+        self.infer(&call, None)
     }
 
     /// Backward inference where optional tensors may be absent (see
@@ -388,8 +495,13 @@ pub trait SpmdRule: Send + Sync {
     ) -> Result<RuleResult, SpmdError> {
         let (shapes, a_in) = fill_shapes(input_shapes);
         let (specs, a_out) = fill_specs(outputs);
-        no_absent(self.name(), Absent::new(a_in, a_out))?;
-        self.backward(mesh, &shapes, &specs)
+        let call = Call::Backward {
+            mesh,
+            input_shapes: &shapes,
+            outputs: &specs,
+            absent: Absent::new(a_in, a_out),
+        };
+        self.infer(&call, None)
     }
 
     /// Grad inference where optional tensors may be absent (see
@@ -402,20 +514,34 @@ pub trait SpmdRule: Send + Sync {
     ) -> Result<RuleResult, SpmdError> {
         let (ins, a_in) = fill_specs(inputs);
         let (grads, a_out) = fill_specs(output_grads);
-        no_absent(self.name(), Absent::new(a_in, a_out))?;
-        self.grad(mesh, &ins, &grads)
+        let call = Call::grad(mesh, &ins, &grads);
+        let call = match call {
+            Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                signature,
+                ..
+            } => Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                signature,
+                absent: Absent::new(a_in, a_out),
+            },
+            other => other,
+        };
+        self.infer(&call, None)
     }
 
-    /// Forward inference reporting each step to `trace` (`explain`). The
-    /// default runs untraced.
+    /// Forward inference reporting each step to `trace` (`explain`).
     fn forward_traced(
         &self,
         mesh: &Mesh,
         inputs: &[Spec<'_>],
         trace: &mut dyn Trace,
     ) -> Result<RuleResult, SpmdError> {
-        let _ = trace;
-        self.forward(mesh, inputs)
+        self.infer(&Call::forward(mesh, inputs), Some(trace))
     }
 
     /// Backward inference reporting each step to `trace`.
@@ -426,8 +552,7 @@ pub trait SpmdRule: Send + Sync {
         outputs: &[Spec<'_>],
         trace: &mut dyn Trace,
     ) -> Result<RuleResult, SpmdError> {
-        let _ = trace;
-        self.backward(mesh, input_shapes, outputs)
+        self.infer(&Call::backward(mesh, input_shapes, outputs), Some(trace))
     }
 
     /// Grad inference reporting each step to `trace`.
@@ -438,93 +563,23 @@ pub trait SpmdRule: Send + Sync {
         output_grads: &[Spec<'_>],
         trace: &mut dyn Trace,
     ) -> Result<RuleResult, SpmdError> {
-        let _ = trace;
-        self.grad(mesh, inputs, output_grads)
+        self.infer(&Call::grad(mesh, inputs, output_grads), Some(trace))
     }
-}
-
-/// The default `*_optional` methods' check: no tensor may be absent.
-fn no_absent(op: &'static str, absent: Absent) -> Result<(), SpmdError> {
-    let tensor = if absent.inputs != 0 {
-        crate::error::TensorRef::input(absent.inputs.trailing_zeros() as usize)
-    } else if absent.outputs != 0 {
-        crate::error::TensorRef::output(absent.outputs.trailing_zeros() as usize)
-    } else {
-        return Ok(());
-    };
-    Err(SpmdError::AbsentTensor { op, tensor })
 }
 
 impl SpmdRule for EinsumRule<'static> {
     fn name(&self) -> &'static str {
         self.name
     }
-    fn forward_optional(
+    #[inline]
+    fn infer(
         &self,
-        mesh: &Mesh,
-        inputs: &[Option<Spec<'_>>],
+        call: &Call<'_>,
+        trace: Option<&mut dyn Trace>,
     ) -> Result<RuleResult, SpmdError> {
-        EinsumRule::forward_optional(self, mesh, inputs)
-    }
-    fn backward_optional(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[Option<&[usize]>],
-        outputs: &[Option<Spec<'_>>],
-    ) -> Result<RuleResult, SpmdError> {
-        EinsumRule::backward_optional(self, mesh, input_shapes, outputs)
-    }
-    fn grad_optional(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Option<Spec<'_>>],
-        output_grads: &[Option<Spec<'_>>],
-    ) -> Result<RuleResult, SpmdError> {
-        EinsumRule::grad_optional(self, mesh, inputs, output_grads)
-    }
-    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        EinsumRule::forward(self, mesh, inputs)
-    }
-    fn backward(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        EinsumRule::backward(self, mesh, input_shapes, outputs)
-    }
-    fn grad(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        EinsumRule::grad(self, mesh, inputs, output_grads)
-    }
-    fn forward_traced(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        trace: &mut dyn Trace,
-    ) -> Result<RuleResult, SpmdError> {
-        EinsumRule::forward_traced(self, mesh, inputs, trace)
-    }
-    fn backward_traced(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
-        trace: &mut dyn Trace,
-    ) -> Result<RuleResult, SpmdError> {
-        EinsumRule::backward_traced(self, mesh, input_shapes, outputs, trace)
-    }
-    fn grad_traced(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-        trace: &mut dyn Trace,
-    ) -> Result<RuleResult, SpmdError> {
-        EinsumRule::grad_traced(self, mesh, inputs, output_grads, trace)
+        match trace {
+            None => self.run(call, &mut crate::trace::NoTrace),
+            Some(t) => self.run(call, t),
+        }
     }
 }

@@ -241,161 +241,55 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             }
         }
     };
-    // One method per direction, plain and traced; the plain ones use the
-    // rule's own methods (static `NoTrace`), so tracing costs them nothing.
-    // Rules with optional tensors also get the `*_optional` methods, which
-    // put placeholders in the absent slots and pass the mask along.
-    let method = |name: &str, kind: Kind| {
-        let (params, call, args, fill) = match name {
-            "forward" => (
-                quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Spec<'_>]),
-                quote!(__spmd::Call::Forward {
-                    mesh,
-                    inputs,
-                    output_shapes,
-                    absent
-                }),
-                quote!(mesh, inputs),
-                quote! {
-                    let (__specs, __absent) = __spmd::fill_specs(inputs);
-                    let absent = __spmd::Absent::new(__absent, 0);
-                    let inputs: &[__spmd::Spec<'_>] = &__specs;
-                },
-            ),
-            "backward" => (
-                quote!(mesh: &__spmd::Mesh, input_shapes: &[&[usize]], outputs: &[__spmd::Spec<'_>]),
-                quote!(__spmd::Call::Backward {
-                    mesh,
-                    input_shapes,
-                    outputs,
-                    absent
-                }),
-                quote!(mesh, input_shapes, outputs),
-                quote! {
-                    let (__shapes, __in) = __spmd::fill_shapes(input_shapes);
-                    let (__specs, __out) = __spmd::fill_specs(outputs);
-                    let absent = __spmd::Absent::new(__in, __out);
-                    let (input_shapes, outputs): (&[&[usize]], &[__spmd::Spec<'_>]) = (&__shapes, &__specs);
-                },
-            ),
-            _ => (
-                quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Spec<'_>], output_grads: &[__spmd::Spec<'_>]),
-                quote!(__spmd::Call::Grad {
-                    mesh,
-                    inputs,
-                    output_grads,
-                    absent,
-                    signature: __GRAD_SIGNATURE.for_call(inputs.len(), output_grads.len())
-                }),
-                quote!(mesh, inputs, output_grads),
-                quote! {
-                    let (__ins, __in) = __spmd::fill_specs(inputs);
-                    let (__grads, __out) = __spmd::fill_specs(output_grads);
-                    let absent = __spmd::Absent::new(__in, __out);
-                    let (inputs, output_grads): (&[__spmd::Spec<'_>], &[__spmd::Spec<'_>]) = (&__ins, &__grads);
-                },
-            ),
-        };
-        // Forward calls carry the outputs' shapes only in `Kind::Shaped`.
-        let no_shapes = (name == "forward").then(|| quote!(let output_shapes: &[&[usize]] = &[];));
-        let (fn_name, params, body, prelude) = match kind {
-            Kind::Traced => {
-                let f = syn::Ident::new(&format!("{name}_traced"), Span::call_site());
-                (
-                    f.clone(),
-                    quote!(#params, trace: &mut dyn __spmd::Trace),
-                    with_rule(quote!(#f(#args, trace))),
-                    quote!(let absent = __spmd::Absent::NONE; #no_shapes),
-                )
-            }
-            Kind::Plain => {
-                let f = syn::Ident::new(name, Span::call_site());
-                (
-                    f.clone(),
-                    params,
-                    with_rule(quote!(#f(#args))),
-                    quote!(let absent = __spmd::Absent::NONE; #no_shapes),
-                )
-            }
-            Kind::Shaped => (
-                syn::Ident::new("forward_with_output_shapes", Span::call_site()),
-                quote!(#params, output_shapes: &[&[usize]]),
-                with_rule(quote!(forward(#args))),
-                quote!(let absent = __spmd::Absent::NONE;),
-            ),
-            Kind::Optional => {
-                let f = syn::Ident::new(&format!("{name}_optional"), Span::call_site());
-                let inner = syn::Ident::new(&format!("{name}_absent"), Span::call_site());
-                // The same parameters, each slice entry an `Option`.
-                let params = match name {
-                    "forward" => {
-                        quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Option<__spmd::Spec<'_>>])
-                    }
-                    "backward" => {
-                        quote!(mesh: &__spmd::Mesh, input_shapes: &[__spmd::Option<&[usize]>], outputs: &[__spmd::Option<__spmd::Spec<'_>>])
-                    }
-                    _ => {
-                        quote!(mesh: &__spmd::Mesh, inputs: &[__spmd::Option<__spmd::Spec<'_>>], output_grads: &[__spmd::Option<__spmd::Spec<'_>>])
-                    }
-                };
-                (
-                    f,
-                    params,
-                    with_rule(quote!(#inner(#args, absent))),
-                    quote!(#fill #no_shapes),
-                )
-            }
-        };
-        // A rule that reads the outputs' shapes cannot run forward without them.
-        if rule.needs_output_shapes && name == "forward" && !matches!(kind, Kind::Shaped) {
-            return quote! {
-                #[allow(unused_variables)]
-                fn #fn_name(&self, #params) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
-                    __spmd::Err(__spmd::SpmdError::OutputShapesNeeded { op: __NAME })
-                }
-            };
-        }
-        // Without an adjust hook the rule's result is returned as it is:
-        // no extra move of the (large) result through a local.
-        let tail = match &adjust {
-            Some(adjust) => quote! {
-                let mut result = #body?;
+    // One entry point for every direction: the call says which, with its
+    // absent tensors and output shapes. The untraced path runs the engine
+    // with the static `NoTrace`, so tracing costs it nothing.
+    let body = |trace: TokenStream| {
+        let run = with_rule(quote!(run(&call, #trace)));
+        match &adjust {
+            Some(adjust) => quote! {{
+                let mut result = #run?;
                 #adjust
                 __spmd::Ok(result)
-            },
-            None => quote!(#body),
-        };
-        quote! {
-            fn #fn_name(&self, #params) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
-                #prelude
-                let call = #call;
-                #validate
-                let _ = &call;
-                #tail
-            }
+            }},
+            // Without an adjust hook the result is returned as it is: no
+            // extra move of the (large) result through a local.
+            None => run,
         }
     };
-    let optional = rule.optional_inputs != 0 || rule.optional_outputs != 0;
-    let methods: Vec<TokenStream> = ["forward", "backward", "grad"]
-        .iter()
-        .flat_map(|m| {
-            let mut v = vec![method(m, Kind::Plain), method(m, Kind::Traced)];
-            if optional {
-                v.push(method(m, Kind::Optional));
+    let (untraced, traced) = (body(quote!(__trace)), body(quote!(__trace)));
+    // A rule that reads the outputs' shapes cannot run forward without them.
+    let needs_shapes = rule.needs_output_shapes.then(|| {
+        quote! {
+            if let __spmd::Call::Forward { output_shapes: [], .. } = call {
+                return __spmd::Err(__spmd::SpmdError::OutputShapesNeeded { op: __NAME });
             }
-            if rule.needs_output_shapes && *m == "forward" {
-                v.push(method(m, Kind::Shaped));
-            }
-            v
-        })
-        .collect();
+        }
+    });
     let rule_impl = quote! {
         #[automatically_derived]
         impl __spmd::SpmdRule for #ident {
             fn name(&self) -> &'static str {
                 __NAME
             }
-            #(#methods)*
+            #[inline]
+            fn infer(
+                &self,
+                call: &__spmd::Call<'_>,
+                trace: __spmd::Option<&mut dyn __spmd::Trace>,
+            ) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
+                // A grad call's tensors are read in this rule's grad signature.
+                let call: __spmd::Call<'_> = call.with_grad_signature(__GRAD_SIGNATURE);
+                #needs_shapes
+                #validate
+                match trace {
+                    __spmd::Option::None => {
+                        let __trace = &mut __spmd::NoTrace;
+                        #untraced
+                    }
+                    __spmd::Option::Some(__trace) => #traced,
+                }
+            }
         }
     };
     quote! {
@@ -439,17 +333,6 @@ fn grad_signature(rule: &Rule) -> TokenStream {
             grads: #grads,
         };
     }
-}
-
-/// Which method of a direction is being expanded.
-#[derive(Clone, Copy)]
-enum Kind {
-    Plain,
-    Traced,
-    /// `*_optional`: absent tensors as `None`.
-    Optional,
-    /// `forward_with_output_shapes`.
-    Shaped,
 }
 
 /// The body of `Op::from_attrs` and the attribute names.
@@ -741,9 +624,7 @@ fn fallback(args: &TokenStream, item: &ItemStruct, errors: TokenStream) -> Token
             }
             impl __spmd::SpmdRule for #ident {
                 fn name(&self) -> &'static str { #name }
-                fn forward(&self, mesh: &__spmd::Mesh, inputs: &[__spmd::Spec<'_>])
-                    -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> { #stub }
-                fn backward(&self, mesh: &__spmd::Mesh, input_shapes: &[&[usize]], outputs: &[__spmd::Spec<'_>])
+                fn infer(&self, call: &__spmd::Call<'_>, trace: __spmd::Option<&mut dyn __spmd::Trace>)
                     -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> { #stub }
             }
         };
@@ -861,8 +742,10 @@ mod tests {
             ),
         );
         let text = pretty(out);
-        // Only rules with optional tensors get the `*_optional` methods.
-        assert!(text.contains("fn forward_optional"), "{text}");
+        // One entry point: the absent tensors arrive in the call, and the
+        // `*_optional` methods are the trait's own.
+        assert!(text.contains("fn infer"), "{text}");
+        assert!(!text.contains("fn forward_optional"), "{text}");
         insta::assert_snapshot!(text);
     }
 
@@ -879,7 +762,8 @@ mod tests {
             ),
         );
         let text = pretty(out);
-        assert!(text.contains("fn forward_with_output_shapes"), "{text}");
+        // A forward call without the outputs' shapes is refused.
+        assert!(text.contains("output_shapes: []"), "{text}");
         assert!(text.contains("OutputShapesNeeded"), "{text}");
         insta::assert_snapshot!(text);
     }

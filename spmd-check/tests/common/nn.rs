@@ -268,34 +268,53 @@ impl SpmdRule for Absent<'_> {
     fn name(&self) -> &'static str {
         self.rule.name()
     }
-    fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        self.rule
-            .forward_optional(mesh, &optional(inputs, self.forward))
-    }
-    fn backward(
+    /// The same call with the absent slots marked (they already hold the
+    /// checker's placeholders).
+    fn infer(
         &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
+        call: &spmd_core::Call<'_>,
+        trace: Option<&mut dyn spmd_core::Trace>,
     ) -> Result<RuleResult, SpmdError> {
-        let shapes: Vec<Option<&[usize]>> = input_shapes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| present(i, self.forward).then_some(*s))
-            .collect();
-        self.rule
-            .backward_optional(mesh, &shapes, &optional(outputs, self.outputs))
-    }
-    fn grad(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        self.rule.grad_optional(
-            mesh,
-            &optional(inputs, self.grad),
-            &optional(output_grads, self.outputs),
-        )
+        use spmd_core::Call;
+        let absent = |inputs, outputs| spmd_core::Absent::new(inputs, outputs);
+        let call = match *call {
+            Call::Forward {
+                mesh,
+                inputs,
+                output_shapes,
+                ..
+            } => Call::Forward {
+                mesh,
+                inputs,
+                output_shapes,
+                absent: absent(self.forward, 0),
+            },
+            Call::Backward {
+                mesh,
+                input_shapes,
+                outputs,
+                ..
+            } => Call::Backward {
+                mesh,
+                input_shapes,
+                outputs,
+                absent: absent(self.forward, self.outputs),
+            },
+            Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                signature,
+                ..
+            } => Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                signature,
+                absent: absent(self.grad, self.outputs),
+            },
+            _ => *call,
+        };
+        self.rule.infer(&call, trace)
     }
 }
