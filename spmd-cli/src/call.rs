@@ -297,16 +297,17 @@ impl Request {
 
     /// Runs the call. `Err` when the rule rejects it (an absent tensor the
     /// rule does not declare optional among the reasons).
-    pub fn run(&self, rule: &Built) -> std::result::Result<RuleResult, SpmdError> {
-        let (rule, mesh) = (rule.as_rule(), &self.mesh);
-        match self.parts() {
+    pub fn run(&self, built: &Built) -> std::result::Result<RuleResult, SpmdError> {
+        let (rule, mesh) = (built.as_rule(), &self.mesh);
+        let r = match self.parts() {
             Some((ins, outs)) => run_parts(rule, mesh, self.direction, &ins, &outs),
             // Absent tensors go through the rule's `*_optional` entry points.
             None => {
                 let (ins, outs) = self.slots();
                 run_optional(rule, mesh, self.direction, &ins, &outs)
             }
-        }
+        };
+        r.map_err(|e| built.named(e))
     }
 
     /// [`Request::run`], reporting each step of the inference to `trace`.
@@ -318,14 +319,17 @@ impl Request {
         trace: &mut dyn Trace,
     ) -> Option<std::result::Result<RuleResult, SpmdError>> {
         let (ins, outs) = self.parts()?;
-        Some(run_traced(
-            rule.as_rule(),
-            &self.mesh,
-            self.direction,
-            &ins,
-            &outs,
-            trace,
-        ))
+        Some(
+            run_traced(
+                rule.as_rule(),
+                &self.mesh,
+                self.direction,
+                &ins,
+                &outs,
+                trace,
+            )
+            .map_err(|e| rule.named(e)),
+        )
     }
 }
 
@@ -420,6 +424,15 @@ impl Built {
             Built::Registered(r, _) => r.as_ref(),
             Built::Einsum(e) => e,
         }
+    }
+
+    /// `e` naming the op as the user called it (`relu`, not the shared
+    /// elementwise rule it is registered with).
+    pub fn named(&self, mut e: SpmdError) -> SpmdError {
+        if let Built::Registered(_, info) = self {
+            e.set_op(info.name);
+        }
+        e
     }
 }
 

@@ -1953,3 +1953,28 @@ fn unknown_attributes_are_one_line_errors() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An op registered with a shared rule is named as it was called, in
+/// attribute and inference errors alike (it used to say
+/// `elementwise_unary: 2 input(s) given`).
+#[test]
+fn shared_rules_err_under_the_called_name() {
+    let (code, _, err) = run(&["infer", "relu", "--mesh", "2", "--in", "8x8", "--in", "8x8"]);
+    assert_eq!(code, 2);
+    assert!(err.starts_with("error: relu: 2 input(s) given"), "{err}");
+    let (code, _, err) = run(&[
+        "infer",
+        "gelu",
+        "--mesh",
+        "2",
+        "--in",
+        "8x8",
+        "--attr",
+        "aproximate=true",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("gelu: unknown attribute `aproximate` (did you mean `approximate`?)"),
+        "{err}"
+    );
+}

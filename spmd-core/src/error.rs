@@ -270,6 +270,43 @@ pub enum SpmdError {
     DuplicateRule { name: String },
 }
 
+impl SpmdError {
+    fn op_mut(&mut self) -> Option<&mut &'static str> {
+        use SpmdError::*;
+        match self {
+            Arity { op, .. }
+            | Rank { op, .. }
+            | MappingLength { op, .. }
+            | MeshDimOutOfRange { op, .. }
+            | MeshDimReused { op, .. }
+            | PartialOutOfRange { op, .. }
+            | PartialAndSharded { op, .. }
+            | ShapeMismatch { op, .. }
+            | AxisConflict { op, .. }
+            | MeshDimConflict { op, .. }
+            | MissingAxis { op, .. }
+            | TooManyAxes { op, .. }
+            | MeshMismatch { op, .. }
+            | InvalidAttr { op, .. }
+            | Rejected { op, .. }
+            | UnknownAttr { op, .. }
+            | OutputShapesNeeded { op }
+            | AbsentTensor { op, .. }
+            | NoGradRule { op } => Some(op),
+            _ => None,
+        }
+    }
+
+    /// The same error naming `op`: a rule registered under several names
+    /// (Paddle's `relu`, `gelu`, ... share one elementwise rule) reports the
+    /// name it was called by.
+    pub fn set_op(&mut self, name: &'static str) {
+        if let Some(op) = self.op_mut() {
+            *op = name;
+        }
+    }
+}
+
 fn did_you_mean(suggestions: &[String]) -> String {
     match suggestions {
         [] => String::new(),

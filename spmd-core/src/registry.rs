@@ -138,14 +138,24 @@ impl Registry {
                 });
             }
         }
-        if !ignored_given {
-            return (info.build)(attrs);
-        }
-        let mut read = Attrs::new();
-        for (attr, value) in attrs.iter().filter(|(a, _)| !info.ignored.contains(a)) {
-            read.set(attr, value.clone());
-        }
-        (info.build)(&read)
+        let rule = if ignored_given {
+            let mut read = Attrs::new();
+            for (attr, value) in attrs.iter().filter(|(a, _)| !info.ignored.contains(a)) {
+                read.set(attr, value.clone());
+            }
+            (info.build)(&read)
+        } else {
+            (info.build)(attrs)
+        };
+        // A rule registered under another name (`relu` for the elementwise
+        // rule) errs under the name it was called by. (Its inference errors
+        // name the rule: wrapping every call to rename them would cost each
+        // call a move of its result; callers that know the name, the CLI
+        // and graph propagation, rename those with `SpmdError::set_op`.)
+        rule.map_err(|mut e| {
+            e.set_op(info.name);
+            e
+        })
     }
 
     pub fn contains(&self, name: &str) -> bool {
