@@ -219,7 +219,10 @@ fn push_rows(ids: &mut DistAttr, rows: Sharding) {
     ids.dims_mapping = DimsMapping::from_shardings(&s);
 }
 
-impl OneHot {
+impl common::Directions for OneHot {
+    fn op(&self) -> &'static str {
+        self.0.name()
+    }
     fn fwd(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
         let ids_attr = drop_last(inputs[0].attr);
         let ids_shape = &inputs[0].shape[..inputs[0].shape.len() - 1];
@@ -268,22 +271,7 @@ impl SpmdRule for OneHot {
         call: &spmd_core::Call<'_>,
         _: Option<&mut dyn spmd_core::Trace>,
     ) -> Result<RuleResult, SpmdError> {
-        match *call {
-            spmd_core::Call::Forward { mesh, inputs, .. } => self.fwd(mesh, inputs),
-            spmd_core::Call::Backward {
-                mesh,
-                input_shapes,
-                outputs,
-                ..
-            } => self.bwd(mesh, input_shapes, outputs),
-            spmd_core::Call::Grad {
-                mesh,
-                inputs,
-                output_grads,
-                ..
-            } => self.grd(mesh, inputs, output_grads),
-            _ => Err(SpmdError::NoGradRule { op: self.0.name() }),
-        }
+        common::by_direction(self, call)
     }
 }
 

@@ -19,6 +19,8 @@ use spmd_core::{
     RuleResult, Spec, SpmdError, SpmdRule,
 };
 
+mod common;
+
 fn attr(paddle: &[i64]) -> DistAttr {
     DistAttr::from_paddle(paddle).unwrap()
 }
@@ -344,7 +346,10 @@ fn align_keeps_the_order_of_co_sharded_mesh_dims() {
 fn label_smooth_without_a_prior_gathers_the_classes() {
     /// The rule with its prior absent.
     struct NoPrior(Box<dyn SpmdRule>);
-    impl NoPrior {
+    impl common::Directions for NoPrior {
+        fn op(&self) -> &'static str {
+            self.0.name()
+        }
         fn fwd(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
             self.0.forward_optional(mesh, &[Some(inputs[0]), None])
         }
@@ -369,17 +374,7 @@ fn label_smooth_without_a_prior_gathers_the_classes() {
             call: &spmd_core::Call<'_>,
             _: Option<&mut dyn spmd_core::Trace>,
         ) -> Result<RuleResult, SpmdError> {
-            match *call {
-                spmd_core::Call::Forward { mesh, inputs, .. } => self.fwd(mesh, inputs),
-                spmd_core::Call::Backward {
-                    mesh,
-                    input_shapes,
-                    outputs,
-                    ..
-                } => self.bwd(mesh, input_shapes, outputs),
-                spmd_core::Call::Grad { .. } => Err(SpmdError::NoGradRule { op: self.0.name() }),
-                _ => Err(SpmdError::NoGradRule { op: self.0.name() }),
-            }
+            common::by_direction(self, call)
         }
     }
     let eps = 0.25;

@@ -84,6 +84,49 @@ impl<'c> Call<'c> {
         }
     }
 
+    /// The call with the tensors `absent` names marked absent (their slots
+    /// hold placeholders).
+    #[inline]
+    pub fn with_absent(self, absent: Absent) -> Call<'c> {
+        match self {
+            Call::Forward {
+                mesh,
+                inputs,
+                output_shapes,
+                ..
+            } => Call::Forward {
+                mesh,
+                inputs,
+                output_shapes,
+                absent,
+            },
+            Call::Backward {
+                mesh,
+                input_shapes,
+                outputs,
+                ..
+            } => Call::Backward {
+                mesh,
+                input_shapes,
+                outputs,
+                absent,
+            },
+            Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                signature,
+                ..
+            } => Call::Grad {
+                mesh,
+                inputs,
+                output_grads,
+                absent,
+                signature,
+            },
+        }
+    }
+
     /// The call with a grad call's tensors read in `signature` (the rule's
     /// grad op's); other directions are unchanged.
     #[inline]

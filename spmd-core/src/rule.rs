@@ -514,23 +514,7 @@ pub trait SpmdRule: Send + Sync {
     ) -> Result<RuleResult, SpmdError> {
         let (ins, a_in) = fill_specs(inputs);
         let (grads, a_out) = fill_specs(output_grads);
-        let call = Call::grad(mesh, &ins, &grads);
-        let call = match call {
-            Call::Grad {
-                mesh,
-                inputs,
-                output_grads,
-                signature,
-                ..
-            } => Call::Grad {
-                mesh,
-                inputs,
-                output_grads,
-                signature,
-                absent: Absent::new(a_in, a_out),
-            },
-            other => other,
-        };
+        let call = Call::grad(mesh, &ins, &grads).with_absent(Absent::new(a_in, a_out));
         self.infer(&call, None)
     }
 

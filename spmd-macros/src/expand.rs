@@ -392,12 +392,8 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
 
 /// `EinsumRule::new(..)` with every option, over the literal's plan.
 fn literal_rule(rule: &Rule, n: &Notation, span: Span, policy: &TokenStream) -> TokenStream {
-    let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
-    let (follows, not_partial) = (rule.follows, rule.not_partial);
-    let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let plan_expr = plan(n, span);
     let plan = n.plan();
-    let reduce = &rule.reduce;
     // Labels were checked against every literal in `args`; a missing one here
     // cannot happen, and would only leave that label unconstrained.
     let never = rule
@@ -409,39 +405,39 @@ fn literal_rule(rule: &Rule, n: &Notation, span: Span, policy: &TokenStream) -> 
         .reduce_axes
         .iter()
         .filter_map(|(c, r)| plan.axis(*c).map(|a| quote!((#a, __spmd::ReduceType::#r))));
+    let options = options(rule, policy);
     quote! {
         __spmd::EinsumRule::new(__NAME, #plan_expr)
-            .with_policy(#policy)
-            .with_reduce(__spmd::ReduceType::#reduce)
             .with_reduce_overrides(&[#(#overrides),*])
             .with_never_sharded(__spmd::AxisSet(#never))
-            .with_no_grad(#no_grad)
-            .with_grad_ignores(#grad_ignores)
-            .with_follows(#follows)
-            .with_optional(__spmd::Absent::new(#oi, #oo))
-            .with_not_partial(#not_partial)
-            .with_grad_signature(__GRAD_SIGNATURE)
+            #options
+    }
+}
+
+/// The options every rule carries whatever its plan (policy, reduce type,
+/// tensor masks, grad signature), as a chain of `with_*` calls.
+fn options(rule: &Rule, policy: &TokenStream) -> TokenStream {
+    let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
+    let (follows, not_partial) = (rule.follows, rule.not_partial);
+    let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
+    let reduce = &rule.reduce;
+    quote! {
+        .with_policy(#policy)
+        .with_reduce(__spmd::ReduceType::#reduce)
+        .with_no_grad(#no_grad)
+        .with_grad_ignores(#grad_ignores)
+        .with_follows(#follows)
+        .with_optional(__spmd::Absent::new(#oi, #oo))
+        .with_not_partial(#not_partial)
+        .with_grad_signature(__GRAD_SIGNATURE)
     }
 }
 
 /// Every option of a rule whose plan is bound per call, over an empty plan
 /// (labels are resolved while binding).
 fn base_rule(rule: &Rule, policy: &TokenStream) -> TokenStream {
-    let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
-    let (follows, not_partial) = (rule.follows, rule.not_partial);
-    let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
-    let reduce = &rule.reduce;
-    quote! {
-        __spmd::EinsumRule::new(__NAME, __spmd::Plan::EMPTY)
-            .with_policy(#policy)
-            .with_reduce(__spmd::ReduceType::#reduce)
-            .with_no_grad(#no_grad)
-            .with_grad_ignores(#grad_ignores)
-            .with_follows(#follows)
-            .with_optional(__spmd::Absent::new(#oi, #oo))
-            .with_not_partial(#not_partial)
-            .with_grad_signature(__GRAD_SIGNATURE)
-    }
+    let options = options(rule, policy);
+    quote!(__spmd::EinsumRule::new(__NAME, __spmd::Plan::EMPTY) #options)
 }
 
 /// The options of a rule whose plan exists only at run time (bound from a

@@ -249,3 +249,19 @@ impl fmt::Display for NotationErrors {
 }
 
 impl core::error::Error for NotationErrors {}
+
+/// A parse's answer: `value`, or every error found, in source order.
+pub(crate) fn finish<T>(
+    source: &str,
+    value: T,
+    mut errors: Vec<NotationError>,
+) -> Result<T, NotationErrors> {
+    if errors.is_empty() {
+        return Ok(value);
+    }
+    errors.sort_by_key(|e| (e.range.start, e.range.end));
+    Err(NotationErrors {
+        source: String::from(source),
+        errors,
+    })
+}

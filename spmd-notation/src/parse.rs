@@ -148,15 +148,7 @@ fn parse_with(
     } else {
         p.run();
     }
-    if p.errors.is_empty() {
-        Ok(p.n)
-    } else {
-        p.errors.sort_by_key(|e| (e.range.start, e.range.end));
-        Err(NotationErrors {
-            source: String::from(source),
-            errors: p.errors,
-        })
-    }
+    crate::error::finish(source, p.n, p.errors)
 }
 
 struct Parser<'s> {

@@ -302,15 +302,7 @@ pub fn parse_template(source: &str) -> Result<OwnedTemplate, NotationErrors> {
             errors: p.errors,
         });
     }
-    if p.errors.is_empty() {
-        Ok(p.t)
-    } else {
-        p.errors.sort_by_key(|e| (e.range.start, e.range.end));
-        Err(NotationErrors {
-            source: String::from(source),
-            errors: p.errors,
-        })
-    }
+    crate::error::finish(source, p.t, p.errors)
 }
 
 struct TParser<'s> {

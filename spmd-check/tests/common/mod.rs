@@ -173,3 +173,54 @@ pub fn run<S: Strategy>(
         panic!("{e}");
     }
 }
+
+/// A test wrapper around a rule, written per direction; [`by_direction`]
+/// is its `SpmdRule::infer`.
+#[allow(dead_code)]
+pub trait Directions {
+    fn op(&self) -> &'static str;
+    fn fwd(
+        &self,
+        mesh: &spmd_core::Mesh,
+        inputs: &[spmd_core::Spec<'_>],
+    ) -> Result<spmd_core::RuleResult, spmd_core::SpmdError>;
+    fn bwd(
+        &self,
+        mesh: &spmd_core::Mesh,
+        shapes: &[&[usize]],
+        outputs: &[spmd_core::Spec<'_>],
+    ) -> Result<spmd_core::RuleResult, spmd_core::SpmdError>;
+    fn grd(
+        &self,
+        _: &spmd_core::Mesh,
+        _: &[spmd_core::Spec<'_>],
+        _: &[spmd_core::Spec<'_>],
+    ) -> Result<spmd_core::RuleResult, spmd_core::SpmdError> {
+        Err(spmd_core::SpmdError::NoGradRule { op: self.op() })
+    }
+}
+
+/// Answers `call` with the wrapper's method for its direction.
+#[allow(dead_code)]
+pub fn by_direction<D: Directions>(
+    d: &D,
+    call: &spmd_core::Call<'_>,
+) -> Result<spmd_core::RuleResult, spmd_core::SpmdError> {
+    use spmd_core::Call;
+    match *call {
+        Call::Forward { mesh, inputs, .. } => d.fwd(mesh, inputs),
+        Call::Backward {
+            mesh,
+            input_shapes,
+            outputs,
+            ..
+        } => d.bwd(mesh, input_shapes, outputs),
+        Call::Grad {
+            mesh,
+            inputs,
+            output_grads,
+            ..
+        } => d.grd(mesh, inputs, output_grads),
+        _ => Err(spmd_core::SpmdError::NoGradRule { op: d.op() }),
+    }
+}

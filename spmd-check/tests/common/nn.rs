@@ -275,46 +275,13 @@ impl SpmdRule for Absent<'_> {
         call: &spmd_core::Call<'_>,
         trace: Option<&mut dyn spmd_core::Trace>,
     ) -> Result<RuleResult, SpmdError> {
-        use spmd_core::Call;
-        let absent = |inputs, outputs| spmd_core::Absent::new(inputs, outputs);
-        let call = match *call {
-            Call::Forward {
-                mesh,
-                inputs,
-                output_shapes,
-                ..
-            } => Call::Forward {
-                mesh,
-                inputs,
-                output_shapes,
-                absent: absent(self.forward, 0),
-            },
-            Call::Backward {
-                mesh,
-                input_shapes,
-                outputs,
-                ..
-            } => Call::Backward {
-                mesh,
-                input_shapes,
-                outputs,
-                absent: absent(self.forward, self.outputs),
-            },
-            Call::Grad {
-                mesh,
-                inputs,
-                output_grads,
-                signature,
-                ..
-            } => Call::Grad {
-                mesh,
-                inputs,
-                output_grads,
-                signature,
-                absent: absent(self.grad, self.outputs),
-            },
-            _ => *call,
+        use spmd_core::{Absent, Call};
+        let absent = match call {
+            Call::Forward { .. } => Absent::new(self.forward, 0),
+            Call::Backward { .. } => Absent::new(self.forward, self.outputs),
+            _ => Absent::new(self.grad, self.outputs),
         };
+        let call = call.with_absent(absent);
         self.rule.infer(&call, trace)
     }
 }
