@@ -1978,3 +1978,29 @@ fn shared_rules_err_under_the_called_name() {
         "{err}"
     );
 }
+
+/// A tensor too large for its bytes to be counted is a typed error, not a
+/// volume of 0 bytes (release) or an overflow panic (debug).
+#[test]
+fn impossible_tensor_sizes_are_errors() {
+    let dir = std::env::temp_dir().join(format!("spmd-cli-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("g.json");
+    let huge = 1u64 << 62;
+    std::fs::write(
+        &graph,
+        format!(
+            r#"{{"mesh": [2], "tensors": [{{"name": "x", "shape": [{huge}, {huge}], "dims_mapping": [0, -1]}},
+                {{"name": "y", "shape": [{huge}, {huge}]}}],
+                "ops": [{{"name": "act", "op": "relu", "inputs": ["x"], "outputs": ["y"]}}]}}"#
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = run(&["propagate", graph.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("tensor `x` of shape [4611686018427387904, 4611686018427387904] holds more bytes than 64 bits count"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

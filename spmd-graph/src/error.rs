@@ -41,6 +41,10 @@ pub enum GraphError {
     },
     #[error("tensor `{tensor}`: {message}")]
     BadAnnotation { tensor: String, message: String },
+    /// A shape whose bytes do not fit in 64 bits (at 8 bytes an element):
+    /// no communication volume could be counted for it.
+    #[error("tensor `{tensor}` of shape {shape:?} holds more bytes than 64 bits count")]
+    TensorTooLarge { tensor: String, shape: Vec<usize> },
     #[error(
         "op `{op}` gives tensor `{tensor}` (rank {expected}) an attr of rank {found}: the tensor's declared shape does not fit the op"
     )]

@@ -316,6 +316,17 @@ impl GraphBuilder {
         if self.by_name.contains_key(name) {
             return Err(GraphError::DuplicateTensor { name: name.into() });
         }
+        // Volumes are counted in bytes (at most 8 an element) in a u64.
+        let fits = shape
+            .iter()
+            .try_fold(8u64, |bytes, &e| bytes.checked_mul(e as u64))
+            .is_some();
+        if !fits {
+            return Err(GraphError::TensorTooLarge {
+                tensor: name.into(),
+                shape: shape.to_vec(),
+            });
+        }
         let id = TensorId(self.tensors.len() as u32);
         self.tensors.push(TensorInfo {
             name: name.into(),

@@ -154,8 +154,7 @@ impl GatherNd {
 /// (scattering the output grad back) never reads `x`.
 #[spmd_rule(
     name = "take_along_axis",
-    build = Self::notation,
-    cache,
+    einsum = "@{axis:1},@{axis:1}->@{axis:1}",
     inputs(x, index),
     outputs(out),
     no_grad(index),
@@ -165,29 +164,6 @@ impl GatherNd {
 pub struct TakeAlongAxis {
     #[spmd(default)]
     pub axis: i64,
-}
-
-impl TakeAlongAxis {
-    /// `a1c,a1c->a1c` for axis 1.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let term = along_axis_term("take_along_axis", self.axis, call)?;
-        Einsum::new(&format!("{term},{term}->{term}"))
-    }
-}
-
-/// The labels of input 0 with dim `axis` written `1`: `a1c`.
-pub(crate) fn along_axis_term(
-    op: &'static str,
-    axis: i64,
-    call: &Call<'_>,
-) -> Result<String, SpmdError> {
-    let rank = input_rank(call, 0).unwrap_or(0);
-    let axis = normalize_axis(op, "axis", axis, rank)?;
-    Ok(labels(op, rank)?
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| if i == axis { '1' } else { c })
-        .collect())
 }
 
 /// Paddle's `moe_combine` (`x` `[S·K, H]`, `combine_weights` `[S, K]`,

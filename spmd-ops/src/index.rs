@@ -3,9 +3,10 @@
 //! `argsort`), and the ops that pin the last dims (`one_hot`, `triu`,
 //! `tril_triu`).
 
+use spmd_core::notation::Pos;
 use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::{axis_flags, input_rank, keep_first_grads, labels, normalize_axis};
+use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis};
 
 /// The labels of a rank-`rank` tensor whose dim `axis` is `a` (the others
 /// are `b`, `c`, ...): for rank 3 and axis 1, `bac`.
@@ -263,8 +264,7 @@ cumulative_extremum!(
 /// `x`.
 #[spmd_rule(
     name = "roll",
-    build = Self::notation,
-    cache,
+    einsum = "@{axis():1}->@{axis():1}",
     backward_partial = "reset",
     inputs(x),
     outputs(out),
@@ -279,17 +279,13 @@ pub struct Roll {
 }
 
 impl Roll {
-    /// `a1c->a1c` for `axis = [1]`; `111->111` with no axis.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        const OP: &str = "roll";
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let rolled = axis_flags(OP, "axis", &self.axis, rank, true)?;
-        let term: String = labels(OP, rank)?
-            .into_iter()
-            .zip(rolled)
-            .map(|(c, r)| if r { '1' } else { c })
-            .collect();
-        Einsum::new(&format!("{term}->{term}"))
+    /// The rolled dims: `axis`, or every dim (one flat vector) without it.
+    fn axis(&self) -> Pos<'_> {
+        if self.axis.is_empty() {
+            Pos::All
+        } else {
+            Pos::List(&self.axis)
+        }
     }
 }
 

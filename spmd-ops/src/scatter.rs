@@ -14,7 +14,6 @@
 
 use spmd_core::{Call, DistAttr, Einsum, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
 
-use crate::gather::along_axis_term;
 use crate::notation::{input_rank, keep_first_grads, labels, replicate_dims};
 
 /// `1` then labels for the other `rank - 1` dims: `1bc`.
@@ -169,8 +168,7 @@ impl ScatterNdAdd {
 /// index has no gradient.
 #[spmd_rule(
     name = "put_along_axis",
-    build = Self::notation,
-    cache,
+    einsum = "@{axis:1},@{axis:1},@{axis:1}->@{axis:1}",
     inputs(x, index, value),
     outputs(out),
     no_grad(index)
@@ -181,14 +179,6 @@ pub struct PutAlongAxis {
     pub axis: i64,
     #[spmd(default = "assign".to_string())]
     pub reduce: String,
-}
-
-impl PutAlongAxis {
-    /// `a1c,a1c,a1c->a1c` for axis 1.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let t = along_axis_term("put_along_axis", self.axis, call)?;
-        Einsum::new(&format!("{t},{t},{t}->{t}"))
-    }
 }
 
 /// Paddle's `index_put` (`x`, `indices...`, `value` → `out`): one 1-D index
