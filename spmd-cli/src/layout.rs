@@ -3,9 +3,9 @@
 //! Devices are numbered row-major over the mesh (device `i * 4 + j` of a
 //! `2x4` mesh sits at coordinates `(i, j)`). A tensor dim split over mesh dims
 //! `[a, b]` (major first) has `mesh[a] * mesh[b]` blocks, and the device at
-//! coordinates `c` holds block `c[a] * mesh[b] + c[b]`. Blocks are
-//! `ceil(extent / blocks)` long, the last ones shorter (or empty) when the
-//! split is uneven.
+//! coordinates `c` holds block `c[a] * mesh[b] + c[b]`. An uneven split is
+//! balanced, as Paddle splits and as the soundness checker simulates: the
+//! first `extent % blocks` blocks are one longer (10 over 4: 3, 3, 2, 2).
 
 use spmd_core::{DistAttr, Mesh, MeshDim, ReduceType};
 
@@ -53,12 +53,14 @@ pub fn device(mesh: &[usize], c: &[usize]) -> usize {
     c.iter().zip(mesh).fold(0, |id, (&x, &n)| id * n + x)
 }
 
+/// Paddle's balanced split of `extent` into `blocks` (docs/semantics.md §2).
 fn bounds(extent: usize, blocks: usize) -> Vec<(usize, usize)> {
-    let len = extent.div_ceil(blocks.max(1));
+    let blocks = blocks.max(1);
+    let (q, r) = (extent / blocks, extent % blocks);
     (0..blocks)
         .map(|b| {
-            let start = b.saturating_mul(len).min(extent);
-            (start, (b + 1).saturating_mul(len).min(extent))
+            let start = b * q + b.min(r);
+            (start, start + q + usize::from(b < r))
         })
         .collect()
 }
@@ -272,7 +274,9 @@ mod tests {
     #[test]
     fn uneven_splits() {
         let l = layout(&[4], &[10], DistAttr::from_paddle(&[0]).unwrap());
-        assert_eq!(l.dims[0].bounds, [(0, 3), (3, 6), (6, 9), (9, 10)]);
+        // Balanced, as Paddle splits and spmd-check simulates (3, 3, 2, 2;
+        // it used to be 3, 3, 3, 1).
+        assert_eq!(l.dims[0].bounds, [(0, 3), (3, 6), (6, 8), (8, 10)]);
         assert!(!l.dims[0].even());
         let l = layout(&[4], &[2], DistAttr::from_paddle(&[0]).unwrap());
         assert_eq!(l.dims[0].bounds, [(0, 1), (1, 2), (2, 2), (2, 2)]);
