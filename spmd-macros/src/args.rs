@@ -49,8 +49,9 @@ struct RawArgs {
     krate: Option<Path>,
 }
 
-/// `reduce = "max"` or `reduce = Self::method`, kept as written (darling's
-/// own `Expr` would read the string's contents as an expression).
+/// An expression kept as written: `reduce = "max"` or `reduce =
+/// Self::method`, `#[spmd(default = "none")]` (darling's own `Expr` would
+/// read a string's contents as an expression: `none`, an unknown value).
 #[derive(Clone)]
 struct ReduceArg(Expr);
 
@@ -70,7 +71,7 @@ struct RawCase {
 /// `#[spmd(default, default = <expr>, rename = "...", skip)]` on a field.
 #[derive(FromMeta, Default)]
 struct RawField {
-    default: Option<Override<Expr>>,
+    default: Option<Override<ReduceArg>>,
     rename: Option<LitStr>,
     #[darling(default)]
     skip: bool,
@@ -335,6 +336,22 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
                     errors.push(
                         Error::custom(format!(
                             "`reduce_axes` names label `{c}`, which is not in {notations}"
+                        ))
+                        .with_span(label),
+                    );
+                } else if let Some(l) = literals.iter().find(|l| match &l.form {
+                    Form::Notation(n) => {
+                        let p = n.plan();
+                        p.axis(c).is_some_and(|a| !p.contracted().contains(a))
+                    }
+                    Form::Template(_) => false,
+                }) {
+                    // A reduce type applies to a contraction: an axis an
+                    // output keeps makes no partial result.
+                    errors.push(
+                        Error::custom(format!(
+                            "`reduce_axes` names label `{c}`, which an output of {:?} keeps: only a contracted axis (in no output) has a reduce type",
+                            l.lit.value()
                         ))
                         .with_span(label),
                     );
@@ -1139,7 +1156,17 @@ fn fields(item: &mut ItemStruct) -> Result<Vec<Field>, Error> {
         let source = match (raw.skip, raw.default) {
             (true, _) => FieldSource::Skip,
             (false, Some(Override::Inherit)) => FieldSource::Default,
-            (false, Some(Override::Explicit(e))) => FieldSource::DefaultExpr(e),
+            // A string literal default is the attribute's text: `"none"`
+            // for a `String` field (converted as the field's type asks).
+            (false, Some(Override::Explicit(ReduceArg(e)))) => match ungroup(&e) {
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(lit),
+                    ..
+                }) => {
+                    FieldSource::DefaultExpr(syn::parse_quote!(::core::convert::Into::into(#lit)))
+                }
+                _ => FieldSource::DefaultExpr(e),
+            },
             (false, None) => FieldSource::Required,
         };
         let attr_name = raw

@@ -153,7 +153,7 @@ pub struct FusedGemmEpilogue {
     pub trans_x: bool,
     #[spmd(default)]
     pub trans_y: bool,
-    #[spmd(default = "none".to_string())]
+    #[spmd(default = "none")]
     pub activation: String,
 }
 
