@@ -1419,3 +1419,57 @@ fn partials_compare_by_their_live_dims() {
     assert!(!p.is_partial());
     assert_eq!(p, Partial::NONE);
 }
+
+/// A compound dim whose known factor does not divide its extent is an error
+/// in every direction (30 query heads grouped over 8 key-value heads used to
+/// be accepted, the group factor left unknown).
+#[test]
+fn compound_extents_must_be_multiples_of_their_known_factors() {
+    let e = spmd_core::Einsum::new("bs(hg)d,bthd->b(hg)st").unwrap();
+    let mesh = Mesh::new(&[2, 4]).unwrap();
+    let (q, kv) = (attr(&[0, -1, 1, -1]), attr(&[0, -1, -1, -1]));
+    let err = e
+        .forward(
+            &mesh,
+            &[
+                Spec::new(&[8, 64, 30, 16], &q),
+                Spec::new(&[8, 64, 8, 16], &kv),
+            ],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "einsum: input 0 dim 2 has extent 30, which its factor `h` of extent 8 does not divide"
+    );
+    // 32 heads over 8: groups of 4, sharded on the heads' major factor.
+    let r = e
+        .forward(
+            &mesh,
+            &[
+                Spec::new(&[8, 64, 32, 16], &q),
+                Spec::new(&[8, 64, 8, 16], &kv),
+            ],
+        )
+        .unwrap();
+    assert_eq!(r.outputs[0].to_string(), "[0, 1, -1, -1]");
+    // Backward learns the same factor from the outputs and inputs.
+    let out = attr(&[0, -1, -1, -1]);
+    let err = e
+        .backward(
+            &mesh,
+            &[&[8, 64, 30, 16], &[8, 64, 8, 16]],
+            &[Spec::new(&[8, 30, 64, 64], &out)],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SpmdError::CompoundExtent {
+                found: 30,
+                known: 8,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -178,6 +178,23 @@ pub enum SpmdError {
         found: usize,
     },
 
+    /// A compound dim whose extent its factors' known extents do not
+    /// divide (30 query heads in groups over 8 key-value heads).
+    #[error(
+        "{op}: {tensor} dim {dim} has extent {found}, which its factor{} {axes} of extent {known} do{} not divide",
+        if axes.contains(' ') { "s" } else { "" },
+        if axes.contains(' ') { "" } else { "es" }
+    )]
+    CompoundExtent {
+        op: &'static str,
+        tensor: TensorRef,
+        dim: usize,
+        /// The known factors, e.g. "`h`" or "`h` `d`".
+        axes: String,
+        known: usize,
+        found: usize,
+    },
+
     #[error(
         "{op}: axis {axis} is sharded by two different mesh dims: {existing} earlier, {incoming} at {tensor} dim {dim}"
     )]
@@ -282,6 +299,7 @@ impl SpmdError {
             | PartialOutOfRange { op, .. }
             | PartialAndSharded { op, .. }
             | ShapeMismatch { op, .. }
+            | CompoundExtent { op, .. }
             | AxisConflict { op, .. }
             | MeshDimConflict { op, .. }
             | MissingAxis { op, .. }

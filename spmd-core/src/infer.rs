@@ -1084,6 +1084,22 @@ impl<'r, 'a> Cx<'r, 'a> {
                 (1, Some(f)) if known != 0 && size % known == 0 => {
                     self.extent[f as usize] = size / known;
                 }
+                // The unknown factors cannot make up the rest.
+                (1.., _) if known != 0 && size % known != 0 => {
+                    let axes: alloc::vec::Vec<alloc::string::String> = factors
+                        .iter()
+                        .filter(|&&f| self.extent[f as usize] != UNKNOWN)
+                        .map(|&f| alloc::format!("{}", self.axis_name(f)))
+                        .collect();
+                    return Err(SpmdError::CompoundExtent {
+                        op: self.rule.name,
+                        tensor: t,
+                        dim,
+                        axes: axes.join(" "),
+                        known,
+                        found: size,
+                    });
+                }
                 _ => {}
             }
         }
