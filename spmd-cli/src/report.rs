@@ -273,11 +273,11 @@ impl Report {
     pub fn text(&self) -> String {
         let mut s = String::new();
         let mut head = format!(
-            "{} {} on mesh {} ({} devices)",
+            "{} {} on mesh {} ({})",
             paint(HEADER, &self.title),
             self.direction,
             self.mesh,
-            self.mesh.size()
+            crate::report::devices(self.mesh.size())
         );
         if !self.attrs.is_empty() {
             let a: Vec<String> = self.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -527,6 +527,15 @@ pub fn output_shapes(
 }
 
 /// Serializes anything to a pretty JSON string.
+/// "1 device", "8 devices".
+pub fn devices(n: usize) -> String {
+    if n == 1 {
+        "1 device".to_string()
+    } else {
+        format!("{n} devices")
+    }
+}
+
 pub fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }

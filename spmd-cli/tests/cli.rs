@@ -2004,3 +2004,28 @@ fn impossible_tensor_sizes_are_errors() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One device is "1 device".
+#[test]
+fn one_device_is_singular() {
+    let (_, out, _) = run(&["infer", "relu", "--mesh", "1", "--in", "8x8"]);
+    assert!(
+        out.starts_with("relu forward on mesh 1 (1 device)\n"),
+        "{out}"
+    );
+    let (_, out, _) = run(&["show", "--mesh", "1", "8x8:[0,-1]"]);
+    assert!(out.contains("(1 device)"), "{out}");
+}
+
+/// A rank the notation cannot name is reported as the input's rank (it
+/// used to say "rank 301" for a rank-300 softmax).
+#[test]
+fn ranks_past_the_labels_name_the_input_rank() {
+    let shape = vec!["1"; 300].join("x");
+    let (code, _, err) = run(&["infer", "softmax", "--mesh", "2", "--in", &shape]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err.trim_end(),
+        "error: softmax: input 0 has rank 300, above the 52 axes a notation can name"
+    );
+}

@@ -172,11 +172,11 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
     };
 
     let mut s = format!(
-        "{} {} on mesh {} ({} devices)\n",
+        "{} {} on mesh {} ({})\n",
         paint(HEADER, req.source.title()),
         req.direction,
         req.mesh,
-        req.mesh.size()
+        crate::report::devices(req.mesh.size())
     );
     match (&notation, template) {
         (Some(n), Some(t)) => s.push_str(&format!(

@@ -350,11 +350,11 @@ pub fn show(args: &ShowArgs) -> Result<Output> {
     }
 
     let mut s = format!(
-        "{} {} on mesh {} ({} devices)\n",
+        "{} {} on mesh {} ({})\n",
         paint(HEADER, format!("tensor {}", shape_text(&t.shape))),
         attr,
         mesh,
-        mesh.size()
+        crate::report::devices(mesh.size())
     );
     for (d, split) in l.dims.iter().enumerate() {
         let _ = writeln!(s, "{}", describe_dim(d, split, &l.mesh));
@@ -525,11 +525,11 @@ fn svg(
         width = width.max(10.0 + 80.0 * 6.7);
     }
     let title = format!(
-        "tensor {} {} on mesh {} ({} devices)",
+        "tensor {} {} on mesh {} ({})",
         shape_text(shape),
         attr,
         mesh,
-        l.devices()
+        crate::report::devices(l.devices())
     );
     let mut s = String::new();
     let _ = writeln!(
