@@ -2029,3 +2029,60 @@ fn ranks_past_the_labels_name_the_input_rank() {
         "error: softmax: input 0 has rank 300, above the 52 axes a notation can name"
     );
 }
+
+/// Every registered op shows its whole signature: tensors by name (which
+/// may be absent), attributes with what they take and their defaults, and
+/// the grad op's tensors.
+#[test]
+fn every_op_shows_its_signature() {
+    let names: Vec<String> = spmd_ops::builtins()
+        .iter()
+        .map(|i| i.name.to_string())
+        .collect();
+    assert!(names.len() > 190, "{}", names.len());
+    for name in &names {
+        let (code, out, err) = run(&["ops", name]);
+        assert_eq!(code, 0, "{name}: {err}");
+        for part in [
+            "\ninputs: ",
+            "\noutputs: ",
+            "\nattributes",
+            "\ngrad op takes: ",
+        ] {
+            assert!(out.contains(part), "{name} lacks {part:?}:\n{out}");
+        }
+    }
+    let (_, out, _) = run(&["ops", "layer_norm"]);
+    assert!(
+        out.contains("inputs: x, scale (optional), bias (optional)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("begin_norm_axis: an integer (default: 1)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("epsilon: accepted, and no layout depends on it"),
+        "{out}"
+    );
+    assert!(
+        out.contains("grad op takes: x, scale, bias, mean, variance; out's grad"),
+        "{out}"
+    );
+    let (_, out, _) = run(&["ops", "reshape"]);
+    // Required in forward only (Paddle's reshape grad takes none).
+    assert!(
+        out.contains("shape: a list of integers (default: none)"),
+        "{out}"
+    );
+    let (code, _, err) = run(&["infer", "reshape", "--mesh", "2", "--in", "8x16"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "reshape: attribute `shape`: missing (a forward reshape needs its target shape)"
+        ),
+        "{err}"
+    );
+    let v = json(&["ops", "embedding", "--json"]);
+    assert_eq!(v["inputs"], serde_json::json!(["x", "weight"]));
+}

@@ -280,6 +280,15 @@ pub trait Op: SpmdRule + Sized + 'static {
     /// Inputs without a gradient (bit `i` = input `i`): grad inference
     /// returns grads for the others only, in order.
     const NO_GRAD: u64 = 0;
+    /// The tensors that may be absent.
+    const OPTIONAL: Absent = Absent::NONE;
+    /// Per attribute of [`Op::ATTRS`]: what its value looks like ("a bool").
+    const ATTR_TYPES: &'static [&'static str] = &[];
+    /// Per attribute: `None` when it is required, `Some("")` when its
+    /// type's default is the default, else the default as written.
+    const ATTR_DEFAULTS: &'static [Option<&'static str>] = &[];
+    /// The tensors the grad op takes.
+    const GRAD: GradSignature<'static> = GradSignature::DERIVED;
     /// Builds the op from attributes by name; missing attributes without a
     /// default and values of the wrong kind are errors.
     fn from_attrs(attrs: &Attrs) -> Result<Self, SpmdError>;

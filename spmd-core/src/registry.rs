@@ -28,6 +28,15 @@ pub struct RuleInfo {
     pub outputs: &'static [&'static str],
     /// Inputs without a gradient (bit `i` = input `i`).
     pub no_grad: u64,
+    /// The tensors that may be absent.
+    pub optional: crate::optional::Absent,
+    /// Per attribute of `attrs`: what its value looks like.
+    pub attr_types: &'static [&'static str],
+    /// Per attribute of `attrs`: `None` required, `Some("")` its type's
+    /// default, else the default as written.
+    pub attr_defaults: &'static [Option<&'static str>],
+    /// The tensors the grad op takes.
+    pub grad: crate::signature::GradSignature<'static>,
     pub build: fn(&Attrs) -> Result<Box<dyn SpmdRule>, SpmdError>,
 }
 
@@ -42,6 +51,10 @@ impl RuleInfo {
             inputs: O::INPUTS,
             outputs: O::OUTPUTS,
             no_grad: O::NO_GRAD,
+            optional: O::OPTIONAL,
+            attr_types: O::ATTR_TYPES,
+            attr_defaults: O::ATTR_DEFAULTS,
+            grad: O::GRAD,
             build: |attrs| Ok(Box::new(O::from_attrs(attrs)?)),
         }
     }

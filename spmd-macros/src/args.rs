@@ -135,6 +135,10 @@ pub struct Field {
     pub ident: Ident,
     pub attr_name: String,
     pub source: FieldSource,
+    /// The field's type, whose `FromAttr::EXPECTED` describes the attribute.
+    pub ty: syn::Type,
+    /// `#[spmd(default = <expr>)]` as written.
+    pub default_text: Option<String>,
 }
 
 /// A validated rule, ready to expand.
@@ -1153,6 +1157,12 @@ fn fields(item: &mut ItemStruct) -> Result<Vec<Field>, Error> {
             }
         }
         f.attrs = keep;
+        // The default as the user wrote it, for `spmd ops NAME`.
+        let default_text = match &raw.default {
+            Some(Override::Explicit(ReduceArg(e))) => Some(e.to_token_stream().to_string()),
+            _ => None,
+        };
+        let ty = f.ty.clone();
         let source = match (raw.skip, raw.default) {
             (true, _) => FieldSource::Skip,
             (false, Some(Override::Inherit)) => FieldSource::Default,
@@ -1177,6 +1187,8 @@ fn fields(item: &mut ItemStruct) -> Result<Vec<Field>, Error> {
             ident,
             attr_name,
             source,
+            ty,
+            default_text,
         });
     }
     errors.finish_with(out)

@@ -226,6 +226,25 @@ fn rule_impls(rule: &Rule) -> TokenStream {
     let grad_signature = grad_signature(rule);
     let (input_names, output_names) = (&rule.input_names, &rule.output_names);
     let no_grad_mask = rule.no_grad;
+    let (optional_in, optional_out) = (rule.optional_inputs, rule.optional_outputs);
+    // What `spmd ops NAME` shows of each attribute the op reads.
+    let read = || {
+        rule.fields
+            .iter()
+            .filter(|f| !matches!(f.source, FieldSource::Skip))
+    };
+    // Read off the written type: no trait bound here, so a field whose type
+    // is not an attribute gets one error, at the field.
+    let attr_types: Vec<String> = read().map(|f| describe(&f.ty)).collect();
+    let attr_defaults: Vec<TokenStream> = read()
+        .map(|f| match (&f.source, &f.default_text) {
+            (FieldSource::Required, _) => quote!(__spmd::Option::None),
+            (_, Some(text)) => quote!(__spmd::Option::Some(#text)),
+            // An `Option` attribute defaults to being absent.
+            _ if is_option(&f.ty) => quote!(__spmd::Option::Some("none")),
+            _ => quote!(__spmd::Option::Some("")),
+        })
+        .collect();
 
     let op_impl = quote! {
         #[automatically_derived]
@@ -236,6 +255,10 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             const INPUTS: &'static [&'static str] = &[#(#input_names),*];
             const OUTPUTS: &'static [&'static str] = &[#(#output_names),*];
             const NO_GRAD: u64 = #no_grad_mask;
+            const OPTIONAL: __spmd::Absent = __spmd::Absent::new(#optional_in, #optional_out);
+            const ATTR_TYPES: &'static [&'static str] = &[#(#attr_types),*];
+            const ATTR_DEFAULTS: &'static [__spmd::Option<&'static str>] = &[#(#attr_defaults),*];
+            const GRAD: __spmd::GradSignature<'static> = __GRAD_SIGNATURE;
             fn from_attrs(attrs: &__spmd::Attrs) -> __spmd::Result<Self, __spmd::SpmdError> {
                 #from_attrs
             }
@@ -333,6 +356,45 @@ fn grad_signature(rule: &Rule) -> TokenStream {
             grads: #grads,
         };
     }
+}
+
+/// What an attribute of this written type takes, for `spmd ops NAME`.
+fn describe(ty: &syn::Type) -> String {
+    let syn::Type::Path(p) = ty else {
+        return "a value".into();
+    };
+    let Some(last) = p.path.segments.last() else {
+        return "a value".into();
+    };
+    let inner = || match &last.arguments {
+        syn::PathArguments::AngleBracketed(a) => a.args.iter().find_map(|g| match g {
+            syn::GenericArgument::Type(t) => Some(t.clone()),
+            _ => None,
+        }),
+        _ => None,
+    };
+    match last.ident.to_string().as_str() {
+        "bool" => "a bool".into(),
+        "i8" | "i16" | "i32" | "i64" | "isize" | "u8" | "u16" | "u32" | "u64" | "usize" => {
+            "an integer".into()
+        }
+        "f32" | "f64" => "a number".into(),
+        "String" => "a string".into(),
+        "Option" => inner().map_or("a value".into(), |t| describe(&t)),
+        "Vec" => match inner().map(|t| describe(&t)) {
+            Some(d) if d == "a bool" => "a list of bools".into(),
+            Some(d) if d == "an integer" => "a list of integers".into(),
+            Some(d) if d == "a number" => "a list of numbers".into(),
+            Some(d) if d == "a string" => "a list of strings".into(),
+            _ => "a list".into(),
+        },
+        _ => "a value".into(),
+    }
+}
+
+/// Whether a field's type is written `Option<..>`.
+fn is_option(ty: &syn::Type) -> bool {
+    matches!(ty, syn::Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Option"))
 }
 
 /// The body of `Op::from_attrs` and the attribute names.

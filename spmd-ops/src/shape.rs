@@ -396,8 +396,11 @@ fn divisible(mesh: &Mesh, mut s: Sharding, extents: &[usize]) -> Sharding {
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Reshape {
+    /// The target shape: required in forward, where nothing else says it (it
+    /// used to default to `[]`: "cannot reshape [8, 16] into []"); backward
+    /// and grad read it off the output (Paddle's reshape grad takes none).
     #[spmd(default)]
-    pub shape: Vec<i64>,
+    pub shape: Option<Vec<i64>>,
 }
 
 impl Reshape {
@@ -408,9 +411,16 @@ impl Reshape {
             Call::Grad { output_grads, .. } => output_grads.first().map(|s| s.shape),
             _ => None,
         };
-        let to = match given {
-            Some(shape) => shape.to_vec(),
-            None => target_shape(from, &self.shape)?,
+        let to = match (given, &self.shape) {
+            (Some(shape), _) => shape.to_vec(),
+            (None, Some(shape)) => target_shape(from, shape)?,
+            (None, None) => {
+                return Err(SpmdError::InvalidAttr {
+                    op: "reshape",
+                    attr: "shape".into(),
+                    message: "missing (a forward reshape needs its target shape)".into(),
+                });
+            }
         };
         Einsum::new(&reshape_notation("reshape", from, &to)?)
     }
@@ -433,15 +443,16 @@ impl Reshape {
                 inputs: given,
                 ..
             } => {
-                let Some(x) = given.first() else {
+                // (The notation already refused a forward call without `shape`.)
+                let (Some(x), Some(shape)) = (given.first(), &self.shape) else {
                     return Ok(());
                 };
                 // Most reshapes (merges, no-ops) split nothing: answer them
                 // without resolving the target shape, which allocates.
-                if !may_split(x.shape, &self.shape) {
+                if !may_split(x.shape, shape) {
                     return Ok(());
                 }
-                let to = target_shape(x.shape, &self.shape)?;
+                let to = target_shape(x.shape, shape)?;
                 if let (Some(x_req), Some(out)) = (inputs.first_mut(), outputs.first_mut()) {
                     let runs = Runs {
                         mesh,

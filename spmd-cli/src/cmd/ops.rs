@@ -28,6 +28,13 @@ pub fn ops(args: &OpsArgs) -> Result<Output> {
                     "notation_built_at_run_time": i.notations.is_empty(),
                     "attrs": i.attrs,
                     "ignored_attrs": i.ignored,
+                    "attr_types": i.attr_types,
+                    "attr_defaults": i.attr_defaults,
+                    "inputs": i.inputs,
+                    "outputs": i.outputs,
+                    "optional_inputs": (0..i.inputs.len()).filter(|&k| i.optional.input(k)).collect::<Vec<_>>(),
+                    "optional_outputs": (0..i.outputs.len()).filter(|&k| i.optional.output(k)).collect::<Vec<_>>(),
+                    "grad": grad_text(i),
                 })
             })
             .collect();
@@ -46,7 +53,7 @@ pub fn ops(args: &OpsArgs) -> Result<Output> {
     ]);
     for i in &infos {
         let notations = if i.notations.is_empty() {
-            paint(DIM, "(built at run time from the attributes)")
+            paint(DIM, "(built at run time)")
         } else {
             i.notations.join("  ")
         };
@@ -62,6 +69,9 @@ pub fn ops(args: &OpsArgs) -> Result<Output> {
         t.row(vec![i.name.to_string(), attrs, notations]);
     }
     let mut s = t.render("");
+    if let [one] = infos.as_slice() {
+        s.push_str(&signature(one));
+    }
     if args.name.is_none() {
         let _ = writeln!(
             s,
@@ -70,4 +80,109 @@ pub fn ops(args: &OpsArgs) -> Result<Output> {
         );
     }
     Ok(Output::ok(s))
+}
+
+/// The full signature of one op: its tensors by name (and which may be
+/// absent), its attributes with what they take and their defaults, and the
+/// grad op's tensors.
+fn signature(i: &spmd_core::RuleInfo) -> String {
+    let mut s = String::new();
+    let tensors = |names: &[&str], optional: &dyn Fn(usize) -> bool| -> String {
+        if names.is_empty() {
+            return "not named by the rule".to_string();
+        }
+        let list: Vec<String> = names
+            .iter()
+            .enumerate()
+            .map(|(k, n)| {
+                if optional(k) {
+                    format!("{n} (optional)")
+                } else {
+                    n.to_string()
+                }
+            })
+            .collect();
+        list.join(", ")
+    };
+    let _ = writeln!(
+        s,
+        "\ninputs: {}",
+        tensors(i.inputs, &|k| i.optional.input(k))
+    );
+    let _ = writeln!(
+        s,
+        "outputs: {}",
+        tensors(i.outputs, &|k| i.optional.output(k))
+    );
+    if i.attrs.is_empty() && i.ignored.is_empty() {
+        let _ = writeln!(s, "attributes: none");
+    } else {
+        let _ = writeln!(s, "attributes:");
+    }
+    for (k, a) in i.attrs.iter().enumerate() {
+        let ty = i.attr_types.get(k).copied().unwrap_or("a value");
+        let default = match i.attr_defaults.get(k).copied().flatten() {
+            None => "required".to_string(),
+            Some("") => "default: its type's default".to_string(),
+            Some(text) => format!("default: {text}"),
+        };
+        let _ = writeln!(s, "  {a}: {ty} ({default})");
+    }
+    for a in i.ignored {
+        let _ = writeln!(s, "  {a}: accepted, and no layout depends on it");
+    }
+    if let [n] = i.notations
+        && spmd_core::notation::is_template(n)
+    {
+        let _ = writeln!(
+            s,
+            "notation: a template, bound per call by the attributes and the inputs' ranks (`spmd explain` shows the bound notation)"
+        );
+    }
+    let _ = writeln!(s, "grad op takes: {}", grad_text(i));
+    s
+}
+
+/// What the grad op takes, by name where the rule names its tensors.
+fn grad_text(i: &spmd_core::RuleInfo) -> String {
+    use spmd_core::GradTensor;
+    let input = |k: usize| {
+        i.inputs
+            .get(k)
+            .map_or(format!("input {k}"), |n| n.to_string())
+    };
+    let output = |k: usize| {
+        i.outputs
+            .get(k)
+            .map_or(format!("output {k}"), |n| n.to_string())
+    };
+    let tensors = match i.grad.tensors {
+        None => "the forward inputs".to_string(),
+        Some([]) => "no forward tensor".to_string(),
+        Some(ts) => ts
+            .iter()
+            .map(|t| match *t {
+                GradTensor::Input(k) => input(k.into()),
+                GradTensor::Output(k) => output(k.into()),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let grads = match i.grad.grads {
+        None => "a grad per output".to_string(),
+        Some(gs) => gs
+            .iter()
+            .map(|&o| format!("{}'s grad", output(o.into())))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let no_grad: Vec<String> = (0..64)
+        .filter(|k| i.no_grad >> k & 1 == 1)
+        .map(input)
+        .collect();
+    if no_grad.is_empty() {
+        format!("{tensors}; {grads}")
+    } else {
+        format!("{tensors}; {grads} (no grad for {})", no_grad.join(", "))
+    }
 }
