@@ -1403,8 +1403,20 @@ fn propagate_json_has_tensors_reshards_and_counts() {
         .unwrap();
     assert_eq!(qkv["dims_mapping"], serde_json::json!([-1, 1]));
     assert_eq!(qkv["origin"], "annotated");
+    // Attrs in the conformance schema's form (they used to be display
+    // strings only), with the text beside them.
+    let proj = tensors.iter().find(|t| t["name"] == "l0.proj.out").unwrap();
+    assert_eq!(proj["dims_mapping"], serde_json::json!([0, -1, -1]));
+    assert_eq!(proj["partial_dims"], serde_json::json!([1]));
+    assert_eq!(proj["partial_reduce"], serde_json::json!({"1": "SUM"}));
+    assert_eq!(proj["text"], "[0, -1, -1] partial{1: SUM}");
     let reshards = v["reshards"].as_array().unwrap();
     assert_eq!(reshards.len(), 2);
+    assert_eq!(
+        reshards[0]["from"]["partial_reduce"],
+        serde_json::json!({"1": "SUM"})
+    );
+    assert_eq!(reshards[0]["to"]["partial_dims"], serde_json::json!([]));
     // f32 [8, 64, 256] split on batch over 2: 512 KiB local, all-reduced
     // over 4 devices: 2 * 3/4 of it.
     assert_eq!(reshards[0]["steps"][0]["kind"], "all_reduce");

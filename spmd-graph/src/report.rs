@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use spmd_core::json::Mapping;
 
 use crate::graph::Graph;
 use crate::propagate::{Origin, Propagation};
@@ -139,23 +138,33 @@ pub fn text(graph: &Graph, prop: &Propagation, plan: &ReshardPlan) -> String {
     s
 }
 
-/// The report as JSON: `mesh`, `stats`, `tensors` (name, shape,
-/// dims_mapping, partial_dims, origin), `reshards` (op, edge, tensor, from,
-/// to, steps with their bytes), `counts` and `total_bytes`.
+/// A dist attr in the conformance schema's form (`dims_mapping`,
+/// `partial_dims`, `partial_reduce` when partial), with its text as `text`.
+fn attr_json(a: &spmd_core::DistAttr) -> Value {
+    let mut v = serde_json::to_value(spmd_core::json::Expect::from_attr(a)).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.insert("text".into(), json!(a.to_string()));
+    }
+    v
+}
+
+/// The report as JSON: `mesh`, `stats`, `tensors` (name, shape, the attr in
+/// the conformance schema's form, origin), `reshards` (op, edge, tensor,
+/// from and to in that form, steps with their bytes), `counts` and
+/// `total_bytes`.
 pub fn json(graph: &Graph, prop: &Propagation, plan: &ReshardPlan) -> Value {
     let tensors: Vec<Value> = graph
         .tensor_ids()
         .map(|t| {
             let info = graph.tensor(t);
             let a = prop.attr(t);
-            json!({
-                "name": info.name,
-                "shape": info.shape,
-                "dims_mapping": Mapping::from_dims_mapping(&a.dims_mapping),
-                "partial_dims": a.partial.dims().iter().collect::<Vec<_>>(),
-                "attr": a.to_string(),
-                "origin": origin_text(graph, prop.origin(t)),
-            })
+            let mut v = attr_json(a);
+            if let Value::Object(m) = &mut v {
+                m.insert("name".into(), json!(info.name));
+                m.insert("shape".into(), json!(info.shape));
+                m.insert("origin".into(), json!(origin_text(graph, prop.origin(t))));
+            }
+            v
         })
         .collect();
     let reshards: Vec<Value> = plan
@@ -178,8 +187,8 @@ pub fn json(graph: &Graph, prop: &Propagation, plan: &ReshardPlan) -> Value {
                 "op": graph.op(r.op).name,
                 "edge": r.edge,
                 "tensor": graph.tensor(r.tensor).name,
-                "from": r.from.to_string(),
-                "to": r.to.to_string(),
+                "from": attr_json(&r.from),
+                "to": attr_json(&r.to),
                 "steps": steps,
                 "bytes": r.bytes(),
             })
