@@ -8,7 +8,7 @@
 //!   `nc11,cm11->nm11`): sharded input channels must leave the output
 //!   partial, and the grad, which keeps a partial output grad partial, must
 //!   stay sound;
-//! - `take_along_axis` and `scatter` (forward, backward), `roll` and
+//! - `take_along_axis`, `put_along_axis` and `scatter` (forward, backward), `roll` and
 //!   `gather_nd` (forward, backward, grad; gather_nd's grad partial over the
 //!   index's sharded batch dims), `fused_gemm_epilogue` and `linear_v2`
 //!   (a product plus a bias: forward, backward) and
@@ -225,6 +225,54 @@ fn take_along_axis_against_the_op() {
     });
     t[0].assert_meaningful("take_along_axis forward");
     t[1].assert_meaningful("take_along_axis backward");
+}
+
+/// `put_along_axis` with `reduce = "add"`: `out = x`, then each `value[p]`
+/// added at `p` with its axis coordinate replaced by `index[p]`. (Added, not
+/// assigned: a sum does not depend on the order colliding positions are
+/// visited in.)
+#[test]
+fn put_along_axis_against_the_op() {
+    let t = tallies();
+    let dims = (shape(1..=3), any::<prop::sample::Index>(), 1usize..=4).prop_map(|(x, axis, k)| {
+        let axis = axis.index(x.len());
+        let index = with_dim(&x, axis, k);
+        (vec![x.clone(), index.clone(), index], x)
+    });
+    run(CASES, case(dims), |c| {
+        let axis = (0..c.shapes[0].len())
+            .find(|&d| c.shapes[0][d] != c.shapes[1][d])
+            .unwrap_or(0);
+        let attrs = Attrs::new().with("axis", axis as i64).with("reduce", "add");
+        let rule = registry().build("put_along_axis", &attrs).unwrap();
+        let mesh = Mesh::new(&c.mesh).unwrap();
+        let x = Tensor::probe(&c.shapes[0], 1, Values::Integers);
+        let index = positions(&c.shapes[1], c.shapes[0][axis]);
+        let value = Tensor::probe(&c.shapes[2], 3, Values::Integers);
+        let op = move |v: &[Tensor]| {
+            let mut out = v[0].clone();
+            for p in indices(v[1].shape()) {
+                let at = with_dim(&p, axis, v[1].get(&p) as usize);
+                out.set(&at, out.get(&at) + v[2].get(&p));
+            }
+            vec![out]
+        };
+        let inputs = [
+            Input::new(x.clone(), c.inputs[0].clone()),
+            Input::new(index.clone(), c.inputs[1].clone()),
+            Input::new(value.clone(), c.inputs[2].clone()),
+        ];
+        t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+        let outs: Vec<DistAttr> = c
+            .outputs
+            .iter()
+            .map(|a| DistAttr::new(a.dims_mapping.clone()))
+            .collect();
+        t[1].record(check_backward(&*rule, &mesh, &[x, index, value], &outs, op))?;
+        Ok(())
+    });
+    t[0].assert_meaningful("put_along_axis forward");
+    t[1].assert_meaningful("put_along_axis backward");
 }
 
 #[test]
