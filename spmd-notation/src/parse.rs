@@ -113,6 +113,19 @@ fn separators(term: &str, at: usize) -> impl Iterator<Item = NotationError> + '_
     })
 }
 
+/// The byte ranges of the comma-separated terms of `range` in `src` (an
+/// empty side is one empty term). Both parsers, notations and templates, read
+/// a side so.
+pub(crate) fn term_ranges(
+    src: &str,
+    range: Range<usize>,
+) -> impl Iterator<Item = Range<usize>> + '_ {
+    let commas = range.clone().filter(|&i| src.as_bytes()[i] == b',');
+    let starts = core::iter::once(range.start).chain(commas.clone().map(|i| i + 1));
+    let ends = commas.chain(core::iter::once(range.end));
+    starts.zip(ends).map(|(s, e)| s..e)
+}
+
 /// `lone_scalar`: the text before the arrow is one empty (scalar) operand,
 /// not an empty operand list. `found`: errors already known.
 fn parse_with(
@@ -245,14 +258,9 @@ impl Parser<'_> {
 
     /// Parses one side of the arrow: terms separated by commas.
     fn side(&mut self, range: Range<usize>, output: bool) {
-        let mut start = range.start;
-        for i in range.clone() {
-            if self.src.as_bytes()[i] == b',' {
-                self.term(start..i, output);
-                start = i + 1;
-            }
+        for term in term_ranges(self.src, range) {
+            self.term(term, output);
         }
-        self.term(start..range.end, output);
     }
 
     fn term(&mut self, range: Range<usize>, output: bool) {

@@ -117,13 +117,6 @@ pub struct Template<'a> {
 pub const MAX_PICKS: usize = 4;
 
 impl<'a> Template<'a> {
-    /// The template with literal `labels` never sharded.
-    pub fn with_never(mut self, labels: &str) -> Self {
-        for b in labels.bytes().filter_map(label_bit) {
-            self.never = self.never.with(b);
-        }
-        self
-    }
     pub const fn n_inputs(&self) -> usize {
         self.n_inputs as usize
     }
@@ -341,14 +334,9 @@ impl TParser<'_> {
     }
 
     fn side(&mut self, range: Range<usize>, output: bool) {
-        let mut start = range.start;
-        for i in range.clone() {
-            if self.src.as_bytes()[i] == b',' {
-                self.term(start..i, output);
-                start = i + 1;
-            }
+        for term in crate::parse::term_ranges(self.src, range) {
+            self.term(term, output);
         }
-        self.term(start..range.end, output);
     }
 
     /// Input 0 defines the positions: its `@` must be there once, and keep a
@@ -615,12 +603,6 @@ pub struct PlanBuf<'t> {
     output_axes: AxisSet,
     diagonal: AxisSet,
     never: AxisSet,
-}
-
-impl Default for PlanBuf<'_> {
-    fn default() -> Self {
-        PlanBuf::new("")
-    }
 }
 
 impl<'t> PlanBuf<'t> {
