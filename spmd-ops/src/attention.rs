@@ -407,6 +407,7 @@ impl FlashAttention {
     name = "flash_mask",
     build = Self::notation,
     never_sharded = "stde",
+    unsharded_claims = "ignore",
     adjust = Self::finish,
     inputs(q, k, v, startend_row_indices, fixed_seed_offset),
     outputs(out, softmax, softmax_lse, seed_offset)
@@ -461,43 +462,7 @@ impl FlashMask {
 
     fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
         match *call {
-            Call::Grad {
-                mesh,
-                inputs,
-                output_grads,
-                ..
-            } => {
-                // Sequence and head dims: dims 1 and 3 of q, k, v, out and
-                // out_grad, dim 2 of softmax_lse.
-                let fixed = |role_input: bool, i: usize| -> &'static [usize] {
-                    match (role_input, i) {
-                        (true, 0..=2 | 4) | (false, _) => &[1, 3],
-                        (true, 5) => &[2],
-                        _ => &[],
-                    }
-                };
-                let freed: Vec<Option<DistAttr>> = inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| replicate_dims(s.attr, fixed(true, i)))
-                    .chain(
-                        output_grads
-                            .iter()
-                            .enumerate()
-                            .map(|(i, s)| replicate_dims(s.attr, fixed(false, i))),
-                    )
-                    .collect();
-                if freed.iter().any(Option::is_some) {
-                    let mut specs = inputs
-                        .iter()
-                        .chain(output_grads)
-                        .zip(&freed)
-                        .map(|(s, f)| f.as_ref().map_or(*s, |a| Spec::new(s.shape, a)));
-                    let ins: Vec<Spec<'_>> = specs.by_ref().take(inputs.len()).collect();
-                    let grads: Vec<Spec<'_>> = specs.collect();
-                    *result = self.grad(mesh, &ins, &grads)?;
-                    return Ok(());
-                }
+            Call::Grad { .. } => {
                 keep_first_grads(call, result, 3);
             }
             _ => {

@@ -2,9 +2,7 @@
 //! by a 1-D or 0-D index), `gather_nd` (elements or slices picked by index
 //! tuples) and `take_along_axis` (an index per element along `axis`).
 
-use spmd_core::{
-    Call, DimsMapping, DistAttr, Einsum, RuleResult, Sharding, Spec, SpmdError, SpmdRule, spmd_rule,
-};
+use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, labels, normalize_axis};
 
@@ -16,11 +14,14 @@ use crate::notation::{input_rank, labels, normalize_axis};
 /// `x`, reading neither `x` (`grad_ignores`) nor, for its layout, the index:
 /// the index and the output grad's gathered dim are replicated there (the
 /// grad notation writes them `1`), so `x_grad` is not partial.
+///
+/// Paddle replicates x's gathered dim *before* the merge, so the mesh dim it
+/// was sharded on is free for the index's dim: `unsharded_claims = "ignore"`.
 #[spmd_rule(
     name = "gather",
     build = Self::notation,
     cache,
-    adjust = Self::free_gathered_axis,
+    unsharded_claims = "ignore",
     inputs(x, index),
     outputs(out),
     no_grad(index),
@@ -72,37 +73,6 @@ impl Gather {
             })
             .collect();
         Einsum::new(&format!("{x},{index}->{out}"))
-    }
-
-    /// Paddle replicates x's gathered dim *before* the merge, so the mesh
-    /// dim it was sharded on is free for the index's dim. Forward from such
-    /// an x, whose gathered dim claims nothing, gives that answer.
-    fn free_gathered_axis(
-        &self,
-        call: &Call<'_>,
-        result: &mut RuleResult,
-    ) -> Result<(), SpmdError> {
-        let Call::Forward { mesh, inputs, .. } = *call else {
-            return Ok(());
-        };
-        let Some(x) = inputs.first() else {
-            return Ok(());
-        };
-        let axis = normalize_axis("gather", "axis", self.axis, x.shape.len())?;
-        let dims = x.attr.dims_mapping.as_slice();
-        if dims.get(axis).is_none_or(|s| s.is_replicated()) {
-            return Ok(());
-        }
-        let mut freed: Vec<Sharding> = dims.to_vec();
-        freed[axis] = Sharding::REPLICATED;
-        let attr = DistAttr {
-            dims_mapping: DimsMapping::from_shardings(&freed),
-            partial: x.attr.partial,
-        };
-        let mut specs: Vec<Spec<'_>> = inputs.to_vec();
-        specs[0] = Spec::new(x.shape, &attr);
-        *result = self.forward(mesh, &specs)?;
-        Ok(())
     }
 }
 

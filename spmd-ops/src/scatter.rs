@@ -12,7 +12,7 @@
 //! replicated index, and the trailing dims sharded alike on `x`, `updates`
 //! and `out`, need no communication after the op.
 
-use spmd_core::{Call, DistAttr, Einsum, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
+use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, keep_first_grads, labels, replicate_dims};
 
@@ -30,13 +30,14 @@ fn first_dim_fixed(op: &'static str, rank: usize) -> Result<String, SpmdError> {
 /// The scattered dim 0 and the index are never sharded; the other dims are
 /// shared by `x`, `updates` and `out`. As Paddle 3.3.1's `ScatterInferSpmd`,
 /// dim 0's given shardings are dropped before the merge, so the mesh dims
-/// they held are free for the other dims. The grad takes Paddle's
+/// they held are free for the other dims (`unsharded_claims = "ignore"`). The grad takes Paddle's
 /// `ScatterGradInferSpmd` arguments, `(index, updates; out_grad)`, and
 /// returns `x_grad` (laid out as `out_grad`) and `updates_grad`.
 #[spmd_rule(
     name = "scatter",
     build = Self::notation,
     cache,
+    unsharded_claims = "ignore",
     adjust = Self::finish,
     inputs(x, index, updates),
     outputs(out)
@@ -68,63 +69,24 @@ impl Scatter {
         Einsum::new(&format!("{x},{index},{updates}->{x}"))
     }
 
-    /// Frees dim 0 of every tensor (the scattered rows and the 1-D index:
-    /// Paddle drops those shardings before merging) and, in the grad, answers
-    /// `x_grad` and `updates_grad`.
+    /// In the grad, answers `x_grad` and `updates_grad`.
     fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        match *call {
-            Call::Forward { mesh, inputs, .. } => {
-                let freed: Vec<Option<DistAttr>> = inputs
-                    .iter()
-                    .map(|s| replicate_dims(s.attr, &[0]))
-                    .collect();
-                if freed.iter().any(Option::is_some) {
-                    let specs: Vec<Spec<'_>> = inputs
-                        .iter()
-                        .zip(&freed)
-                        .map(|(s, f)| f.as_ref().map_or(*s, |a| Spec::new(s.shape, a)))
-                        .collect();
-                    *result = self.forward(mesh, &specs)?;
-                }
-            }
-            Call::Grad {
-                mesh,
-                inputs,
-                output_grads,
-                ..
-            } => {
-                let freed: Vec<Option<DistAttr>> = inputs
-                    .iter()
-                    .chain(output_grads)
-                    .map(|s| replicate_dims(s.attr, &[0]))
-                    .collect();
-                if freed.iter().any(Option::is_some) {
-                    let mut specs = inputs
-                        .iter()
-                        .chain(output_grads)
-                        .zip(&freed)
-                        .map(|(s, f)| f.as_ref().map_or(*s, |a| Spec::new(s.shape, a)));
-                    let ins: Vec<Spec<'_>> = specs.by_ref().take(inputs.len()).collect();
-                    let grads: Vec<Spec<'_>> = specs.collect();
-                    *result = self.grad(mesh, &ins, &grads)?;
-                    return Ok(());
-                }
-                // The grad gathers the output grad and never reads
-                // `updates`: it is left as given (Paddle does so).
-                if let (Some(req), Some(given)) = (result.inputs.get_mut(1), inputs.get(1)) {
-                    *req = given.attr.clone();
-                }
-                // Derived grads are (index, updates): the index has none,
-                // and x's grad is the output grad with the scattered rows
-                // zeroed, laid out as the output grad is required.
-                let x_grad = result.inputs.last().cloned();
-                let updates_grad = result.outputs.get(1).cloned();
-                result.outputs.clear();
-                result.outputs.extend(x_grad);
-                result.outputs.extend(updates_grad);
-            }
-            _ => {}
+        let Call::Grad { inputs, .. } = *call else {
+            return Ok(());
+        };
+        // The grad gathers the output grad and never reads `updates`: it is
+        // left as given, its scattered dim 0 replicated (Paddle does so).
+        if let (Some(req), Some(given)) = (result.inputs.get_mut(1), inputs.get(1)) {
+            *req = replicate_dims(given.attr, &[0]).unwrap_or_else(|| given.attr.clone());
         }
+        // Derived grads are (index, updates): the index has none, and x's
+        // grad is the output grad with the scattered rows zeroed, laid out
+        // as the output grad is required.
+        let x_grad = result.inputs.last().cloned();
+        let updates_grad = result.outputs.get(1).cloned();
+        result.outputs.clear();
+        result.outputs.extend(x_grad);
+        result.outputs.extend(updates_grad);
         Ok(())
     }
 }
