@@ -1,4 +1,4 @@
-//! `follows(..)`: inputs left out of the merges, asked for the merged layout.
+//! `merge(follows(..))`: inputs left out of the merges, asked for the merged layout.
 
 use spmd_core::{DistAttr, Mesh, Spec, SpmdError, SpmdRule, spmd_rule};
 
@@ -7,7 +7,12 @@ fn attr(m: &[i64]) -> DistAttr {
 }
 
 /// out[b, s] = x[b, s] * angles[s, ...]: the angles follow x.
-#[spmd_rule(einsum = "bs,s->bs", inputs(x, angles), outputs(out), follows(angles))]
+#[spmd_rule(
+    einsum = "bs,s->bs",
+    inputs(x, angles),
+    outputs(out),
+    merge(follows(angles))
+)]
 struct Rotate {}
 
 #[spmd_rule(einsum = "bs,s->bs", inputs(x, angles), outputs(out))]

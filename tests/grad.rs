@@ -156,11 +156,10 @@ use spmd_core::{GradSignature, GradTensor, SpmdRule, spmd_rule};
 /// takes (x, indices, out_grad).
 #[spmd_rule(
     einsum = "bac->b1c,b1c",
-    never_sharded = "a",
+    merge(never_sharded = "a"),
     inputs(x),
     outputs(out, indices),
-    grad_inputs(x, indices),
-    grads_for(out)
+    grad(inputs(x, indices), of(out))
 )]
 struct TopLike {}
 

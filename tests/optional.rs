@@ -19,7 +19,7 @@ fn strs(attrs: &[DistAttr]) -> Vec<String> {
 /// constrains nothing.
 #[spmd_rule(
     einsum = "ab,ab->ab",
-    conflicts = "strict",
+    merge(conflicts = "strict"),
     inputs(x, y),
     outputs(out),
     optional(y)

@@ -1,7 +1,7 @@
 use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
 
 // `cache` keys built notations by the struct's value: it must be hashable.
-#[spmd_rule(build = Self::notation, cache)]
+#[spmd_rule(build(Self::notation, cache))]
 struct Scale {
     factor: f64,
 }

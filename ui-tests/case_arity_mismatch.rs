@@ -3,7 +3,7 @@ use spmd_core::spmd_rule;
 #[spmd_rule(
     einsum = "mk,kn->mn",
     case(when = self.trans_x, einsum = "km,kn->mn"),
-    case(when = self.fused_bias, einsum = "mk,kn,n->mn"),
+    case(when = self.fused_bias, einsum = "mk,kn,n->mn")
 )]
 struct Matmul {
     #[spmd(default)]

@@ -5,8 +5,7 @@ use spmd_core::spmd_rule;
     einsum = "bac->b1c,b1c",
     inputs(x),
     outputs(out, indices),
-    grad_inputs(x, indices),
-    grads_for(x)
+    grad(inputs(x, indices), of(x))
 )]
 struct TopK {}
 

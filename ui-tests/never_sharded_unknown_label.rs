@@ -1,6 +1,6 @@
 use spmd_core::spmd_rule;
 
-#[spmd_rule(einsum = "mk,kn->mn", never_sharded = "q")]
+#[spmd_rule(einsum = "mk,kn->mn", merge(never_sharded = "q"))]
 struct Matmul {
     #[spmd(default)]
     flag: bool,

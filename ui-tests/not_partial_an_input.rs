@@ -5,7 +5,7 @@ use spmd_core::spmd_rule;
     einsum = "bv,b->bv,b",
     inputs(logits, label),
     outputs(softmax, loss),
-    not_partial(label)
+    partial(none(label))
 )]
 struct ParallelLoss {}
 

@@ -1,6 +1,6 @@
 use spmd_core::spmd_rule;
 
-#[spmd_rule(einsum = "mk,kn->mn", reduce_axes(q = "max"))]
+#[spmd_rule(einsum = "mk,kn->mn", partial(axes(q = "max")))]
 struct Matmul {
     #[spmd(default)]
     flag: bool,

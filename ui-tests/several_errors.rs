@@ -5,8 +5,8 @@ use spmd_core::spmd_rule;
 // options are checked only against a valid notation.)
 #[spmd_rule(
     einsum = "mk,k(n)->mq",
-    reduce = "mean",
-    conflicts = "last_wins",
+    partial(reduce = "mean"),
+    merge(conflicts = "last_wins"),
     colour = "red"
 )]
 struct Matmul {

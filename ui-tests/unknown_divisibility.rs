@@ -1,6 +1,6 @@
 use spmd_core::spmd_rule;
 
-#[spmd_rule(einsum = "ij->ij", divisibility = "even")]
+#[spmd_rule(einsum = "ij->ij", merge(divisibility = "even"))]
 struct Transpose {
     #[spmd(default)]
     flag: bool,

@@ -1,6 +1,6 @@
 use spmd_core::spmd_rule;
 
-#[spmd_rule(einsum = "ij->i", reduce = "mean")]
+#[spmd_rule(einsum = "ij->i", partial(reduce = "mean"))]
 struct RowMax {
     #[spmd(default)]
     flag: bool,

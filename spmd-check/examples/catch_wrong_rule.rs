@@ -31,7 +31,7 @@ struct Linear {}
 struct RowNormalizeElementwise {}
 
 /// RIGHT: the normalized axis is never sharded.
-#[spmd_rule(name = "row_normalize", einsum = "ab->ab", never_sharded = "b")]
+#[spmd_rule(name = "row_normalize", einsum = "ab->ab", merge(never_sharded = "b"))]
 struct RowNormalize {}
 
 /// The op's mathematics, densely: what every device runs on its blocks too.

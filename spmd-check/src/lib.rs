@@ -45,7 +45,7 @@
 //!
 //! /// A WRONG matmul rule: it says the partial results over a split `k`
 //! /// are combined by a max, where a matmul sums them.
-//! #[spmd_rule(einsum = "mk,kn->mn", reduce = "max")]
+//! #[spmd_rule(einsum = "mk,kn->mn", partial(reduce = "max"))]
 //! struct MaxMatmul {}
 //!
 //! /// The right one.

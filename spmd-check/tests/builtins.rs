@@ -626,7 +626,7 @@ fn reduction_grads() {
         }
         // Max / min / prod grads read `x`, so `x` must be laid out like its
         // grad (Paddle reshards it so); the rule keeps `x`'s given layout
-        // (`grad_ignores(x)`, see known_unsound.rs), so give it that layout.
+        // (`grad(ignores(x))`, see known_unsound.rs), so give it that layout.
         let dy = &c.l.outputs[0];
         let mut x_map = Vec::new();
         let mut k = 0;

@@ -227,7 +227,7 @@ fn take_along_axis_against_the_op() {
     t[1].assert_meaningful("take_along_axis backward");
 }
 
-/// `put_along_axis` with `reduce = "add"`: `out = x`, then each `value[p]`
+/// `put_along_axis` with `partial(reduce = "add")`: `out = x`, then each `value[p]`
 /// added at `p` with its axis coordinate replaced by `index[p]`. (Added, not
 /// assigned: a sum does not depend on the order colliding positions are
 /// visited in.)

@@ -728,7 +728,7 @@ type ReduceGrad = fn(&ReduceP, &[f64], usize, f64) -> f64;
 
 /// A reduction property: `name` built with `attrs(p)`, checked against
 /// `f` of each group and its derived grad `df`. With `ignores_x` (the
-/// rule's `grad_ignores(x)`: the grad kernel reads x for its global shape
+/// rule's `grad(ignores(x))`: the grad kernel reads x for its global shape
 /// only, so the rule leaves x as given) x is not read by the grad kernel,
 /// and every element's grad is `dout · df` of the whole x (all reduced).
 fn reduction_property(

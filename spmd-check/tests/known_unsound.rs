@@ -174,19 +174,19 @@ fn avg_partials_require_even_splits() {
         .unwrap();
 }
 
-/// `max` / `min` / `prod` declare `grad_ignores(x)`: the grad op does not
+/// `max` / `min` / `prod` declare `grad(ignores(x))`: the grad op does not
 /// merge `x` and requires it as given. But their grad kernels read `x`
 /// (`max_grad(x, out, out_grad)`: `dy·[x = out]`; `prod_grad`: `dy·out/x`),
 /// so a device must hold the block of `x` its grad block needs. With `x`
 /// given sharded on the reduced axis, the rule keeps `x` so while `x_grad` is
 /// replicated there: no device holds the whole rows it must produce.
-/// (For `sum`, `x` is only read for its shape, and `grad_ignores(x)` is right.)
+/// (For `sum`, `x` is only read for its shape, and `grad(ignores(x))` is right.)
 ///
-/// spmd-ops/src/reduce.rs, the `reduction!` macro: `grad_ignores(x)` on all
+/// spmd-ops/src/reduce.rs, the `reduction!` macro: `grad(ignores(x))` on all
 /// four ops. Fix: keep it for `sum` only; for `max` / `min` / `prod`, require
 /// `x` laid out like `x_grad` (Paddle's `ReductionGradInferSpmd` sets
 /// `x_dist_attr` from `out_grad`, i.e. reshards `x`).
-/// Fixed: only `sum` declares `grad_ignores(x)`; the others' grads read `x`
+/// Fixed: only `sum` declares `grad(ignores(x))`; the others' grads read `x`
 /// and lay it out with its grad.
 #[test]
 fn max_min_prod_grads_lay_x_out_with_its_grad() {

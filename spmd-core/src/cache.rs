@@ -263,7 +263,7 @@ impl Hasher for FxHasher {
 }
 
 /// [`NotationCache::get_or_build`] through a `RefCell`, for the per-thread
-/// cache `#[spmd_rule(build = .., cache)]` generates: the cell is borrowed for
+/// cache `#[spmd_rule(build(.., cache))]` generates: the cell is borrowed for
 /// the lookup and for the insert, never while `build` runs, so a build
 /// function that itself calls a cached rule of the same type cannot trip a
 /// double borrow.

@@ -332,7 +332,12 @@ pub(crate) fn backward<T: Trace + ?Sized>(
             .enumerate()
             .filter(move |(o, _)| output_present(*o))
     };
-    for (o, spec) in present_outputs() {
+    // The outputs declared `merged_first`, then the others, each in order.
+    let first = |o: &(usize, &Spec<'_>)| has_bit(rule.merged_first, o.0);
+    let ordered = present_outputs()
+        .filter(first)
+        .chain(present_outputs().filter(|o| !first(o)));
+    for (o, spec) in ordered {
         cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
     }
     cx.resolve(trace)?;

@@ -34,6 +34,7 @@ pub struct RuntimeOptions<'o> {
     pub follows: u64,
     pub optional: Absent,
     pub not_partial: u64,
+    pub merged_first: u64,
     pub grad_signature: GradSignature<'static>,
 }
 
@@ -143,6 +144,7 @@ fn rule_over<R>(
         .with_follows(o.follows)
         .with_optional(o.optional)
         .with_not_partial(o.not_partial)
+        .with_merged_first(o.merged_first)
         .with_grad_signature(o.grad_signature);
     f(&rule)
 }

@@ -60,6 +60,11 @@ pub struct EinsumRule<'a> {
     /// returns the partial status they were given, per
     /// [`BackwardPartial`](crate::BackwardPartial).
     pub not_partial: u64,
+    /// Outputs (bit `o` = output `o`) backward merges before the others, in
+    /// output order: where two outputs shard one axis differently, or two
+    /// axes claim one mesh dim, these win (Paddle's reverse cross entropy
+    /// merges the loss before the softmax).
+    pub merged_first: u64,
     /// The tensors the grad op takes (default: forward inputs, one grad per
     /// output).
     pub grad_signature: GradSignature<'a>,
@@ -81,6 +86,7 @@ impl<'a> EinsumRule<'a> {
             follows: 0,
             optional: Absent::NONE,
             not_partial: 0,
+            merged_first: 0,
             grad_signature: GradSignature::DERIVED,
         }
     }
@@ -117,6 +123,13 @@ impl<'a> EinsumRule<'a> {
     /// [`EinsumRule::not_partial`]).
     pub const fn with_not_partial(mut self, outputs: u64) -> Self {
         self.not_partial = outputs;
+        self
+    }
+
+    /// Declares the outputs backward merges first (see
+    /// [`EinsumRule::merged_first`]).
+    pub const fn with_merged_first(mut self, outputs: u64) -> Self {
+        self.merged_first = outputs;
         self
     }
 

@@ -41,6 +41,7 @@ struct RawArgs {
     follows: Option<darling::util::PathList>,
     optional: Option<darling::util::PathList>,
     not_partial: Option<darling::util::PathList>,
+    merge_first: Option<darling::util::PathList>,
     grad_inputs: Option<darling::util::PathList>,
     grads_for: Option<darling::util::PathList>,
     #[darling(default)]
@@ -172,8 +173,10 @@ pub struct Rule {
     pub grad_ignores: u64,
     /// Inputs left out of the forward merge (`follows(..)`).
     pub follows: u64,
-    /// Outputs forward never marks partial (`not_partial(..)`).
+    /// Outputs forward never marks partial (`partial(none(..))`).
     pub not_partial: u64,
+    /// Outputs backward merges first (`merge(first(..))`).
+    pub merged_first: u64,
     /// Bit masks over inputs and outputs: tensors that may be absent.
     pub optional_inputs: u64,
     pub optional_outputs: u64,
@@ -278,7 +281,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     if raw.cache && raw.build.is_none() && raw.einsum.is_some() {
         errors.push(
             Error::custom(
-                "`cache` memoizes a notation built by `build = path`; literal notations are already compiled once, at macro time",
+                "`build(..., cache)` memoizes a notation built at run time; literal notations are already compiled once, at macro time",
             )
             .with_span(&given.span("cache")),
         );
@@ -339,7 +342,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
                 if let Some(notations) = missing_from(c, &literals) {
                     errors.push(
                         Error::custom(format!(
-                            "`reduce_axes` names label `{c}`, which is not in {notations}"
+                            "`partial(axes(...))` names label `{c}`, which is not in {notations}"
                         ))
                         .with_span(label),
                     );
@@ -354,7 +357,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
                     // output keeps makes no partial result.
                     errors.push(
                         Error::custom(format!(
-                            "`reduce_axes` names label `{c}`, which an output of {:?} keeps: only a contracted axis (in no output) has a reduce type",
+                            "`partial(axes(...))` names label `{c}`, which an output of {:?} keeps: only a contracted axis (in no output) has a reduce type",
                             l.lit.value()
                         ))
                         .with_span(label),
@@ -367,7 +370,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
             }
             _ => errors.push(
                 Error::custom(
-                    "`reduce_axes` keys are single axis labels, e.g. `reduce_axes(k = \"max\")`",
+                    "`partial(axes(...))` keys are single axis labels, e.g. `partial(axes(k = \"max\"))`",
                 )
                 .with_span(label),
             ),
@@ -396,35 +399,35 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     let conflicts = choice(
         &mut errors,
         raw.conflicts.as_ref(),
-        "`conflicts` policy",
+        "`merge(conflicts = ...)` policy",
         CONFLICTS,
         "FirstWins",
     );
     let divisibility = choice(
         &mut errors,
         raw.divisibility.as_ref(),
-        "`divisibility` policy",
+        "`merge(divisibility = ...)` policy",
         DIVISIBILITY,
         "Uneven",
     );
     let missing_axis = choice(
         &mut errors,
         raw.missing_axis.as_ref(),
-        "`missing_axis` policy",
+        "`merge(missing_axis = ...)` policy",
         MISSING_AXIS,
         "Replicate",
     );
     let backward_partial = choice(
         &mut errors,
         raw.backward_partial.as_ref(),
-        "`backward_partial` policy",
+        "`partial(backward = ...)` policy",
         BACKWARD_PARTIAL,
         "Explain",
     );
     let partial_inputs = choice(
         &mut errors,
         raw.partial_inputs.as_ref(),
-        "`partial_inputs` policy",
+        "`partial(inputs = ...)` policy",
         PARTIAL_INPUTS,
         "Drop",
     );
@@ -432,7 +435,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     let unsharded_claims = choice(
         &mut errors,
         raw.unsharded_claims.as_ref(),
-        "`unsharded_claims` policy",
+        "`merge(unsharded_claims = ...)` policy",
         UNSHARDED_CLAIMS,
         "Count",
     );
@@ -440,7 +443,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     let compounds = choice(
         &mut errors,
         raw.compounds.as_ref(),
-        "`compounds` policy",
+        "`merge(compounds = ...)` policy",
         COMPOUNDS,
         "MajorOnly",
     );
@@ -468,6 +471,18 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         tensor_positions(
             &mut errors,
             "not_partial",
+            names,
+            None,
+            raw.outputs.as_ref(),
+        )
+        .into_iter()
+        .fold(0u64, |m, (_, o)| m | 1 << o)
+    });
+
+    let merged_first = raw.merge_first.as_ref().map_or(0, |names| {
+        tensor_positions(
+            &mut errors,
+            "merge_first",
             names,
             None,
             raw.outputs.as_ref(),
@@ -532,6 +547,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         grad_ignores,
         follows,
         not_partial,
+        merged_first,
         optional_inputs,
         optional_outputs,
         needs_output_shapes: raw.needs_output_shapes,
@@ -550,7 +566,8 @@ fn tensor_positions(
     inputs: Option<&darling::util::PathList>,
     outputs: Option<&darling::util::PathList>,
 ) -> Vec<(bool, u8)> {
-    let outputs_only = matches!(option, "grads_for" | "not_partial");
+    let outputs_only = matches!(option, "grads_for" | "not_partial" | "merge_first");
+    let option = shown(option);
     let declare = if outputs_only {
         "`outputs(...)`"
     } else {
@@ -563,7 +580,7 @@ fn tensor_positions(
     if inputs.is_none() && outputs.is_none() {
         errors.push(
             Error::custom(format!(
-                "`{option}(...)` names tensors: declare them with {declare}"
+                "`{option}` names tensors: declare them with {declare}"
             ))
             .with_span(&names.first().map_or_else(Span::call_site, |p| p.span())),
         );
@@ -665,10 +682,11 @@ fn input_mask(
     inputs: Option<&darling::util::PathList>,
 ) -> u64 {
     let Some(names) = names else { return 0 };
+    let option = shown(option);
     let Some(inputs) = inputs else {
         errors.push(
             Error::custom(format!(
-                "`{option}(...)` names inputs: declare them with `inputs(...)`"
+                "`{option}` names inputs: declare them with `inputs(...)`"
             ))
             .with_span(&names.first().map_or_else(Span::call_site, |p| p.span())),
         );
@@ -718,6 +736,241 @@ impl Given {
     }
 }
 
+/// The options a user writes at the top level of `#[spmd_rule(...)]`.
+const TOP_LEVEL: &[&str] = &[
+    "einsum", "case", "build", "name", "inputs", "outputs", "optional", "merge", "partial", "grad",
+    "validate", "adjust", "crate",
+];
+
+/// The grouped options: `(group, key inside it, the field it fills)`. A group
+/// is one concept of the rule language (docs/semantics.md §5): how operands
+/// take part in the merge, what partial results are, what the grad op takes,
+/// how a run-time plan is built.
+const GROUPED: &[(&str, &str, &str)] = &[
+    ("merge", "follows", "follows"),
+    ("merge", "first", "merge_first"),
+    ("merge", "never_sharded", "never_sharded"),
+    ("merge", "unsharded_claims", "unsharded_claims"),
+    ("merge", "conflicts", "conflicts"),
+    ("merge", "compounds", "compounds"),
+    ("merge", "divisibility", "divisibility"),
+    ("merge", "missing_axis", "missing_axis"),
+    ("partial", "reduce", "reduce"),
+    ("partial", "axes", "reduce_axes"),
+    ("partial", "none", "not_partial"),
+    ("partial", "inputs", "partial_inputs"),
+    ("partial", "backward", "backward_partial"),
+    ("grad", "none", "no_grad"),
+    ("grad", "ignores", "grad_ignores"),
+    ("grad", "inputs", "grad_inputs"),
+    ("grad", "of", "grads_for"),
+    ("build", "cache", "cache"),
+    ("build", "output_shapes", "needs_output_shapes"),
+];
+
+/// How a field is written, for messages: `grad(none(...))`, `partial(axes(...))`.
+fn shown(field: &str) -> String {
+    match GROUPED.iter().find(|(_, _, f)| *f == field) {
+        Some((group, key, _)) => {
+            match STRING_OPTIONS.iter().any(|(k, _)| *k == field) || field == "reduce" {
+                true => format!("{group}({key} = ...)"),
+                false if *group == "build" => format!("{group}(..., {key})"),
+                false => format!("{group}({key}(...))"),
+            }
+        }
+        None if STRING_OPTIONS.iter().any(|(k, _)| *k == field) => field.to_string(),
+        None => format!("{field}(...)"),
+    }
+}
+
+/// `merge(follows(x), never_sharded = "k")` and the other groups, spread
+/// into the flat fields [`RawArgs`] parses (each inner option keeps its own
+/// span, so every message still points at what the user wrote); a flat
+/// field written at the top level is an error that names its group.
+fn ungroup_options(
+    errors: &mut darling::error::Accumulator,
+    metas: &[NestedMeta],
+) -> (Vec<NestedMeta>, bool) {
+    let mut failed = false;
+    let mut out = Vec::new();
+    for m in metas {
+        let NestedMeta::Meta(meta) = m else {
+            out.push(m.clone());
+            continue;
+        };
+        let key = darling::util::path_to_string(meta.path());
+        if let Some((group, inner, _)) = GROUPED.iter().find(|(_, _, f)| *f == key) {
+            let example = match meta {
+                syn::Meta::Path(_) => format!("{group}(..., {inner})"),
+                syn::Meta::List(l) => format!("{group}({inner}({}))", l.tokens),
+                syn::Meta::NameValue(nv) => {
+                    format!("{group}({inner} = {})", nv.value.to_token_stream())
+                }
+            };
+            failed = true;
+            errors.push(
+                Error::custom(format!(
+                    "`{key}` is part of `{group}(...)`: write `{example}`"
+                ))
+                .with_span(meta.path()),
+            );
+            continue;
+        }
+        let is_group = GROUPED.iter().any(|(g, _, _)| *g == key);
+        let syn::Meta::List(list) = meta else {
+            if !TOP_LEVEL.contains(&key.as_str()) {
+                failed = true;
+                errors.push(unknown_option(&key, TOP_LEVEL, None).with_span(meta.path()));
+            } else if is_group && key != "build" {
+                failed = true;
+                errors.push(
+                    Error::custom(format!(
+                        "`{key}` groups options in parentheses, e.g. `{}`",
+                        group_example(&key)
+                    ))
+                    .with_span(meta),
+                );
+            } else {
+                out.push(m.clone());
+            }
+            continue;
+        };
+        if !is_group {
+            if TOP_LEVEL.contains(&key.as_str()) {
+                out.push(m.clone());
+            } else {
+                failed = true;
+                errors.push(unknown_option(&key, TOP_LEVEL, None).with_span(meta.path()));
+            }
+            continue;
+        }
+        let Some(inner) =
+            errors.handle(NestedMeta::parse_meta_list(list.tokens.clone()).map_err(Error::from))
+        else {
+            failed = true;
+            continue;
+        };
+        for (k, im) in inner.iter().enumerate() {
+            // `build(Self::plan, cache)`: the builder is the first item.
+            if key == "build"
+                && k == 0
+                && let NestedMeta::Meta(syn::Meta::Path(path)) = im
+                && !GROUPED
+                    .iter()
+                    .any(|(g, i, _)| *g == "build" && path.is_ident(i))
+            {
+                out.push(NestedMeta::Meta(syn::Meta::NameValue(syn::MetaNameValue {
+                    path: syn::parse_quote_spanned!(path.span()=> build),
+                    eq_token: Default::default(),
+                    value: syn::Expr::Path(syn::ExprPath {
+                        attrs: Vec::new(),
+                        qself: None,
+                        path: path.clone(),
+                    }),
+                })));
+                continue;
+            }
+            let NestedMeta::Meta(im) = im else {
+                failed = true;
+                errors.push(
+                    Error::custom(format!("`{key}(...)` takes options, not a literal"))
+                        .with_span(im),
+                );
+                continue;
+            };
+            let ik = darling::util::path_to_string(im.path());
+            let Some((_, _, field)) = GROUPED.iter().find(|(g, i, _)| *g == key && *i == ik) else {
+                let keys: Vec<&str> = GROUPED
+                    .iter()
+                    .filter(|(g, _, _)| *g == key)
+                    .map(|(_, i, _)| *i)
+                    .collect();
+                failed = true;
+                errors.push(unknown_option(&ik, &keys, Some(&key)).with_span(im.path()));
+                continue;
+            };
+            let path: Path = {
+                let ident = Ident::new(field, im.path().span());
+                ident.into()
+            };
+            let renamed = match im.clone() {
+                syn::Meta::Path(_) => syn::Meta::Path(path),
+                syn::Meta::List(mut l) => {
+                    l.path = path;
+                    syn::Meta::List(l)
+                }
+                syn::Meta::NameValue(mut nv) => {
+                    nv.path = path;
+                    syn::Meta::NameValue(nv)
+                }
+            };
+            out.push(NestedMeta::Meta(renamed));
+        }
+    }
+    (out, failed)
+}
+
+/// An example of a group, for messages.
+fn group_example(group: &str) -> &'static str {
+    match group {
+        "merge" => "merge(follows(positions), never_sharded = \"k\")",
+        "partial" => "partial(reduce = \"max\", none(loss))",
+        "grad" => "grad(none(ids), ignores(table))",
+        _ => "build(Self::plan, cache)",
+    }
+}
+
+/// An unknown option, with the nearest known one when a typo is likely.
+fn unknown_option(key: &str, known: &[&str], group: Option<&str>) -> Error {
+    let near = known
+        .iter()
+        .map(|k| (strsim_osa(key, k), *k))
+        .filter(|&(d, k)| d <= 2 && d < k.len())
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, k)| format!(" (did you mean `{k}`?)"));
+    let home = GROUPED
+        .iter()
+        .find(|(g, i, _)| *i == key && group != Some(*g))
+        .map(|(g, i, _)| format!(" (`{i}` is a key of `{g}(...)`)"));
+    let list = known
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let what = match group {
+        None => format!("option `{key}`"),
+        Some(g) => format!("key `{key}` in `{g}(...)`"),
+    };
+    Error::custom(format!(
+        "unknown {what}{}; expected one of {list}",
+        near.or(home).unwrap_or_default()
+    ))
+}
+
+/// Optimal string alignment distance (typos: swaps count once).
+fn strsim_osa(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 /// Parses the arguments one option at a time. darling rejects the whole list
 /// on its first unknown, duplicated or mistyped option, which would hide every
 /// notation error behind a typo in another option; here each bad option is
@@ -728,7 +981,9 @@ fn raw_args(errors: &mut darling::error::Accumulator, metas: &[NestedMeta]) -> (
         invalid: false,
     };
     let mut good = Vec::new();
-    for m in metas {
+    let (metas, ungroup_failed) = ungroup_options(errors, metas);
+    given.invalid |= ungroup_failed;
+    for m in &metas {
         if let NestedMeta::Meta(meta) = m {
             let path = meta.path();
             let key = darling::util::path_to_string(path);
@@ -760,14 +1015,14 @@ fn raw_args(errors: &mut darling::error::Accumulator, metas: &[NestedMeta]) -> (
 const STRING_OPTIONS: &[(&str, &str)] = &[
     ("einsum", "einsum = \"mk,kn->mn\""),
     ("name", "name = \"matmul\""),
-    ("never_sharded", "never_sharded = \"k\""),
-    ("conflicts", "conflicts = \"strict\""),
-    ("divisibility", "divisibility = \"drop\""),
-    ("missing_axis", "missing_axis = \"error\""),
-    ("backward_partial", "backward_partial = \"reset\""),
-    ("partial_inputs", "partial_inputs = \"linear\""),
-    ("unsharded_claims", "unsharded_claims = \"ignore\""),
-    ("compounds", "compounds = \"absorb\""),
+    ("never_sharded", "merge(never_sharded = \"k\")"),
+    ("conflicts", "merge(conflicts = \"strict\")"),
+    ("divisibility", "merge(divisibility = \"drop\")"),
+    ("missing_axis", "merge(missing_axis = \"error\")"),
+    ("backward_partial", "partial(backward = \"reset\")"),
+    ("partial_inputs", "partial(inputs = \"linear\")"),
+    ("unsharded_claims", "merge(unsharded_claims = \"ignore\")"),
+    ("compounds", "merge(compounds = \"absorb\")"),
 ];
 
 /// `einsum = 3` and the like: darling would say only "Unexpected type `int`".
@@ -780,7 +1035,7 @@ fn string_expected(m: &NestedMeta) -> Option<Error> {
         {
             Some(
                 Error::custom(
-                    "`needs_output_shapes` is a flag: write it alone, without a value or list",
+                    "`output_shapes` is a flag of `build(...)`: write `build(Self::plan, output_shapes)`",
                 )
                 .with_span(meta),
             )
@@ -790,8 +1045,8 @@ fn string_expected(m: &NestedMeta) -> Option<Error> {
         NestedMeta::Meta(syn::Meta::NameValue(nv)) if nv.path.is_ident("reduce") => {
             (!is_str(&nv.value) && !matches!(ungroup(&nv.value), Expr::Path(_))).then(|| {
                 Error::custom(
-                    "`reduce` takes a reduce type in double quotes, e.g. `reduce = \"max\"`, \
-                     or a method that reads it from the attributes, e.g. `reduce = Self::reduce_type`",
+                    "`partial(reduce = ...)` takes a reduce type in double quotes, e.g. `partial(reduce = \"max\")`, \
+                     or a method that reads it from the attributes, e.g. `partial(reduce = Self::reduce_type)`",
                 )
                 .with_span(&nv.value)
             })
@@ -801,7 +1056,8 @@ fn string_expected(m: &NestedMeta) -> Option<Error> {
             let (_, example) = STRING_OPTIONS.iter().find(|(k, _)| *k == key)?;
             (!is_str(&nv.value)).then(|| {
                 Error::custom(format!(
-                    "`{key}` takes a string literal in double quotes, e.g. `{example}`"
+                    "`{}` takes a string literal in double quotes, e.g. `{example}`",
+                    shown(&key)
                 ))
                 .with_span(&nv.value)
             })
@@ -812,7 +1068,7 @@ fn string_expected(m: &NestedMeta) -> Option<Error> {
             inner.iter().find_map(|m| match m {
                 NestedMeta::Meta(syn::Meta::NameValue(nv)) if !is_str(&nv.value) => Some(
                     Error::custom(
-                        "`reduce_axes` gives each label a reduce type in double quotes, e.g. `reduce_axes(k = \"max\")`",
+                        "`partial(axes(...))` gives each label a reduce type in double quotes, e.g. `partial(axes(k = \"max\"))`",
                     )
                     .with_span(&nv.value),
                 ),

@@ -481,6 +481,7 @@ fn literal_rule(rule: &Rule, n: &Notation, span: Span, policy: &TokenStream) -> 
 fn options(rule: &Rule, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
     let (follows, not_partial) = (rule.follows, rule.not_partial);
+    let merged_first = rule.merged_first;
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let reduce = &rule.reduce;
     quote! {
@@ -491,6 +492,7 @@ fn options(rule: &Rule, policy: &TokenStream) -> TokenStream {
         .with_follows(#follows)
         .with_optional(__spmd::Absent::new(#oi, #oo))
         .with_not_partial(#not_partial)
+        .with_merged_first(#merged_first)
         .with_grad_signature(__GRAD_SIGNATURE)
     }
 }
@@ -507,6 +509,7 @@ fn base_rule(rule: &Rule, policy: &TokenStream) -> TokenStream {
 fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
     let (follows, not_partial) = (rule.follows, rule.not_partial);
+    let merged_first = rule.merged_first;
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let never = &rule.never_sharded;
     let reduce = &rule.reduce;
@@ -526,6 +529,7 @@ fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
             follows: #follows,
             optional: __spmd::Absent::new(#oi, #oo),
             not_partial: #not_partial,
+            merged_first: #merged_first,
             grad_signature: __GRAD_SIGNATURE,
         }
     }
@@ -735,10 +739,12 @@ mod tests {
             quote!(
                 name = "reduce_max",
                 einsum = "ij->i",
-                reduce = "max",
-                never_sharded = "",
-                conflicts = "strict",
-                divisibility = "drop_derived",
+                partial(reduce = "max"),
+                merge(
+                    never_sharded = "",
+                    conflicts = "strict",
+                    divisibility = "drop_derived"
+                ),
                 validate = Self::check,
                 crate = ::spmd
             ),
@@ -760,7 +766,7 @@ mod tests {
                 einsum = "mk,kn->mn",
                 case(when = self.trans_x && !self.trans_y, einsum = "km,kn->mn"),
                 case(when = !self.trans_x && self.trans_y, einsum = "mk,nk->mn"),
-                case(when = self.trans_x && self.trans_y, einsum = "km,nk->mn"),
+                case(when = self.trans_x && self.trans_y, einsum = "km,nk->mn")
             ),
             quote!(
                 struct Matmul {
@@ -775,7 +781,11 @@ mod tests {
     #[test]
     fn notation_built_at_run_time() {
         let out = expand(
-            quote!(name = "sum", build = Self::notation, reduce_axes(k = "max")),
+            quote!(
+                name = "sum",
+                build = Self::notation,
+                partial(axes(k = "max"))
+            ),
             quote!(
                 struct Sum {
                     axis: Vec<i64>,
@@ -810,11 +820,7 @@ mod tests {
     #[test]
     fn forward_needs_output_shapes() {
         let out = expand(
-            quote!(
-                name = "replicated",
-                build = Self::notation,
-                needs_output_shapes
-            ),
+            quote!(name = "replicated", build(Self::notation, output_shapes)),
             quote!(
                 struct Replicated {}
             ),
@@ -834,8 +840,7 @@ mod tests {
                 einsum = "bac->b1c,b1c",
                 inputs(x),
                 outputs(out, indices),
-                grad_inputs(x, indices),
-                grads_for(out)
+                grad(inputs(x, indices), of(out))
             ),
             quote!(
                 struct TopK {}

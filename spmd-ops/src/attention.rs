@@ -6,7 +6,7 @@ use spmd_core::{
     spmd_rule,
 };
 
-use crate::notation::{input_rank, keep_first_grads, replicate_dims};
+use crate::notation::{input_rank, keep_first_grads};
 
 const OP: &str = "flash_attention";
 
@@ -48,18 +48,20 @@ const OP: &str = "flash_attention";
     // No `cache`: the notation depends on whether a fixed dim is sharded,
     // which a shape key cannot see.
     build = Self::notation,
-    backward_partial = "reset",
     adjust = Self::paddle_merge,
     inputs(q, k, v, fixed_seed_offset, attn_mask),
     outputs(out, softmax, softmax_lse, seed_offset),
     optional(fixed_seed_offset, attn_mask),
-    // An integer seed has no gradient, and the seed and offset the kernel
-    // returns are not a sum over the batch and heads they lack; nor is a
-    // softmax placeholder (0-d when `return_softmax` is off) a sum.
-    no_grad(fixed_seed_offset),
-    not_partial(softmax, seed_offset),
-    grad_inputs(q, k, v, out, softmax_lse, seed_offset, attn_mask),
-    grads_for(out)
+    // The seed and offset the kernel returns are not a sum over the batch
+    // and heads they lack; nor is a softmax placeholder (0-d when
+    // `return_softmax` is off) a sum.
+    partial(backward = "reset", none(softmax, seed_offset)),
+    // An integer seed has no gradient.
+    grad(
+        none(fixed_seed_offset),
+        inputs(q, k, v, out, softmax_lse, seed_offset, attn_mask),
+        of(out)
+    )
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlashAttention {}
@@ -406,8 +408,7 @@ impl FlashAttention {
 #[spmd_rule(
     name = "flash_mask",
     build = Self::notation,
-    never_sharded = "stde",
-    unsharded_claims = "ignore",
+    merge(never_sharded = "stde", unsharded_claims = "ignore"),
     adjust = Self::finish,
     inputs(q, k, v, startend_row_indices, fixed_seed_offset),
     outputs(out, softmax, softmax_lse, seed_offset)

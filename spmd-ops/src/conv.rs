@@ -139,9 +139,8 @@ macro_rules! conv {
         $(#[$doc])*
         #[spmd_rule(
             name = $name,
-            build = Self::notation,
-            cache,
-            unsharded_claims = "ignore",
+            build(Self::notation, cache),
+            merge(unsharded_claims = "ignore"),
             adjust = Self::linear_in_output_grad,
             inputs(input, filter),
             outputs(out)
@@ -238,7 +237,7 @@ conv!(
     einsum = "1c11,11,1->1c11",
     inputs(x, boxes, boxes_num),
     outputs(out),
-    no_grad(boxes, boxes_num),
+    grad(none(boxes, boxes_num)),
     optional(boxes_num)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -12,8 +12,8 @@ use crate::notation::{input_rank, labels};
 #[spmd_rule(
     name = "elementwise_unary",
     einsum = "...->...",
-    divisibility = "drop",
-    backward_partial = "reset",
+    merge(divisibility = "drop"),
+    partial(backward = "reset"),
     inputs(x),
     outputs(out)
 )]
@@ -25,7 +25,7 @@ pub struct ElementwiseUnary {}
 #[spmd_rule(
     name = "elementwise_binary",
     einsum = "...,...->...",
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(x, y),
     outputs(out)
 )]
@@ -37,8 +37,7 @@ pub struct ElementwiseBinary {}
 #[spmd_rule(
     name = "multiply",
     einsum = "...,...->...",
-    backward_partial = "reset",
-    partial_inputs = "linear",
+    partial(backward = "reset", inputs = "linear"),
     inputs(x, y),
     outputs(out)
 )]
@@ -49,7 +48,12 @@ pub struct Multiply {}
 /// inputs (no broadcasting: Paddle's `AddNInferSpmd` rejects other ranks).
 /// Each dim merges across the inputs; one dim sharded two ways is an error,
 /// as in Paddle 3.3.1. Partial inputs are reduced first, as Paddle does.
-#[spmd_rule(name = "add_n", build = Self::notation, cache, backward_partial = "reset", outputs(out))]
+#[spmd_rule(
+    name = "add_n",
+    build(Self::notation, cache),
+    partial(backward = "reset"),
+    outputs(out)
+)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddN {}
 
@@ -82,10 +86,10 @@ impl AddN {
     name = "label_smooth",
     einsum = "...,...->...",
     case(when = call.input_absent(1), einsum = "...1,->...1"),
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(label, prior_dist),
     outputs(out),
-    no_grad(prior_dist),
+    grad(none(prior_dist)),
     optional(prior_dist)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -102,11 +106,10 @@ pub struct LabelSmooth {
 #[spmd_rule(
     name = "fused_dropout_add",
     einsum = "...,...->...,1",
-    backward_partial = "reset",
-    inputs(x, y),
-    outputs(out, seed_offset),
     // The seed pair is not a sum over the dims it lacks.
-    not_partial(seed_offset)
+    partial(backward = "reset", none(seed_offset)),
+    inputs(x, y),
+    outputs(out, seed_offset)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FusedDropoutAdd {}

@@ -12,14 +12,13 @@ use spmd_core::{Call, SpmdError, spmd_rule};
     name = "embedding",
     einsum = "...,jk->...k",
     case(when = call.is_backward() && self.row_parallel_unsupported(), einsum = "...,1k->...k"),
-    conflicts = "strict",
+    merge(conflicts = "strict"),
     validate = Self::check_row_parallel,
     inputs(x, weight),
     outputs(out),
     // The ids have no gradient; the table's gradient scatters the output
     // grad by the ids and never reads the table itself.
-    no_grad(x),
-    grad_ignores(weight)
+    grad(none(x), ignores(weight))
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Embedding {
@@ -79,11 +78,10 @@ impl Embedding {
 #[spmd_rule(
     name = "c_embedding",
     einsum = "jk,...->...k",
-    conflicts = "strict",
+    merge(conflicts = "strict"),
     inputs(weight, x),
     outputs(out),
-    no_grad(x),
-    grad_ignores(weight)
+    grad(none(x), ignores(weight))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CEmbedding {

@@ -16,16 +16,14 @@ use crate::notation::{input_rank, labels, normalize_axis};
 /// grad notation writes them `1`), so `x_grad` is not partial.
 ///
 /// Paddle replicates x's gathered dim *before* the merge, so the mesh dim it
-/// was sharded on is free for the index's dim: `unsharded_claims = "ignore"`.
+/// was sharded on is free for the index's dim: `merge(unsharded_claims = "ignore")`.
 #[spmd_rule(
     name = "gather",
-    build = Self::notation,
-    cache,
-    unsharded_claims = "ignore",
+    build(Self::notation, cache),
+    merge(unsharded_claims = "ignore"),
     inputs(x, index),
     outputs(out),
-    no_grad(index),
-    grad_ignores(x)
+    grad(none(index), ignores(x))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Gather {
@@ -86,13 +84,11 @@ impl Gather {
 /// device scatters its own tuples).
 #[spmd_rule(
     name = "gather_nd",
-    build = Self::notation,
-    cache,
-    unsharded_claims = "ignore",
+    build(Self::notation, cache),
+    merge(unsharded_claims = "ignore"),
     inputs(x, index),
     outputs(out),
-    no_grad(index),
-    grad_ignores(x)
+    grad(none(index), ignores(x))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GatherNd {}
@@ -127,8 +123,7 @@ impl GatherNd {
     einsum = "@{axis:1},@{axis:1}->@{axis:1}",
     inputs(x, index),
     outputs(out),
-    no_grad(index),
-    grad_ignores(x)
+    grad(none(index), ignores(x))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TakeAlongAxis {
@@ -148,10 +143,10 @@ pub struct TakeAlongAxis {
 #[spmd_rule(
     name = "moe_combine",
     einsum = "1h,sk,sk->sh",
-    unsharded_claims = "ignore",
+    merge(unsharded_claims = "ignore"),
     inputs(x, combine_weights, scatter_index),
     outputs(y),
-    no_grad(scatter_index)
+    grad(none(scatter_index))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MoeCombine {}
@@ -169,12 +164,12 @@ pub struct MoeCombine {}
     name = "moe_gate_dispatch",
     einsum = "1h,11,1->1h,11,11,1,11",
     case(when = self.use_pad, einsum = "1h,11,1->11h,11,11,1,11"),
-    unsharded_claims = "ignore",
+    merge(unsharded_claims = "ignore"),
     inputs(x, gate_logits, corr_bias),
     outputs(y, combine_weights, scatter_index, expert_offset, expert_id),
     optional(corr_bias),
     // The routing outputs are not sums over the hidden dim they lack.
-    not_partial(combine_weights, scatter_index, expert_offset, expert_id)
+    partial(none(combine_weights, scatter_index, expert_offset, expert_id))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MoeGateDispatch {

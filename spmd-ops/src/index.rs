@@ -30,11 +30,11 @@ fn axis_labels(op: &'static str, rank: usize, axis: i64) -> Result<(Vec<char>, u
     name = "cumsum",
     einsum = "@{axis:a}->@{axis:a}",
     case(when = self.flatten, einsum = "*->1"),
-    never_sharded = "a",
-    backward_partial = "reset",
+    merge(never_sharded = "a"),
+    partial(backward = "reset"),
     inputs(x),
     outputs(out),
-    grad_ignores(x)
+    grad(ignores(x))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Cumsum {
@@ -62,8 +62,8 @@ macro_rules! arg_reduction {
             case(when = self.flatten && self.keepdims, einsum = "@{..:1}->@{..:1}"),
             case(when = self.flatten, einsum = "@{..:1}->"),
             case(when = self.keepdims, einsum = "@{axis:a}->@{axis:1}"),
-            never_sharded = "a",
-            backward_partial = "reset",
+            merge(never_sharded = "a"),
+            partial(backward = "reset"),
             inputs(x),
             outputs(out)
         )]
@@ -97,12 +97,11 @@ arg_reduction!(
 #[spmd_rule(
     name = "topk",
     einsum = "@{axis:a}->@{axis:1},@{axis:1}",
-    never_sharded = "a",
-    backward_partial = "reset",
+    merge(never_sharded = "a"),
+    partial(backward = "reset"),
     inputs(x),
     outputs(out, indices),
-    grad_inputs(x, indices),
-    grads_for(out)
+    grad(inputs(x, indices), of(out))
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TopK {
@@ -121,12 +120,11 @@ pub struct TopK {
 #[spmd_rule(
     name = "argsort",
     einsum = "@{axis:a}->@{axis:a},@{axis:a}",
-    never_sharded = "a",
-    backward_partial = "reset",
+    merge(never_sharded = "a"),
+    partial(backward = "reset"),
     inputs(x),
     outputs(out, indices),
-    grad_inputs(indices, x),
-    grads_for(out)
+    grad(inputs(indices, x), of(out))
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ArgSort {
@@ -143,10 +141,10 @@ pub struct ArgSort {
 #[spmd_rule(
     name = "one_hot",
     einsum = "...->...1",
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(x),
     outputs(out),
-    no_grad(x)
+    grad(none(x))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct OneHot {
@@ -160,11 +158,11 @@ pub struct OneHot {
 #[spmd_rule(
     name = "triu",
     einsum = "...ij->...ij",
-    never_sharded = "ij",
-    backward_partial = "reset",
+    merge(never_sharded = "ij"),
+    partial(backward = "reset"),
     inputs(x),
     outputs(out),
-    grad_inputs()
+    grad(inputs())
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Triu {
@@ -176,8 +174,8 @@ pub struct Triu {
 #[spmd_rule(
     name = "tril_triu",
     einsum = "...ij->...ij",
-    never_sharded = "ij",
-    backward_partial = "reset",
+    merge(never_sharded = "ij"),
+    partial(backward = "reset"),
     inputs(x),
     outputs(out)
 )]
@@ -208,10 +206,9 @@ macro_rules! cumulative_extremum {
         $(#[$doc])*
         #[spmd_rule(
             name = $name,
-            build = Self::notation,
-            cache,
-            never_sharded = "a",
-            backward_partial = "reset",
+            build(Self::notation, cache),
+            merge(never_sharded = "a"),
+            partial(backward = "reset"),
             adjust = Self::grads,
             inputs(x),
             outputs(out, indices)
@@ -265,10 +262,10 @@ cumulative_extremum!(
 #[spmd_rule(
     name = "roll",
     einsum = "@{axis():1}->@{axis():1}",
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(x),
     outputs(out),
-    grad_ignores(x)
+    grad(ignores(x))
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Roll {
@@ -296,12 +293,11 @@ impl Roll {
 /// output grad and never reads `x`.
 #[spmd_rule(
     name = "pad",
-    build = Self::notation,
-    cache,
-    backward_partial = "reset",
+    build(Self::notation, cache),
+    partial(backward = "reset"),
     inputs(x),
     outputs(out),
-    grad_ignores(x)
+    grad(ignores(x))
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Pad {

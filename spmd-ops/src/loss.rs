@@ -2,7 +2,7 @@
 //! `axis` fused with the cross entropy against a label; the vocab-parallel
 //! `c_softmax_with_cross_entropy` and its multi-label form.
 
-use spmd_core::{Call, Einsum, RuleResult, Spec, SpmdError, SpmdRule, spmd_rule};
+use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis};
 
@@ -22,17 +22,17 @@ fn axis_info(ce: &CrossEntropyWithSoftmax, call: &Call<'_>) -> Result<(usize, us
 /// when it may not be is an error, as in Paddle 3.3.1's
 /// `CrossEntropyWithSoftmaxInferSpmd`. Its reverse rule merges the loss
 /// before the softmax output (first claim wins), which this rule reproduces
-/// by merging in that order.
+/// by merging in that order (`merge(first(loss))`).
 #[spmd_rule(
     name = "cross_entropy_with_softmax",
-    build = Self::notation,
-    cache,
+    build(Self::notation, cache),
     validate = Self::check,
-    adjust = Self::finish,
     inputs(logits, label),
     outputs(softmax, loss),
-    // The kernel reduces the loss across the class dim's shards itself.
-    not_partial(loss)
+    merge(first(loss)),
+    // The kernel reduces the loss across the class dim's shards itself: a
+    // given partial loss explains nothing.
+    partial(none(loss))
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CrossEntropyWithSoftmax {
@@ -67,11 +67,6 @@ impl CrossEntropyWithSoftmax {
     /// Rank 3, axis -1, hard label: `abv,ab1->abv,ab1`. The loss (and a
     /// hard label) has size 1 on the class axis, written `1`.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        self.notation_ordered(call, false)
-    }
-
-    /// The notation, with the outputs as (loss, softmax) when `loss_first`.
-    fn notation_ordered(&self, call: &Call<'_>, loss_first: bool) -> Result<Einsum, SpmdError> {
         let (rank, axis) = axis_info(self, call)?;
         let class = if self.shardable(rank, axis) { 'v' } else { '1' };
         let names = labels(self.op(), rank)?;
@@ -84,11 +79,7 @@ impl CrossEntropyWithSoftmax {
         };
         let (x, loss) = (term(class), term('1'));
         let label = if self.soft_label { &x } else { &loss };
-        if loss_first {
-            Einsum::new(&format!("{x},{label}->{loss},{x}"))
-        } else {
-            Einsum::new(&format!("{x},{label}->{x},{loss}"))
-        }
+        Einsum::new(&format!("{x},{label}->{x},{loss}"))
     }
 
     /// Paddle refuses to shard the class axis of the logits unless the label
@@ -120,60 +111,6 @@ impl CrossEntropyWithSoftmax {
             ),
         })
     }
-
-    /// In backward, Paddle merges the loss before the softmax output: run the
-    /// same notation with the outputs swapped, and swap the answer back. (The
-    /// loss is never partial, `not_partial`: the vocab-parallel kernel sums it
-    /// over the class shards itself, so a given partial loss explains nothing.)
-    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        if let Call::Backward {
-            mesh,
-            input_shapes,
-            outputs,
-            ..
-        } = *call
-            && outputs.len() == 2
-        {
-            let swapped: [Spec<'_>; 2] = [outputs[1], outputs[0]];
-            let loss_first = LossFirst {
-                soft_label: self.soft_label,
-                use_softmax: self.use_softmax,
-                axis: self.axis,
-            };
-            let mut r = loss_first.backward(mesh, input_shapes, &swapped)?;
-            r.outputs.swap(0, 1);
-            *result = r;
-        }
-        Ok(())
-    }
-}
-
-/// [`CrossEntropyWithSoftmax`] with its outputs in the order (loss,
-/// softmax): the order Paddle's reverse rule merges them in.
-#[spmd_rule(
-    name = "cross_entropy_with_softmax",
-    build = Self::notation,
-    cache,
-    inputs(logits, label),
-    outputs(loss, softmax),
-    not_partial(loss)
-)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct LossFirst {
-    soft_label: bool,
-    use_softmax: bool,
-    axis: i64,
-}
-
-impl LossFirst {
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let ce = CrossEntropyWithSoftmax {
-            soft_label: self.soft_label,
-            use_softmax: self.use_softmax,
-            axis: self.axis,
-        };
-        ce.notation_ordered(call, true)
-    }
 }
 
 /// Paddle's `c_softmax_with_cross_entropy` (`logits`, `label` → `softmax`,
@@ -186,13 +123,12 @@ impl LossFirst {
 /// label; loss_grad)`, and returns `logits_grad`, laid out as `softmax`.
 #[spmd_rule(
     name = "c_softmax_with_cross_entropy",
-    build = Self::notation,
-    cache,
+    build(Self::notation, cache),
     adjust = Self::finish,
     inputs(logits, label),
     outputs(softmax, loss),
     // The kernel reduces the loss across the class dim's shards itself.
-    not_partial(loss)
+    partial(none(loss))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CSoftmaxWithCrossEntropy {
@@ -231,13 +167,12 @@ fn c_softmax_notation(call: &Call<'_>, labels: usize) -> Result<Einsum, SpmdErro
 /// takes `(softmax, label, smooth_weight; loss_grad)`.
 #[spmd_rule(
     name = "c_softmax_with_multi_label_cross_entropy",
-    build = Self::notation,
-    cache,
+    build(Self::notation, cache),
     adjust = Self::finish,
     inputs(logits, label, smooth_weight),
     outputs(softmax, loss),
     // The kernel reduces the loss across the class dim's shards itself.
-    not_partial(loss)
+    partial(none(loss))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CSoftmaxWithMultiLabelCrossEntropy {

@@ -26,7 +26,7 @@ use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
     case(when = self.trans_x && !self.trans_y, einsum = "...km,...kn->...mn"),
     case(when = !self.trans_x && self.trans_y, einsum = "...mk,...nk->...mn"),
     case(when = self.trans_x && self.trans_y, einsum = "...km,...nk->...mn"),
-    conflicts = "role_priority",
+    merge(conflicts = "role_priority"),
     validate = Self::check_transposes,
     inputs(x, y),
     outputs(out)
@@ -69,7 +69,7 @@ impl Matmul {
 #[spmd_rule(
     name = "bmm",
     einsum = "bmk,bkn->bmn",
-    conflicts = "role_priority",
+    merge(conflicts = "role_priority"),
     inputs(x, y),
     outputs(out)
 )]
@@ -103,7 +103,7 @@ impl EinsumOp {
     name = "linear_v2",
     einsum = "...m1,1n,+n->...mn",
     validate = Self::check,
-    follows(bias),
+    merge(follows(bias)),
     inputs(input, weight, bias),
     outputs(out)
 )]

@@ -19,10 +19,10 @@ use crate::reduce::{All, Amax, Amin, Any, ReduceBase};
 #[spmd_rule(
     name = "where",
     einsum = "...,...,...->...",
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(condition, x, y),
     outputs(out),
-    no_grad(condition)
+    grad(none(condition))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Where {}
@@ -33,10 +33,10 @@ pub struct Where {}
 #[spmd_rule(
     name = "mean_all",
     einsum = "@->",
-    reduce = "avg",
+    partial(reduce = "avg"),
     inputs(x),
     outputs(out),
-    grad_ignores(x)
+    grad(ignores(x))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MeanAll {}
@@ -45,7 +45,7 @@ pub struct MeanAll {}
 /// counts its own block, so the output is partial (`Sum`) over the mesh
 /// dims sharding the input (Paddle's `NumelInferSpmd`). An integer count
 /// has no gradient.
-#[spmd_rule(name = "numel", einsum = "@->", inputs(x), outputs(out), no_grad(x))]
+#[spmd_rule(name = "numel", einsum = "@->", inputs(x), outputs(out), grad(none(x)))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Numel {}
 
@@ -53,7 +53,13 @@ pub struct Numel {}
 /// rank]`. How many a block holds depends on the data, so nothing is
 /// sharded: `x` is gathered and the output replicated (Paddle 3.3.1's
 /// `NonZeroInferSpmd`). No gradient.
-#[spmd_rule(name = "nonzero", build = Self::notation, cache, inputs(x), outputs(out), no_grad(x))]
+#[spmd_rule(
+    name = "nonzero",
+    build(Self::notation, cache),
+    inputs(x),
+    outputs(out),
+    grad(none(x))
+)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NonZero {}
 
@@ -73,11 +79,10 @@ impl NonZero {
 /// flattened). No gradient.
 #[spmd_rule(
     name = "unique",
-    build = Self::notation,
-    cache,
+    build(Self::notation, cache),
     inputs(x),
     outputs(out, indices, inverse, counts),
-    no_grad(x)
+    grad(none(x))
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Unique {
@@ -121,10 +126,8 @@ fn all_replicated(call: &Call<'_>) -> Result<Einsum, SpmdError> {
 /// ([`SpmdRule::forward_with_output_shapes`](spmd_core::SpmdRule::forward_with_output_shapes)).
 #[spmd_rule(
     name = "replicated",
-    build = Self::notation,
-    cache,
-    needs_output_shapes,
-    backward_partial = "reset"
+    build(Self::notation, cache, output_shapes),
+    partial(backward = "reset")
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Replicated {}
@@ -144,11 +147,9 @@ impl Replicated {
 /// [`Replicated`].
 #[spmd_rule(
     name = "default_data_parallel",
-    build = Self::notation,
-    cache,
-    needs_output_shapes,
+    build(Self::notation, cache, output_shapes),
     adjust = Self::batch,
-    backward_partial = "reset"
+    partial(backward = "reset")
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DefaultDataParallel {}

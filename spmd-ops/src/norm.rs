@@ -24,8 +24,7 @@ use crate::notation::{input_rank, keep_first_grads};
     inputs(x, scale, bias),
     outputs(out, mean, variance),
     optional(scale, bias),
-    grad_inputs(x, scale, bias, mean, variance),
-    grads_for(out)
+    grad(inputs(x, scale, bias, mean, variance), of(out))
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LayerNorm {
@@ -41,7 +40,7 @@ pub struct LayerNorm {
 #[spmd_rule(
     name = "fused_rms_norm",
     einsum = "@1,*->@1,@",
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(x, scale),
     outputs(out, invvar)
 )]
@@ -143,10 +142,10 @@ fn channels_last(op: &'static str, data_format: &str) -> Result<bool, SpmdError>
     adjust = Self::grads,
     inputs(x, mean, variance, scale, bias),
     // Scale and bias take the channels' layout; their own does not vote.
-    follows(scale, bias),
+    merge(follows(scale, bias)),
     outputs(out, mean_out, variance_out, saved_mean, saved_variance, reserve_space),
     // reserve_space is a buffer, not a sum.
-    not_partial(reserve_space)
+    partial(none(reserve_space))
 )]
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchNorm {
@@ -206,7 +205,7 @@ impl BatchNorm {
 #[spmd_rule(
     name = "instance_norm",
     build = Self::notation,
-    compounds = "absorb",
+    merge(compounds = "absorb"),
     adjust = Self::grads,
     inputs(x, scale, bias),
     outputs(y, saved_mean, saved_variance)

@@ -22,10 +22,10 @@ macro_rules! reduction {
             name = $name,
             einsum = "@->@{axis():-}",
             case(when = self.keep_dim, einsum = "@->@{axis():1}"),
-            reduce = $reduce,
+            partial(reduce = $reduce),
             inputs(x),
             outputs(out)
-            $(, grad_ignores($ignores))?
+            $(, grad(ignores($ignores)))?
         )]
         #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
         pub struct $ty {
@@ -128,7 +128,7 @@ impl FrobeniusNorm {
     name = "logsumexp",
     einsum = "@{axis():1}->@{axis():-}",
     case(when = self.keepdim, einsum = "@{axis():1}->@{axis():1}"),
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(x),
     outputs(out)
 )]
@@ -162,7 +162,7 @@ impl LogSumExp {
     case(when = self.reduce().is_none() && self.keepdim, einsum = "@{axis():1}->@{axis():1}"),
     case(when = self.reduce().is_none(), einsum = "@{axis():1}->@{axis():-}"),
     case(when = self.keepdim, einsum = "@->@{axis():1}"),
-    reduce = Self::reduce_type,
+    partial(reduce = Self::reduce_type),
     inputs(x),
     outputs(out)
 )]
@@ -227,7 +227,7 @@ impl PNorm {
     case(when = self.mean_grad(&call) && self.keep_dim, einsum = "@{axis():1}->@{axis():1}"),
     case(when = self.mean_grad(&call), einsum = "@{axis():1}->@{axis():-}"),
     case(when = self.keep_dim, einsum = "@->@{axis():1}"),
-    reduce = Self::reduce_type,
+    partial(reduce = Self::reduce_type),
     validate = Self::check_reduce_type,
     inputs(x),
     outputs(out)

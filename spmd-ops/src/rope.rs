@@ -25,15 +25,13 @@ use spmd_core::{
 #[spmd_rule(
     name = "fused_rotary_position_embedding",
     build = Self::notation,
-    never_sharded = "d",
-    backward_partial = "reset",
+    merge(never_sharded = "d", follows(sin, cos, position_ids)),
+    partial(backward = "reset"),
     adjust = Self::finish,
     inputs(q, k, v, sin, cos, position_ids),
     outputs(out_q, out_k, out_v),
     optional(k, v, sin, cos, position_ids, out_k, out_v),
-    follows(sin, cos, position_ids),
-    no_grad(sin, cos, position_ids),
-    grad_inputs(sin, cos, position_ids)
+    grad(none(sin, cos, position_ids), inputs(sin, cos, position_ids))
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FusedRotaryPositionEmbedding {

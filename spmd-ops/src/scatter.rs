@@ -30,14 +30,13 @@ fn first_dim_fixed(op: &'static str, rank: usize) -> Result<String, SpmdError> {
 /// The scattered dim 0 and the index are never sharded; the other dims are
 /// shared by `x`, `updates` and `out`. As Paddle 3.3.1's `ScatterInferSpmd`,
 /// dim 0's given shardings are dropped before the merge, so the mesh dims
-/// they held are free for the other dims (`unsharded_claims = "ignore"`). The grad takes Paddle's
+/// they held are free for the other dims (`merge(unsharded_claims = "ignore")`). The grad takes Paddle's
 /// `ScatterGradInferSpmd` arguments, `(index, updates; out_grad)`, and
 /// returns `x_grad` (laid out as `out_grad`) and `updates_grad`.
 #[spmd_rule(
     name = "scatter",
-    build = Self::notation,
-    cache,
-    unsharded_claims = "ignore",
+    build(Self::notation, cache),
+    merge(unsharded_claims = "ignore"),
     adjust = Self::finish,
     inputs(x, index, updates),
     outputs(out)
@@ -100,12 +99,10 @@ impl Scatter {
 /// gradient; `x_grad` is the output grad and `updates_grad` gathers it.
 #[spmd_rule(
     name = "scatter_nd_add",
-    build = Self::notation,
-    cache,
+    build(Self::notation, cache),
     inputs(x, index, updates),
     outputs(out),
-    no_grad(index),
-    grad_ignores(x)
+    grad(none(index), ignores(x))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ScatterNdAdd {}
@@ -133,7 +130,7 @@ impl ScatterNdAdd {
     einsum = "@{axis:1},@{axis:1},@{axis:1}->@{axis:1}",
     inputs(x, index, value),
     outputs(out),
-    no_grad(index)
+    grad(none(index))
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PutAlongAxis {
@@ -151,8 +148,7 @@ pub struct PutAlongAxis {
 /// indices..., value; out_grad)` and returns `x_grad` and `value_grad`.
 #[spmd_rule(
     name = "index_put",
-    build = Self::notation,
-    cache,
+    build(Self::notation, cache),
     adjust = Self::grads,
     outputs(out)
 )]

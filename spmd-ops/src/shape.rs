@@ -39,10 +39,10 @@ pub(crate) fn plain_term(names: &[char], shape: &[usize]) -> String {
 #[spmd_rule(
     name = "transpose",
     einsum = "@->@[perm]",
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(x),
     outputs(out),
-    grad_inputs()
+    grad(inputs())
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Transpose {
@@ -55,10 +55,9 @@ pub struct Transpose {
 /// never reads `x`, so `x` keeps its layout in the grad op.
 #[spmd_rule(
     name = "squeeze",
-    build = Self::notation,
-    cache,
-    backward_partial = "reset",
-    grad_ignores(x),
+    build(Self::notation, cache),
+    partial(backward = "reset"),
+    grad(ignores(x)),
     inputs(x),
     outputs(out)
 )]
@@ -93,10 +92,9 @@ impl Squeeze {
 /// their sharding.
 #[spmd_rule(
     name = "unsqueeze",
-    build = Self::notation,
-    cache,
-    backward_partial = "reset",
-    grad_ignores(x),
+    build(Self::notation, cache),
+    partial(backward = "reset"),
+    grad(ignores(x)),
     inputs(x),
     outputs(out)
 )]
@@ -148,11 +146,9 @@ impl Unsqueeze {
 /// `out_grad`, as `reshape` does.
 #[spmd_rule(
     name = "flatten",
-    build = Self::notation,
-    cache,
-    backward_partial = "reset",
-    partial_inputs = "linear",
-    compounds = "absorb",
+    build(Self::notation, cache),
+    partial(backward = "reset", inputs = "linear"),
+    merge(compounds = "absorb"),
     inputs(x),
     outputs(out)
 )]
@@ -386,11 +382,10 @@ fn divisible(mesh: &Mesh, mut s: Sharding, extents: &[usize]) -> Sharding {
 /// in every direction, when it divides both first dims.
 #[spmd_rule(
     name = "reshape",
-    build = Self::notation,
-    cache,
+    build(Self::notation, cache),
     adjust = Self::carry_run_shardings,
-    partial_inputs = "linear",
-    compounds = "absorb",
+    partial(inputs = "linear"),
+    merge(compounds = "absorb"),
     inputs(x),
     outputs(out)
 )]
@@ -661,9 +656,8 @@ fn target_shape(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, SpmdError> 
 /// A repeated dim is never sharded: its copies would all need the whole dim.
 #[spmd_rule(
     name = "tile",
-    build = Self::notation,
-    cache,
-    backward_partial = "reset",
+    build(Self::notation, cache),
+    partial(backward = "reset"),
     inputs(x),
     outputs(out)
 )]
@@ -713,10 +707,9 @@ impl Tile {
 /// then lays `x` out like the output.
 #[spmd_rule(
     name = "expand_as",
-    build = Self::notation,
-    cache,
+    build(Self::notation, cache),
     adjust = Self::follow_y,
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(x, y),
     outputs(out)
 )]

@@ -8,9 +8,8 @@ use spmd_core::spmd_rule;
 #[spmd_rule(
     name = "softmax",
     einsum = "@{axis:a}->@{axis:a}",
-    never_sharded = "a",
-    conflicts = "strict",
-    backward_partial = "reset",
+    merge(never_sharded = "a", conflicts = "strict"),
+    partial(backward = "reset"),
     inputs(x),
     outputs(out)
 )]

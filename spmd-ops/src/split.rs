@@ -43,7 +43,11 @@ fn split_notation(
 
 /// Paddle's `split`: cuts `x` along `axis` into pieces of the sizes in
 /// `sections` (one of them may be -1). The split axis is never sharded.
-#[spmd_rule(name = "split", build = Self::notation, cache, backward_partial = "reset")]
+#[spmd_rule(
+    name = "split",
+    build(Self::notation, cache),
+    partial(backward = "reset")
+)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Split {
     pub sections: Vec<i64>,
@@ -59,7 +63,11 @@ impl Split {
 
 /// Paddle's `split_with_num`: cuts `x` along `axis` into `num` equal pieces.
 /// The split axis is never sharded.
-#[spmd_rule(name = "split_with_num", build = Self::notation, cache, backward_partial = "reset")]
+#[spmd_rule(
+    name = "split_with_num",
+    build(Self::notation, cache),
+    partial(backward = "reset")
+)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SplitWithNum {
     pub num: i64,
@@ -83,7 +91,11 @@ impl SplitWithNum {
 
 /// Paddle's `unbind`: one output per index of dim `axis`, which the outputs
 /// lack. That dim is never sharded.
-#[spmd_rule(name = "unbind", build = Self::notation, cache, backward_partial = "reset")]
+#[spmd_rule(
+    name = "unbind",
+    build(Self::notation, cache),
+    partial(backward = "reset")
+)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Unbind {
     #[spmd(default)]
@@ -142,7 +154,13 @@ fn slice_notation(
 /// Paddle's `slice`: takes `starts[i]..ends[i]` of each dim in `axes`;
 /// those dims are never sharded (a device's block would not hold its part
 /// of the slice), the dims in `decrease_axis` are dropped from the output.
-#[spmd_rule(name = "slice", build = Self::notation, cache, backward_partial = "reset", inputs(input), outputs(out))]
+#[spmd_rule(
+    name = "slice",
+    build(Self::notation, cache),
+    partial(backward = "reset"),
+    inputs(input),
+    outputs(out)
+)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Slice {
     pub axes: Vec<i64>,
@@ -164,7 +182,13 @@ impl Slice {
 
 /// Paddle's `strided_slice`: `slice` with `strides`; the sliced dims are
 /// never sharded.
-#[spmd_rule(name = "strided_slice", build = Self::notation, cache, backward_partial = "reset", inputs(x), outputs(out))]
+#[spmd_rule(
+    name = "strided_slice",
+    build(Self::notation, cache),
+    partial(backward = "reset"),
+    inputs(x),
+    outputs(out)
+)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StridedSlice {
     pub axes: Vec<i64>,
@@ -186,17 +210,16 @@ impl StridedSlice {
 /// sharded.
 ///
 /// Forward and grad align the operands with Paddle's cost rule
-/// (`AlignDimsSharding`; `conflicts = "align"`, see
+/// (`AlignDimsSharding`; `merge(conflicts = "align")`, see
 /// [`Conflicts::Align`](spmd_core::Conflicts::Align)) rather than merging
 /// them: where two inputs shard a dim differently, Paddle moves the mesh dim
 /// to the cheapest dim instead of failing. Backward is the classic merge of
 /// the output.
 #[spmd_rule(
     name = "concat",
-    build = Self::notation,
-    cache,
-    conflicts = "align",
-    backward_partial = "explain"
+    build(Self::notation, cache),
+    merge(conflicts = "align"),
+    partial(backward = "explain")
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Concat {
@@ -254,11 +277,10 @@ impl Concat {
 /// counts the inputs.
 #[spmd_rule(
     name = "stack",
-    build = Self::notation,
-    cache,
-    conflicts = "align",
-    backward_partial = "explain",
-    grad_inputs()
+    build(Self::notation, cache),
+    merge(conflicts = "align"),
+    partial(backward = "explain"),
+    grad(inputs())
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Stack {

@@ -16,7 +16,7 @@ use spmd_core::spmd_rule;
     name = "swiglu",
     einsum = "...,...->...",
     case(when = call.input_absent(1), einsum = "...1,...->...1"),
-    backward_partial = "reset",
+    partial(backward = "reset"),
     inputs(x, y),
     outputs(out),
     optional(y)

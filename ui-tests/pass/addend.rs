@@ -4,7 +4,7 @@ use spmd_core::spmd_rule;
 #[spmd_rule(einsum = "bsk,kn,+n->bsn", inputs(x, w, bias), outputs(out))]
 struct LinearWithBias {}
 
-#[spmd_rule(einsum = "+mn,mk,kn->mn", reduce = "max")]
+#[spmd_rule(einsum = "+mn,mk,kn->mn", partial(reduce = "max"))]
 struct AddMaxPlus {}
 
 fn main() {}

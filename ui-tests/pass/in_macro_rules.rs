@@ -6,7 +6,7 @@ use spmd_core::{Call, Op, SpmdError, spmd_rule};
 
 macro_rules! reduction {
     ($ty:ident, $name:literal, $reduce:literal) => {
-        #[spmd_rule(name = $name, einsum = "ij->i", reduce = $reduce, validate = Self::check)]
+        #[spmd_rule(name = $name, einsum = "ij->i", partial(reduce = $reduce), validate = Self::check)]
         struct $ty {
             #[spmd(default)]
             keep_dim: bool,
