@@ -924,7 +924,7 @@ fn group_example(group: &str) -> &'static str {
 fn unknown_option(key: &str, known: &[&str], group: Option<&str>) -> Error {
     let near = known
         .iter()
-        .map(|k| (strsim_osa(key, k), *k))
+        .map(|k| (spmd_notation::edit_distance(key, k), *k))
         .filter(|&(d, k)| d <= 2 && d < k.len())
         .min_by_key(|&(d, _)| d)
         .map(|(_, k)| format!(" (did you mean `{k}`?)"));
@@ -945,30 +945,6 @@ fn unknown_option(key: &str, known: &[&str], group: Option<&str>) -> Error {
         "unknown {what}{}; expected one of {list}",
         near.or(home).unwrap_or_default()
     ))
-}
-
-/// Optimal string alignment distance (typos: swaps count once).
-fn strsim_osa(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for j in 0..=b.len() {
-        d[0][j] = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            d[i][j] = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
-            }
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 /// Parses the arguments one option at a time. darling rejects the whole list

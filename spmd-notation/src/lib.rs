@@ -43,6 +43,7 @@
 extern crate alloc;
 
 mod error;
+mod near;
 mod parse;
 mod plan;
 mod template;
@@ -50,6 +51,7 @@ mod template;
 mod tests;
 
 pub use error::{ErrorKind, NotationError, NotationErrors, Side};
+pub use near::edit_distance;
 pub use parse::{Notation, parse, parse_terms};
 pub use plan::{AxisId, AxisSet, Dim, Plan, Term};
 pub use template::{
