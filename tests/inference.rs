@@ -9,7 +9,7 @@ use spmd_core::notation::{Notation, parse};
 use spmd_core::{
     AxisName, AxisSet, BackwardPartial, Conflicts, DimsMapping, DistAttr, Divisibility, Einsum,
     EinsumRule, Mesh, MeshSet, MissingAxis, Partial, PartialInputs, Policy, RankNeed, ReduceType,
-    Role, RuleResult, Sharding, Spec, SpmdError, TensorRef,
+    Role, RuleResult, Sharding, Spec, SpmdError, TensorRef, UnshardedClaims,
 };
 
 // ------------------------------------------------------------------ helpers
@@ -1472,4 +1472,27 @@ fn compound_extents_must_be_multiples_of_their_known_factors() {
         ),
         "{err}"
     );
+}
+
+#[test]
+fn a_compound_major_that_cannot_divide_claims_like_a_never_sharded_dim() {
+    // q's heads are (hg): 8 query heads over k's 2. Mesh dim 0 (4 devices)
+    // cannot split h (2), so q's sharding of it is dropped before the merge
+    // and claims as a never-sharded dim's does: under `Count` it still
+    // keeps k's batch off mesh dim 0, under `Ignore` the batch takes it.
+    let n = plan_of("b(hg),bh->b(hg)");
+    let (q, k) = (attr(&[-1, 0]), attr(&[0, -1]));
+    let ins: [(&[usize], &DistAttr); 2] = [(&[8, 8], &q), (&[8, 2], &k)];
+    let r = fwd(&rule(&n), &mesh(&[4]), &ins).unwrap();
+    assert_eq!(pd(&r.inputs[0]), [-1, -1]);
+    assert_eq!(pd(&r.inputs[1]), [-1, -1]);
+    let ignore = Policy::CLASSIC.with_unsharded_claims(UnshardedClaims::Ignore);
+    let r = fwd(&rule(&n).with_policy(ignore), &mesh(&[4]), &ins).unwrap();
+    assert_eq!(pd(&r.inputs[0]), [0, -1]);
+    assert_eq!(pd(&r.inputs[1]), [0, -1]);
+    assert_eq!(pd(&r.outputs[0]), [0, -1]);
+    // A mesh dim that divides h keeps the heads sharded.
+    let k = attr(&[-1, -1]);
+    let r = fwd(&rule(&n), &mesh(&[2]), &[(&[8, 8], &q), (&[8, 2], &k)]).unwrap();
+    assert_eq!(pd(&r.inputs[1]), [-1, 0]);
 }

@@ -392,15 +392,15 @@ fn flash_attention_frees_sequence_and_head_dims_before_merging() {
     .unwrap();
     assert_eq!(ins[..3], ["[0, -1, -1, -1]"; 3]);
     assert_eq!(outs[0], "[0, -1, -1, -1]");
-    // Where v agrees with q and k, its own sharding takes part (q and k
-    // replicated on the batch follow v's, not k's mapping read as v's).
+    // v never votes (Paddle's merge reads k's mapping in v's place): with q
+    // and k replicated, v's batch sharding is gathered, not spread to them.
     let (ins, _) = flash_forward(
         &[2, 2],
         QKV,
         [&[-1, -1, -1, -1], &[-1, -1, -1, -1], &[1, -1, -1, -1]],
     )
     .unwrap();
-    assert_eq!(ins[..3], ["[1, -1, -1, -1]"; 3]);
+    assert_eq!(ins[..3], ["[-1, -1, -1, -1]"; 3]);
 }
 
 #[test]
@@ -412,8 +412,8 @@ fn flash_attention_ties_grouped_kv_heads_to_the_query_heads() {
     let (ins, _) = flash_forward(&[2], gqa, [&[-1, -1, 0, -1], rep, rep]).unwrap();
     assert_eq!(ins[..3], ["[-1, -1, 0, -1]"; 3]);
     // A mesh dim of 4 cannot split 2 kv heads along with the query heads:
-    // the heads stay replicated, and the batch may take the mesh dim.
-    let (ins, outs) = flash_forward(&[4], gqa, [&[-1, -1, 0, -1], rep, &[0, -1, -1, -1]]).unwrap();
+    // the heads stay replicated, and the batch (k's) may take the mesh dim.
+    let (ins, outs) = flash_forward(&[4], gqa, [&[-1, -1, 0, -1], &[0, -1, -1, -1], rep]).unwrap();
     assert_eq!(ins[..3], ["[0, -1, -1, -1]"; 3]);
     assert_eq!(outs[2], "[0, -1, -1]");
     // 6 query heads cannot be grouped over 4 kv heads: a typed error.

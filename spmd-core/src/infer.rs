@@ -332,11 +332,13 @@ pub(crate) fn backward<T: Trace + ?Sized>(
             .enumerate()
             .filter(move |(o, _)| output_present(*o))
     };
-    // The outputs declared `merged_first`, then the others, each in order.
+    // The outputs declared `merged_first`, then the others, each in order;
+    // outputs that follow take no part.
     let first = |o: &(usize, &Spec<'_>)| has_bit(rule.merged_first, o.0);
     let ordered = present_outputs()
         .filter(first)
-        .chain(present_outputs().filter(|o| !first(o)));
+        .chain(present_outputs().filter(|o| !first(o)))
+        .filter(|o| !has_bit(rule.follows_outputs, o.0));
     for (o, spec) in ordered {
         cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
     }
@@ -1149,6 +1151,28 @@ impl<'r, 'a> Cx<'r, 'a> {
                 }
                 trace.unsharded(t, dim, given);
                 continue;
+            };
+            // A compound's major factor must divide its extent: the mesh
+            // dims it could not keep are dropped before they claim, so they
+            // stay free for the other axes (and, like a never-sharded dim's,
+            // claim only under `UnshardedClaims::Count`).
+            let given = if self.rule.plan.compound_major.contains(a) {
+                let fitted = self.fit_one(a, given, trace);
+                if fitted != given {
+                    if self.rule.policy.unsharded_claims == UnshardedClaims::Count {
+                        let mut dropped = Sharding::REPLICATED;
+                        for &m in &given.as_slice()[fitted.len()..] {
+                            dropped.push(m);
+                        }
+                        self.map.claim_unsharded(dropped);
+                    }
+                    if fitted.is_replicated() {
+                        continue;
+                    }
+                }
+                fitted
+            } else {
+                given
             };
             match self.map.merge(a, given) {
                 Ok(now) => trace.merged(self.axis_name(a), t, dim, given, now),

@@ -32,6 +32,7 @@ pub struct RuntimeOptions<'o> {
     pub no_grad: u64,
     pub grad_ignores: u64,
     pub follows: u64,
+    pub follows_outputs: u64,
     pub optional: Absent,
     pub not_partial: u64,
     pub merged_first: u64,
@@ -142,6 +143,7 @@ fn rule_over<R>(
         .with_no_grad(o.no_grad)
         .with_grad_ignores(o.grad_ignores)
         .with_follows(o.follows)
+        .with_follows_outputs(o.follows_outputs)
         .with_optional(o.optional)
         .with_not_partial(o.not_partial)
         .with_merged_first(o.merged_first)

@@ -50,6 +50,10 @@ pub struct EinsumRule<'a> {
     /// is the merged layout (rotary embedding's sin, cos and position ids
     /// follow q, k and v).
     pub follows: u64,
+    /// Outputs that follow (bit `o` = output `o`): backward leaves them out
+    /// of its merge, and answers them as the others settle (a debugging
+    /// output whose given layout should not vote).
+    pub follows_outputs: u64,
     /// The tensors that may be absent (optional inputs, and outputs that
     /// exist only with them); see [`Absent`].
     pub optional: Absent,
@@ -84,6 +88,7 @@ impl<'a> EinsumRule<'a> {
             no_grad: 0,
             grad_ignores: 0,
             follows: 0,
+            follows_outputs: 0,
             optional: Absent::NONE,
             not_partial: 0,
             merged_first: 0,
@@ -116,6 +121,12 @@ impl<'a> EinsumRule<'a> {
     /// [`EinsumRule::follows`]).
     pub const fn with_follows(mut self, inputs: u64) -> Self {
         self.follows = inputs;
+        self
+    }
+    /// Declares the outputs that follow the others in backward (see
+    /// [`EinsumRule::follows_outputs`]).
+    pub const fn with_follows_outputs(mut self, outputs: u64) -> Self {
+        self.follows_outputs = outputs;
         self
     }
 

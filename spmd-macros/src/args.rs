@@ -171,8 +171,10 @@ pub struct Rule {
     /// Bit masks over inputs: no gradient / not read by the gradient.
     pub no_grad: u64,
     pub grad_ignores: u64,
-    /// Inputs left out of the forward merge (`follows(..)`).
+    /// Inputs left out of the forward and grad merges, outputs left out of
+    /// the backward merge (`merge(follows(..))`).
     pub follows: u64,
+    pub follows_outputs: u64,
     /// Outputs forward never marks partial (`partial(none(..))`).
     pub not_partial: u64,
     /// Outputs backward merges first (`merge(first(..))`).
@@ -460,12 +462,20 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         raw.grad_ignores.as_ref(),
         raw.inputs.as_ref(),
     );
-    let follows = input_mask(
-        &mut errors,
-        "follows",
-        raw.follows.as_ref(),
-        raw.inputs.as_ref(),
-    );
+    let (follows, follows_outputs) = raw.follows.as_ref().map_or((0, 0), |names| {
+        tensor_positions(
+            &mut errors,
+            "follows",
+            names,
+            raw.inputs.as_ref(),
+            raw.outputs.as_ref(),
+        )
+        .into_iter()
+        .fold((0u64, 0u64), |(i, o), (is_output, k)| match is_output {
+            false => (i | 1 << k, o),
+            true => (i, o | 1 << k),
+        })
+    });
 
     let not_partial = raw.not_partial.as_ref().map_or(0, |names| {
         tensor_positions(
@@ -546,6 +556,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         no_grad,
         grad_ignores,
         follows,
+        follows_outputs,
         not_partial,
         merged_first,
         optional_inputs,

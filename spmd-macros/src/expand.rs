@@ -481,7 +481,7 @@ fn literal_rule(rule: &Rule, n: &Notation, span: Span, policy: &TokenStream) -> 
 fn options(rule: &Rule, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
     let (follows, not_partial) = (rule.follows, rule.not_partial);
-    let merged_first = rule.merged_first;
+    let (merged_first, follows_outputs) = (rule.merged_first, rule.follows_outputs);
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let reduce = &rule.reduce;
     quote! {
@@ -490,6 +490,7 @@ fn options(rule: &Rule, policy: &TokenStream) -> TokenStream {
         .with_no_grad(#no_grad)
         .with_grad_ignores(#grad_ignores)
         .with_follows(#follows)
+        .with_follows_outputs(#follows_outputs)
         .with_optional(__spmd::Absent::new(#oi, #oo))
         .with_not_partial(#not_partial)
         .with_merged_first(#merged_first)
@@ -509,7 +510,7 @@ fn base_rule(rule: &Rule, policy: &TokenStream) -> TokenStream {
 fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
     let (follows, not_partial) = (rule.follows, rule.not_partial);
-    let merged_first = rule.merged_first;
+    let (merged_first, follows_outputs) = (rule.merged_first, rule.follows_outputs);
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let never = &rule.never_sharded;
     let reduce = &rule.reduce;
@@ -527,6 +528,7 @@ fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
             no_grad: #no_grad,
             grad_ignores: #grad_ignores,
             follows: #follows,
+            follows_outputs: #follows_outputs,
             optional: __spmd::Absent::new(#oi, #oo),
             not_partial: #not_partial,
             merged_first: #merged_first,

@@ -90,13 +90,10 @@ pub(crate) fn keep_first_grads(call: &Call<'_>, result: &mut spmd_core::RuleResu
     }
 }
 
-/// `attr` with `dims` replicated, or `None` when none of them was sharded.
-/// Paddle replicates the dims a rule never shards *before* its merge, so
-/// the mesh dims they held stay free for other axes; in docs/semantics.md §4's merge a
-/// never-sharded dim's sharding still claims its mesh dim. Rules whose
-/// fixed dims are all `1` dims choose `UnshardedClaims::Ignore` instead; the
-/// few that free only some dims, or only in some directions, re-run
-/// inference on inputs freed with this.
+/// `attr` with `dims` replicated, or `None` when none of them was sharded
+/// (scatter's grad answers `updates`, which it never reads, as given with
+/// its scattered dim replicated). Freeing dims *before* a merge is not done
+/// with this: rules declare `merge(unsharded_claims = "ignore")`.
 pub(crate) fn replicate_dims(
     attr: &spmd_core::DistAttr,
     dims: &[usize],
