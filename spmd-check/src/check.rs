@@ -891,14 +891,15 @@ impl SpmdRule for RuleRef<'_, '_> {
     fn name(&self) -> &'static str {
         self.0.name
     }
-    fn infer(
+    fn infer_into(
         &self,
         call: &spmd_core::Call<'_>,
         trace: Option<&mut dyn spmd_core::Trace>,
-    ) -> Result<RuleResult, SpmdError> {
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
         match trace {
-            None => self.0.run(call, &mut spmd_core::NoTrace),
-            Some(t) => self.0.run(call, t),
+            None => self.0.run_into(call, &mut spmd_core::NoTrace, result),
+            Some(t) => self.0.run_into(call, t, result),
         }
     }
 }

@@ -20,11 +20,15 @@ impl SpmdRule for Fixed {
     fn name(&self) -> &'static str {
         "fixed"
     }
-    fn infer(&self, _: &Call<'_>, _: Option<&mut dyn Trace>) -> Result<RuleResult, SpmdError> {
-        Ok(RuleResult {
-            inputs: self.inputs.iter().cloned().collect(),
-            outputs: self.outputs.iter().cloned().collect(),
-        })
+    fn infer_into(
+        &self,
+        _: &Call<'_>,
+        _: Option<&mut dyn Trace>,
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
+        result.inputs = self.inputs.iter().cloned().collect();
+        result.outputs = self.outputs.iter().cloned().collect();
+        Ok(())
     }
 }
 
@@ -295,7 +299,12 @@ fn rejections_are_not_unsound() {
         fn name(&self) -> &'static str {
             "refuses"
         }
-        fn infer(&self, _: &Call<'_>, _: Option<&mut dyn Trace>) -> Result<RuleResult, SpmdError> {
+        fn infer_into(
+            &self,
+            _: &Call<'_>,
+            _: Option<&mut dyn Trace>,
+            _: &mut RuleResult,
+        ) -> Result<(), SpmdError> {
             Err(SpmdError::Rejected {
                 op: "refuses",
                 message: "no".into(),

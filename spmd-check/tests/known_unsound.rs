@@ -369,12 +369,14 @@ fn label_smooth_without_a_prior_gathers_the_classes() {
         fn name(&self) -> &'static str {
             self.0.name()
         }
-        fn infer(
+        fn infer_into(
             &self,
             call: &spmd_core::Call<'_>,
             _: Option<&mut dyn spmd_core::Trace>,
-        ) -> Result<RuleResult, SpmdError> {
-            common::by_direction(self, call)
+            result: &mut RuleResult,
+        ) -> Result<(), SpmdError> {
+            *result = common::by_direction(self, call)?;
+            Ok(())
         }
     }
     let eps = 0.25;

@@ -7,8 +7,8 @@ use smallvec::SmallVec;
 use crate::mesh::{MAX_MESH_RANK, MeshDim, MeshSet};
 
 /// How one tensor dim is split: the mesh dims that split it, major to minor.
-/// Empty means replicated; two or more is co-sharding. Equality and hashing
-/// look at the listed mesh dims only, never at spare storage.
+/// Empty means replicated; two or more is co-sharding. Spare storage is
+/// always zero, so equality compares two words rather than two slices.
 #[derive(Clone, Copy, Default)]
 pub struct Sharding {
     len: u8,
@@ -86,7 +86,10 @@ impl Sharding {
     /// This sharding with its last (most minor) mesh dim removed.
     pub fn without_last(&self) -> Sharding {
         let mut s = *self;
-        s.len = s.len.saturating_sub(1);
+        if s.len > 0 {
+            s.len -= 1;
+            s.dims[s.len as usize] = 0;
+        }
         s
     }
     /// Appends a mesh dim (ignored when full).
@@ -99,8 +102,10 @@ impl Sharding {
 }
 
 impl PartialEq for Sharding {
+    #[inline]
     fn eq(&self, other: &Sharding) -> bool {
-        self.as_slice() == other.as_slice()
+        // Spare storage is zero (every constructor keeps it so).
+        self.len == other.len && self.dims == other.dims
     }
 }
 
@@ -454,5 +459,25 @@ pub struct Spec<'a> {
 impl<'a> Spec<'a> {
     pub fn new(shape: &'a [usize], attr: &'a DistAttr) -> Spec<'a> {
         Spec { shape, attr }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sharding;
+
+    #[test]
+    fn equality_ignores_how_a_sharding_was_made() {
+        // Equality compares whole words, so every way to a sharding must
+        // leave the spare storage alike.
+        let two = Sharding::co(&[1, 2]).unwrap();
+        assert_eq!(two.without_last(), Sharding::on(1));
+        assert_eq!(two.without(2), Sharding::on(1));
+        assert_eq!(two.without_last().without_last(), Sharding::REPLICATED);
+        let mut pushed = Sharding::on(1);
+        pushed.push(2);
+        assert_eq!(pushed, two);
+        assert_ne!(Sharding::on(1), Sharding::on(2));
+        assert_ne!(two, Sharding::co(&[2, 1]).unwrap());
     }
 }

@@ -134,14 +134,17 @@ impl SpmdRule for Einsum {
     fn name(&self) -> &'static str {
         "einsum"
     }
-    fn infer(
+    fn infer_into(
         &self,
         call: &crate::op::Call<'_>,
         trace: Option<&mut dyn Trace>,
-    ) -> Result<RuleResult, SpmdError> {
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
         match trace {
-            None => self.rule().run(call, &mut crate::trace::NoTrace),
-            Some(t) => self.rule().run(call, t),
+            None => self
+                .rule()
+                .run_into(call, &mut crate::trace::NoTrace, result),
+            Some(t) => self.rule().run_into(call, t, result),
         }
     }
 }

@@ -32,7 +32,8 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     inputs: &[Spec<'_>],
     absent: impl Presence,
     trace: &mut T,
-) -> Result<RuleResult, SpmdError> {
+    result: &mut RuleResult,
+) -> Result<(), SpmdError> {
     let plan = &rule.plan;
     if trace.enabled() {
         trace.plan(plan);
@@ -106,7 +107,9 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     let given: &[Sharding] = &cx.map.sharding;
     let derived: &[Sharding] = derived_table.as_ref().map_or(given, |d| d);
 
-    let mut result = RuleResult::default();
+    // The caller's result, reused: no large value moves on the way out.
+    result.inputs.clear();
+    result.outputs.clear();
     for (i, spec) in inputs.iter().enumerate() {
         let mapping = if present(i) {
             cx.project(plan.input(i), spec.shape.len(), Some(spec.shape), given)
@@ -175,8 +178,8 @@ pub(crate) fn forward<T: Trace + ?Sized>(
             partial,
         });
     }
-    addend_partials(rule, &mut result, present)?;
-    Ok(result)
+    addend_partials(rule, result, present)?;
+    Ok(())
 }
 
 /// Addends (`+n`) are added once to the true result: where the output is a
@@ -230,7 +233,8 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     outputs: &[Spec<'_>],
     absent: impl Presence,
     trace: &mut T,
-) -> Result<RuleResult, SpmdError> {
+    result: &mut RuleResult,
+) -> Result<(), SpmdError> {
     let plan = &rule.plan;
     if trace.enabled() {
         trace.plan(plan);
@@ -367,7 +371,9 @@ pub(crate) fn backward<T: Trace + ?Sized>(
         cx.trace_missing_axes(input_shapes, trace);
     }
     let input_axes = cx.input_axes();
-    let mut result = RuleResult::default();
+    // The caller's result, reused: no large value moves on the way out.
+    result.inputs.clear();
+    result.outputs.clear();
     // A partial explained by the inputs goes on the first present input
     // (linear in each operand) or on every one (aligned), as forward keeps it.
     let aligned = rule.policy.conflicts == Conflicts::Align;
@@ -415,8 +421,8 @@ pub(crate) fn backward<T: Trace + ?Sized>(
             partial,
         });
     }
-    addend_partials(rule, &mut result, input_present)?;
-    Ok(result)
+    addend_partials(rule, result, input_present)?;
+    Ok(())
 }
 
 /// Grad inference: one merge over the grad op's operands (the forward
@@ -433,7 +439,8 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     output_grads: &[Spec<'_>],
     absent: impl Presence,
     trace: &mut T,
-) -> Result<RuleResult, SpmdError> {
+    result: &mut RuleResult,
+) -> Result<(), SpmdError> {
     let plan = &rule.plan;
     if trace.enabled() {
         trace.plan(plan);
@@ -561,7 +568,9 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     let given: &[Sharding] = &cx.map.sharding;
     let derived: &[Sharding] = derived_table.as_ref().map_or(given, |d| d);
 
-    let mut result = RuleResult::default();
+    // The caller's result, reused: no large value moves on the way out.
+    result.inputs.clear();
+    result.outputs.clear();
     for (t, term, input, spec) in every() {
         let mapping = if !present(t) {
             absent_mapping(term)
@@ -637,7 +646,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
             partial,
         });
     }
-    Ok(result)
+    Ok(())
 }
 
 /// Whether bit `i` of a per-tensor mask is set (tensors past 64 have none).

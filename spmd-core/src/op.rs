@@ -149,6 +149,7 @@ impl<'c> Call<'c> {
         }
     }
 
+    #[inline]
     pub fn mesh(&self) -> &'c Mesh {
         match *self {
             Call::Forward { mesh, .. } | Call::Backward { mesh, .. } | Call::Grad { mesh, .. } => {
@@ -156,14 +157,17 @@ impl<'c> Call<'c> {
             }
         }
     }
+    #[inline]
     pub fn is_forward(&self) -> bool {
         matches!(self, Call::Forward { .. })
     }
+    #[inline]
     pub fn is_backward(&self) -> bool {
         matches!(self, Call::Backward { .. })
     }
 
     /// The absent tensors of this call.
+    #[inline]
     pub fn absent(&self) -> Absent {
         match *self {
             Call::Forward { absent, .. }
@@ -174,6 +178,7 @@ impl<'c> Call<'c> {
 
     /// Whether forward input `i` is an absent optional tensor (`case(when =
     /// call.input_absent(1), ..)` picks a notation for a call without it).
+    #[inline]
     pub fn input_absent(&self, i: usize) -> bool {
         match self.input_slot(i) {
             Some(k) => self.absent().input(k),
@@ -183,6 +188,7 @@ impl<'c> Call<'c> {
 
     /// Where forward input `i` is in the call's inputs: `i` itself, except
     /// in a grad call whose signature reorders or leaves it out.
+    #[inline]
     fn input_slot(&self, i: usize) -> Option<usize> {
         match *self {
             Call::Grad {
@@ -194,6 +200,7 @@ impl<'c> Call<'c> {
 
     /// The rank of input `i`, whichever the direction (`case(when = ..)` can
     /// pick a notation by rank: `call.input_rank(0) == Some(1)`).
+    #[inline]
     pub fn input_rank(&self, i: usize) -> Option<usize> {
         self.input_shape(i).map(<[usize]>::len)
     }
@@ -201,6 +208,7 @@ impl<'c> Call<'c> {
     /// The shape of output `o`, whichever the direction: in forward, when
     /// the call carries the outputs' shapes; in grad, from its grad or (when
     /// the grad op takes it) its value.
+    #[inline]
     pub fn output_shape(&self, o: usize) -> Option<&'c [usize]> {
         match *self {
             Call::Forward {
@@ -240,6 +248,7 @@ impl<'c> Call<'c> {
 
     /// How many outputs the call gives (shapes or specs); 0 for a forward
     /// call without the outputs' shapes.
+    #[inline]
     pub fn n_outputs(&self) -> usize {
         match *self {
             Call::Forward { output_shapes, .. } => output_shapes.len(),
@@ -250,6 +259,7 @@ impl<'c> Call<'c> {
 
     /// The shape of input `i`, whichever the direction; `None` when the call
     /// has no input `i` or it is absent.
+    #[inline]
     pub fn input_shape(&self, i: usize) -> Option<&'c [usize]> {
         if self.input_absent(i) {
             return None;

@@ -170,12 +170,15 @@ impl<'a> EinsumRule<'a> {
     }
 
     /// Answers a call in any direction (the engine's one entry point): the
-    /// absent tensors and the grad op's tensors are read off the call.
-    pub fn run<T: Trace + ?Sized>(
+    /// absent tensors and the grad op's tensors are read off the call. The
+    /// answer is written into `result` (cleared first), which a caller that
+    /// asks many questions reuses.
+    pub fn run_into<T: Trace + ?Sized>(
         &self,
         call: &Call<'_>,
         trace: &mut T,
-    ) -> Result<RuleResult, SpmdError> {
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
         use crate::infer;
         match *call {
             Call::Forward {
@@ -183,27 +186,27 @@ impl<'a> EinsumRule<'a> {
                 inputs,
                 absent,
                 ..
-            } if absent.is_none() => infer::forward(self, mesh, inputs, AllPresent, trace),
+            } if absent.is_none() => infer::forward(self, mesh, inputs, AllPresent, trace, result),
             Call::Forward {
                 mesh,
                 inputs,
                 absent,
                 ..
-            } => infer::forward(self, mesh, inputs, absent, trace),
+            } => infer::forward(self, mesh, inputs, absent, trace, result),
             Call::Backward {
                 mesh,
                 input_shapes,
                 outputs,
                 absent,
             } if absent.is_none() => {
-                infer::backward(self, mesh, input_shapes, outputs, AllPresent, trace)
+                infer::backward(self, mesh, input_shapes, outputs, AllPresent, trace, result)
             }
             Call::Backward {
                 mesh,
                 input_shapes,
                 outputs,
                 absent,
-            } => infer::backward(self, mesh, input_shapes, outputs, absent, trace),
+            } => infer::backward(self, mesh, input_shapes, outputs, absent, trace, result),
             Call::Grad {
                 mesh,
                 inputs,
@@ -211,7 +214,7 @@ impl<'a> EinsumRule<'a> {
                 absent,
                 ..
             } if absent.is_none() => {
-                infer::grad(self, mesh, inputs, output_grads, AllPresent, trace)
+                infer::grad(self, mesh, inputs, output_grads, AllPresent, trace, result)
             }
             Call::Grad {
                 mesh,
@@ -219,13 +222,31 @@ impl<'a> EinsumRule<'a> {
                 output_grads,
                 absent,
                 ..
-            } => infer::grad(self, mesh, inputs, output_grads, absent, trace),
+            } => infer::grad(self, mesh, inputs, output_grads, absent, trace, result),
         }
+    }
+
+    /// [`EinsumRule::run_into`], answered by value.
+    pub fn run<T: Trace + ?Sized>(
+        &self,
+        call: &Call<'_>,
+        trace: &mut T,
+    ) -> Result<RuleResult, SpmdError> {
+        answer(|r| self.run_into(call, trace, r))
     }
 
     /// Forward inference: the inputs' specs give the requirements and outputs.
     pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(self, mesh, inputs, AllPresent, &mut crate::trace::NoTrace)
+        answer(|r| {
+            crate::infer::forward(
+                self,
+                mesh,
+                inputs,
+                AllPresent,
+                &mut crate::trace::NoTrace,
+                r,
+            )
+        })
     }
 
     /// Forward inference where the tensors `absent` names are absent: their
@@ -237,7 +258,7 @@ impl<'a> EinsumRule<'a> {
         inputs: &[Spec<'_>],
         absent: Absent,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(self, mesh, inputs, absent, &mut crate::trace::NoTrace)
+        answer(|r| crate::infer::forward(self, mesh, inputs, absent, &mut crate::trace::NoTrace, r))
     }
 
     /// Forward inference with absent optional inputs as `None` (see
@@ -271,14 +292,17 @@ impl<'a> EinsumRule<'a> {
         input_shapes: &[&[usize]],
         outputs: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::backward(
-            self,
-            mesh,
-            input_shapes,
-            outputs,
-            AllPresent,
-            &mut crate::trace::NoTrace,
-        )
+        answer(|r| {
+            crate::infer::backward(
+                self,
+                mesh,
+                input_shapes,
+                outputs,
+                AllPresent,
+                &mut crate::trace::NoTrace,
+                r,
+            )
+        })
     }
 
     /// Backward inference with absent tensors (see [`EinsumRule::forward_absent`]).
@@ -289,14 +313,17 @@ impl<'a> EinsumRule<'a> {
         outputs: &[Spec<'_>],
         absent: Absent,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::backward(
-            self,
-            mesh,
-            input_shapes,
-            outputs,
-            absent,
-            &mut crate::trace::NoTrace,
-        )
+        answer(|r| {
+            crate::infer::backward(
+                self,
+                mesh,
+                input_shapes,
+                outputs,
+                absent,
+                &mut crate::trace::NoTrace,
+                r,
+            )
+        })
     }
 
     /// Backward inference with absent optional tensors as `None`.
@@ -324,14 +351,17 @@ impl EinsumRule<'_> {
         inputs: &[Spec<'_>],
         output_grads: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::grad(
-            self,
-            mesh,
-            inputs,
-            output_grads,
-            AllPresent,
-            &mut crate::trace::NoTrace,
-        )
+        answer(|r| {
+            crate::infer::grad(
+                self,
+                mesh,
+                inputs,
+                output_grads,
+                AllPresent,
+                &mut crate::trace::NoTrace,
+                r,
+            )
+        })
     }
 
     /// Grad inference with absent tensors (see [`EinsumRule::forward_absent`]):
@@ -344,14 +374,17 @@ impl EinsumRule<'_> {
         output_grads: &[Spec<'_>],
         absent: Absent,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::grad(
-            self,
-            mesh,
-            inputs,
-            output_grads,
-            absent,
-            &mut crate::trace::NoTrace,
-        )
+        answer(|r| {
+            crate::infer::grad(
+                self,
+                mesh,
+                inputs,
+                output_grads,
+                absent,
+                &mut crate::trace::NoTrace,
+                r,
+            )
+        })
     }
 
     /// Grad inference with absent optional tensors as `None`.
@@ -373,7 +406,7 @@ impl EinsumRule<'_> {
         inputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::forward(self, mesh, inputs, AllPresent, trace)
+        answer(|r| crate::infer::forward(self, mesh, inputs, AllPresent, trace, r))
     }
 
     /// [`EinsumRule::backward`], reporting each step to `trace`.
@@ -384,7 +417,7 @@ impl EinsumRule<'_> {
         outputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::backward(self, mesh, input_shapes, outputs, AllPresent, trace)
+        answer(|r| crate::infer::backward(self, mesh, input_shapes, outputs, AllPresent, trace, r))
     }
 
     /// [`EinsumRule::grad`], reporting each step to `trace`.
@@ -395,16 +428,28 @@ impl EinsumRule<'_> {
         output_grads: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        crate::infer::grad(self, mesh, inputs, output_grads, AllPresent, trace)
+        answer(|r| crate::infer::grad(self, mesh, inputs, output_grads, AllPresent, trace, r))
     }
+}
+
+/// Runs `f` on a fresh result and returns it: the by-value form of the
+/// engine's `_into` entry points.
+#[inline]
+fn answer(
+    f: impl FnOnce(&mut RuleResult) -> Result<(), SpmdError>,
+) -> Result<RuleResult, SpmdError> {
+    let mut r = RuleResult::default();
+    f(&mut r)?;
+    Ok(r)
 }
 
 /// A sharding rule as registries and generic callers see it. Object safe; every
 /// implementation is `Send + Sync` so one registry serves many threads.
 ///
-/// One method does the work: [`SpmdRule::infer`] answers a [`Call`] (its
-/// direction, tensors, absent tensors and output shapes), reporting each step
-/// to a trace when one is given. Every other method is provided on top of it.
+/// One method does the work: [`SpmdRule::infer_into`] answers a [`Call`]
+/// (its direction, tensors, absent tensors and output shapes) into the
+/// caller's result, reporting each step to a trace when one is given. Every
+/// other method is provided on top of it.
 ///
 /// ```
 /// use spmd_core::{Call, DistAttr, Mesh, RuleResult, Spec, SpmdError, SpmdRule, Trace};
@@ -416,14 +461,18 @@ impl EinsumRule<'_> {
 ///     fn name(&self) -> &'static str {
 ///         "gather_all"
 ///     }
-///     fn infer(&self, call: &Call<'_>, _: Option<&mut dyn Trace>) -> Result<RuleResult, SpmdError> {
+///     fn infer_into(
+///         &self,
+///         call: &Call<'_>,
+///         _: Option<&mut dyn Trace>,
+///         r: &mut RuleResult,
+///     ) -> Result<(), SpmdError> {
 ///         let rank = |s: &Spec<'_>| DistAttr::replicated(s.shape.len());
-///         let mut r = RuleResult::default();
 ///         if let Call::Forward { inputs, .. } = call {
 ///             r.inputs = inputs.iter().map(rank).collect();
 ///             r.outputs = inputs.iter().take(1).map(rank).collect();
 ///         }
-///         Ok(r)
+///         Ok(())
 ///     }
 /// }
 ///
@@ -436,18 +485,42 @@ pub trait SpmdRule: Send + Sync {
     /// The registry name (Paddle's name for built-ins).
     fn name(&self) -> &'static str;
 
-    /// Answers `call`, reporting each step to `trace` when one is given
-    /// (`None`: untraced, at no cost).
+    /// Answers `call` into `result` (cleared first; a caller asking many
+    /// questions reuses one), reporting each step to `trace` when one is
+    /// given (`None`: untraced, at no cost).
+    fn infer_into(
+        &self,
+        call: &Call<'_>,
+        trace: Option<&mut dyn Trace>,
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError>;
+
+    /// Answers `call` (see [`SpmdRule::infer_into`]), by value.
+    #[inline]
     fn infer(
         &self,
         call: &Call<'_>,
         trace: Option<&mut dyn Trace>,
-    ) -> Result<RuleResult, SpmdError>;
+    ) -> Result<RuleResult, SpmdError> {
+        answer(|r| self.infer_into(call, trace, r))
+    }
 
     /// Forward inference (see [`EinsumRule::forward`]).
     #[inline]
     fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
         self.infer(&Call::forward(mesh, inputs), None)
+    }
+
+    /// Forward inference into the caller's `result`: what a search that
+    /// asks millions of questions calls, moving no result around.
+    #[inline]
+    fn forward_into(
+        &self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
+        self.infer_into(&Call::forward(mesh, inputs), None, result)
     }
 
     /// Backward inference (see [`EinsumRule::backward`]).
@@ -580,14 +653,15 @@ impl SpmdRule for EinsumRule<'static> {
         self.name
     }
     #[inline]
-    fn infer(
+    fn infer_into(
         &self,
         call: &Call<'_>,
         trace: Option<&mut dyn Trace>,
-    ) -> Result<RuleResult, SpmdError> {
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
         match trace {
-            None => self.run(call, &mut crate::trace::NoTrace),
-            Some(t) => self.run(call, t),
+            None => self.run_into(call, &mut crate::trace::NoTrace, result),
+            Some(t) => self.run_into(call, t, result),
         }
     }
 }

@@ -112,6 +112,7 @@ impl<'a> GradSignature<'a> {
     }
 
     /// Where forward tensor `t` is among the grad call's inputs, when given.
+    #[inline]
     pub fn position(&self, t: GradTensor, n_inputs: usize) -> Option<usize> {
         match (self.tensors, t) {
             (None, GradTensor::Input(i)) => ((i as usize) < n_inputs).then_some(i as usize),
@@ -121,6 +122,7 @@ impl<'a> GradSignature<'a> {
     }
 
     /// Where the grad of output `o` is among the grad call's grads, when given.
+    #[inline]
     pub fn grad_position(&self, o: usize, n_outputs: usize) -> Option<usize> {
         match self.grads {
             None => (o < n_outputs).then_some(o),

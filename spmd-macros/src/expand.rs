@@ -221,7 +221,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
     let adjust = rule
         .adjust
         .as_ref()
-        .map(|p| quote!(#p(self, &call, &mut result)?;));
+        .map(|p| quote!(#p(self, &call, result)?;));
     let (attr_names, from_attrs) = from_attrs(rule);
     let grad_signature = grad_signature(rule);
     let (input_names, output_names) = (&rule.input_names, &rule.output_names);
@@ -265,18 +265,17 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         }
     };
     // One entry point for every direction: the call says which, with its
-    // absent tensors and output shapes. The untraced path runs the engine
+    // absent tensors and output shapes; the answer goes into the caller's
+    // result, which no layer moves. The untraced path runs the engine
     // with the static `NoTrace`, so tracing costs it nothing.
     let body = |trace: TokenStream| {
-        let run = with_rule(quote!(run(&call, #trace)));
+        let run = with_rule(quote!(run_into(&call, #trace, result)));
         match &adjust {
             Some(adjust) => quote! {{
-                let mut result = #run?;
+                #run?;
                 #adjust
-                __spmd::Ok(result)
+                __spmd::Ok(())
             }},
-            // Without an adjust hook the result is returned as it is: no
-            // extra move of the (large) result through a local.
             None => run,
         }
     };
@@ -296,11 +295,12 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 __NAME
             }
             #[inline]
-            fn infer(
+            fn infer_into(
                 &self,
                 call: &__spmd::Call<'_>,
                 trace: __spmd::Option<&mut dyn __spmd::Trace>,
-            ) -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> {
+                result: &mut __spmd::RuleResult,
+            ) -> __spmd::Result<(), __spmd::SpmdError> {
                 // A grad call's tensors are read in this rule's grad signature.
                 let call: __spmd::Call<'_> = call.with_grad_signature(__GRAD_SIGNATURE);
                 #needs_shapes
@@ -688,8 +688,8 @@ fn fallback(args: &TokenStream, item: &ItemStruct, errors: TokenStream) -> Token
             }
             impl __spmd::SpmdRule for #ident {
                 fn name(&self) -> &'static str { #name }
-                fn infer(&self, call: &__spmd::Call<'_>, trace: __spmd::Option<&mut dyn __spmd::Trace>)
-                    -> __spmd::Result<__spmd::RuleResult, __spmd::SpmdError> { #stub }
+                fn infer_into(&self, call: &__spmd::Call<'_>, trace: __spmd::Option<&mut dyn __spmd::Trace>, result: &mut __spmd::RuleResult)
+                    -> __spmd::Result<(), __spmd::SpmdError> { #stub }
             }
         };
     });

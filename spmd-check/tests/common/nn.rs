@@ -270,11 +270,12 @@ impl SpmdRule for Absent<'_> {
     }
     /// The same call with the absent slots marked (they already hold the
     /// checker's placeholders).
-    fn infer(
+    fn infer_into(
         &self,
         call: &spmd_core::Call<'_>,
         trace: Option<&mut dyn spmd_core::Trace>,
-    ) -> Result<RuleResult, SpmdError> {
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
         use spmd_core::{Absent, Call};
         let absent = match call {
             Call::Forward { .. } => Absent::new(self.forward, 0),
@@ -282,6 +283,6 @@ impl SpmdRule for Absent<'_> {
             _ => Absent::new(self.grad, self.outputs),
         };
         let call = call.with_absent(absent);
-        self.rule.infer(&call, trace)
+        self.rule.infer_into(&call, trace, result)
     }
 }
