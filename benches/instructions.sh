@@ -4,19 +4,26 @@
 # divided by 10,000, so start-up and the one-time check cancel. Instruction
 # counts do not move with the machine's load, unlike wall time.
 #
-#   benches/instructions.sh            every case
+#   benches/instructions.sh            every case, results returned by value
 #   benches/instructions.sh sum_forward softmax_forward
+#   benches/instructions.sh --into     answered into one reused result
+#                                      (SpmdRule::infer_into), as a search does
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 2; }
 cargo build --release --quiet --example calls
 bin=target/release/examples/calls
+mode=
+if [ "${1:-}" = "--into" ]; then
+    mode=into
+    shift
+fi
 cases=("$@")
 if [ ${#cases[@]} -eq 0 ]; then
     mapfile -t cases < <("$bin" --list)
 fi
 count() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 \
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" $mode 2>&1 \
         | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 printf '%-26s %s\n' case instructions/call

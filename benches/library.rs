@@ -56,3 +56,37 @@ fn bench(bencher: Bencher, name: &str) {
 fn library(bencher: Bencher, name: &str) {
     bench(bencher, name);
 }
+
+/// The same calls answered into one reused result (`SpmdRule::infer_into`),
+/// as a search asking many questions calls them: no result is built or
+/// moved per call.
+#[divan::bench(
+    sample_count = SAMPLES,
+    sample_size = SIZE,
+    args = [
+        "matmul_forward", "matmul_backward",
+        "add_broadcast_forward", "add_broadcast_backward",
+        "embedding_forward", "embedding_backward",
+        "sum_forward", "sum_backward",
+        "softmax_forward", "softmax_backward",
+        "reshape_forward", "reshape_backward",
+        "layer_norm_forward", "layer_norm_backward",
+    ]
+)]
+fn library_into(bencher: Bencher, name: &str) {
+    let case = cases::by_name(name).expect("a case of benches/common/cases.rs");
+    case.check();
+    let mesh = cases::mesh();
+    let mut out = spmd_core::RuleResult::default();
+    case.with_specs(|specs, shapes| {
+        bencher.bench_local(|| {
+            black_box(case.call_into(
+                black_box(&mesh),
+                black_box(specs),
+                black_box(shapes),
+                &mut out,
+            ))
+            .expect("the case answers");
+        })
+    });
+}

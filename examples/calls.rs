@@ -2,7 +2,8 @@
 //! under callgrind to count instructions per call (the difference of two
 //! runs, so that start-up costs cancel).
 //!
-//! `cargo run --release --example calls -- CASE N` (`--list` names the cases).
+//! `cargo run --release --example calls -- CASE N [into]` (`--list` names
+//! the cases; `into` answers into one reused result).
 
 #[path = "../benches/common/cases.rs"]
 mod cases;
@@ -30,13 +31,29 @@ fn main() {
     };
     case.check();
     let mesh = cases::mesh();
+    // `into`: answer into one reused result (`SpmdRule::infer_into`), as a
+    // search does; by default each call returns its result by value.
+    let into = args.get(2).map(String::as_str) == Some("into");
     case.with_specs(|specs, shapes| {
-        for _ in 0..n {
-            drop(black_box(case.call(
-                black_box(&mesh),
-                black_box(specs),
-                black_box(shapes),
-            )));
+        if into {
+            let mut out = spmd_core::RuleResult::default();
+            for _ in 0..n {
+                black_box(case.call_into(
+                    black_box(&mesh),
+                    black_box(specs),
+                    black_box(shapes),
+                    &mut out,
+                ))
+                .expect("the case answers");
+            }
+        } else {
+            for _ in 0..n {
+                drop(black_box(case.call(
+                    black_box(&mesh),
+                    black_box(specs),
+                    black_box(shapes),
+                )));
+            }
         }
     });
 }

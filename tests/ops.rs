@@ -521,3 +521,36 @@ fn flash_attention_grad_lets_out_place_the_heads() {
     // q, k, v and the mask have grads; the integer seed has none.
     assert_eq!(r.outputs.len(), 4);
 }
+
+#[test]
+fn a_template_rebinds_when_the_attributes_or_the_ranks_change() {
+    // A template's last binding is reused for a call like the last one; a
+    // call that differs in an attribute or a rank must not see it.
+    let m = mesh(&[2, 2]);
+    let x2 = attr(&[0, 1]);
+    let x3 = attr(&[0, 1, -1]);
+    let on = |axis: i64, shape: &[usize], x: &DistAttr| {
+        let r = build("softmax", Attrs::new().with("axis", axis))
+            .forward(&m, &[Spec::new(shape, x)])
+            .unwrap();
+        r.inputs[0].to_string()
+    };
+    for _ in 0..2 {
+        assert_eq!(on(-1, &[4, 8], &x2), "[0, -1]");
+        assert_eq!(on(-1, &[4, 8], &x2), "[0, -1]");
+        assert_eq!(on(0, &[4, 8], &x2), "[-1, 1]");
+        assert_eq!(on(-1, &[4, 8, 2], &x3), "[0, 1, -1]");
+        assert_eq!(on(1, &[4, 8, 2], &x3), "[0, -1, -1]");
+    }
+    // The same list in another order is another permutation.
+    let t = |perm: Vec<i64>| {
+        build("transpose", Attrs::new().with("perm", perm))
+            .forward(&m, &[Spec::new(&[4, 8, 2], &x3)])
+            .unwrap()
+            .outputs[0]
+            .to_string()
+    };
+    assert_eq!(t(vec![2, 0, 1]), "[-1, 0, 1]");
+    assert_eq!(t(vec![1, 0, 2]), "[1, 0, -1]");
+    assert_eq!(t(vec![2, 0, 1]), "[-1, 0, 1]");
+}

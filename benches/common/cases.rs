@@ -5,7 +5,7 @@
 //! with `[8, 1024, 512]`-sized tensors on a 2x4 mesh, and checked once so
 //! that no measurement runs an error path.
 
-use spmd_core::{Attrs, DistAttr, Mesh, RuleResult, Spec, SpmdError, SpmdRule};
+use spmd_core::{Attrs, Call, DistAttr, Mesh, RuleResult, Spec, SpmdError, SpmdRule};
 
 pub enum Direction {
     Forward,
@@ -94,6 +94,23 @@ impl Case {
             Direction::Forward => self.op.forward(mesh, specs),
             Direction::Backward => self.op.backward(mesh, shapes, specs),
         }
+    }
+
+    /// One call answered into `out`, which the caller reuses: the API a
+    /// search that asks many questions calls.
+    #[inline(always)]
+    pub fn call_into(
+        &self,
+        mesh: &Mesh,
+        specs: &[Spec<'_>],
+        shapes: &[&[usize]],
+        out: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
+        let call = match self.direction {
+            Direction::Forward => Call::forward(mesh, specs),
+            Direction::Backward => Call::backward(mesh, shapes, specs),
+        };
+        self.op.infer_into(&call, None, out)
     }
 
     /// Panics unless the call answers what the case expects.

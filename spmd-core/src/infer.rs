@@ -336,15 +336,21 @@ pub(crate) fn backward<T: Trace + ?Sized>(
             .enumerate()
             .filter(move |(o, _)| output_present(*o))
     };
-    // The outputs declared `merged_first`, then the others, each in order;
-    // outputs that follow take no part.
-    let first = |o: &(usize, &Spec<'_>)| has_bit(rule.merged_first, o.0);
-    let ordered = present_outputs()
-        .filter(first)
-        .chain(present_outputs().filter(|o| !first(o)))
-        .filter(|o| !has_bit(rule.follows_outputs, o.0));
-    for (o, spec) in ordered {
-        cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
+    if rule.merged_first == 0 && rule.follows_outputs == 0 {
+        for (o, spec) in present_outputs() {
+            cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
+        }
+    } else {
+        // The outputs declared `merged_first`, then the others, each in
+        // order; outputs that follow take no part.
+        let first = |o: &(usize, &Spec<'_>)| has_bit(rule.merged_first, o.0);
+        let ordered = present_outputs()
+            .filter(first)
+            .chain(present_outputs().filter(|o| !first(o)))
+            .filter(|o| !has_bit(rule.follows_outputs, o.0));
+        for (o, spec) in ordered {
+            cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
+        }
     }
     cx.resolve(trace)?;
     // Given side: the outputs; derived side: the inputs.

@@ -29,6 +29,7 @@ extern crate self as spmd_core;
 pub mod __private;
 mod attr;
 mod attrs;
+mod binding;
 #[cfg(feature = "std")]
 mod cache;
 mod einsum;

@@ -9,7 +9,6 @@ pub use core::result::Result::{self, Err, Ok};
 pub use crate::cache::{NotationCache, cached_notation};
 pub use alloc::rc::Rc;
 pub use smallvec::SmallVec;
-use spmd_notation::PlanBuf;
 pub use spmd_notation::{AxisId, AxisSet, Dim, Fate, Item, Plan, Pos, Select, Template, Term};
 
 pub use crate::template::{IntoPos, Positions};
@@ -51,13 +50,16 @@ pub fn runtime_rule<R>(
 
 /// Binds a template for this call (docs/semantics.md §3) and runs `f` on
 /// `base` (every option of the rule, made at compile time) over the bound
-/// plan: no text is built or parsed, nothing allocated. `reduce`: a reduce
-/// type read from the attributes; `reduce_axes`: per-label overrides.
+/// plan: no text is built or parsed, nothing allocated, and a call like the
+/// last one reuses its binding (`slot`, one per template). `reduce`: a
+/// reduce type read from the attributes; `reduce_axes`: per-label overrides.
+#[allow(clippy::too_many_arguments)]
 pub fn bound_rule<R>(
     base: &EinsumRule<'static>,
     reduce: Option<ReduceType>,
     reduce_axes: &[(char, ReduceType)],
     template: &Template<'static>,
+    slot: &'static impl BindingSlot,
     selections: &[Pos<'_>],
     call: &Call<'_>,
     f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
@@ -70,8 +72,9 @@ pub fn bound_rule<R>(
             call.output_shape(t - n_in).map(<[usize]>::len)
         }
     };
-    with_scratch(|bound| {
-        spmd_notation::bind_into(bound, template, selections, rank)
+    slot.with_binding(|binding| {
+        let bound = binding
+            .bind(template, selections, rank)
             .map_err(|e| crate::template::bind_error(base.name, template, call, e))?;
         let plan = bound.plan();
         // A label may be missing from a binding (the selected dim of a 0-d
@@ -92,25 +95,6 @@ pub fn bound_rule<R>(
         };
         f(&rule)
     })
-}
-
-/// Runs `f` on a binding buffer: the thread's own (making one costs more
-/// than a binding), or a fresh one when a hook binds inside a binding.
-#[cfg(feature = "std")]
-fn with_scratch<R>(f: impl FnOnce(&mut PlanBuf<'static>) -> R) -> R {
-    use core::cell::RefCell;
-    std::thread_local! {
-        static SCRATCH: RefCell<PlanBuf<'static>> = RefCell::new(PlanBuf::new(""));
-    }
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buf) => f(&mut buf),
-        Err(_) => f(&mut PlanBuf::new("")),
-    })
-}
-
-#[cfg(not(feature = "std"))]
-fn with_scratch<R>(f: impl FnOnce(&mut PlanBuf<'static>) -> R) -> R {
-    f(&mut PlanBuf::new(""))
 }
 
 /// The rule over a notation built at run time, with the options resolved by label.
@@ -172,7 +156,9 @@ macro_rules! __spmd_submit_rule {
     ($ty:ty) => {};
 }
 
+pub use crate::__spmd_binding_slot as binding_slot;
 pub use crate::__spmd_submit_rule as submit_rule;
+pub use crate::binding::{Binding, BindingSlot, NoSlot};
 #[cfg(feature = "inventory")]
 pub use crate::registry::Collected;
 #[cfg(feature = "inventory")]

@@ -88,8 +88,12 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                     }
                     Form::Template(t) => {
                         let c = syn::Ident::new(&format!("__TEMPLATE_{i}"), Span::call_site());
+                        let slot = syn::Ident::new(&format!("__BINDING_{i}"), Span::call_site());
                         let expr = template(t, &rule.never_sharded, l.lit.span());
-                        consts.extend(quote!(const #c: __spmd::Template<'static> = #expr;));
+                        consts.extend(quote! {
+                            const #c: __spmd::Template<'static> = #expr;
+                            __spmd::binding_slot!(#slot);
+                        });
                     }
                 }
             }
@@ -149,9 +153,11 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                         }
                         Some(sels) => {
                             let c = syn::Ident::new(&format!("__TEMPLATE_{i}"), Span::call_site());
+                            let slot =
+                                syn::Ident::new(&format!("__BINDING_{i}"), Span::call_site());
                             quote! {{
                                 let __selections = [#(#sels),*];
-                                __spmd::bound_rule(&__RULE_BASE, #reduce_now, #reduce_axes, &#c, &__selections, &call, |rule| rule.#call)
+                                __spmd::bound_rule(&__RULE_BASE, #reduce_now, #reduce_axes, &#c, &#slot, &__selections, &call, |rule| rule.#call)
                             }}
                         }
                     };

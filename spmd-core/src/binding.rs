@@ -1,0 +1,177 @@
+//! The last binding of a template, kept per template and thread: a call that
+//! binds the same template for the same ranks and attribute values as the
+//! one before it (a search asking about one op again and again) reuses the
+//! plan instead of binding it anew. Binding is pure, so nothing else can
+//! differ; a call that differs binds into the same buffer.
+
+use spmd_notation::{BindError, MAX_BOUND_TERMS, PlanBuf, Pos, Template};
+
+/// At most this many selectors, and this many values per list selector, are
+/// remembered; a template or call beyond them binds every time.
+const KEY_SELECTORS: usize = 4;
+const KEY_LIST: usize = 8;
+
+/// A selection value as remembered.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KeyPos {
+    Int(i64),
+    All,
+    List { len: u8, values: [i64; KEY_LIST] },
+}
+
+impl KeyPos {
+    fn of(p: Pos<'_>) -> Option<KeyPos> {
+        Some(match p {
+            Pos::Int(v) => KeyPos::Int(v),
+            Pos::All => KeyPos::All,
+            Pos::List(l) if l.len() <= KEY_LIST => {
+                let mut values = [0; KEY_LIST];
+                values[..l.len()].copy_from_slice(l);
+                KeyPos::List {
+                    len: l.len() as u8,
+                    values,
+                }
+            }
+            Pos::List(_) => return None,
+        })
+    }
+
+    fn is(&self, p: Pos<'_>) -> bool {
+        match (*self, p) {
+            (KeyPos::Int(a), Pos::Int(b)) => a == b,
+            (KeyPos::All, Pos::All) => true,
+            (KeyPos::List { len, values }, Pos::List(l)) => values[..len as usize] == *l,
+            _ => false,
+        }
+    }
+}
+
+/// What a binding was made for: each term's rank and each selection.
+#[derive(Clone, Copy)]
+struct Key {
+    n_terms: u8,
+    /// `u32::MAX`: the tensor is not in the call.
+    ranks: [u32; MAX_BOUND_TERMS],
+    n_sels: u8,
+    sels: [KeyPos; KEY_SELECTORS],
+}
+
+/// One template's last binding.
+pub struct Binding {
+    buf: PlanBuf<'static>,
+    key: Option<Key>,
+}
+
+impl Default for Binding {
+    fn default() -> Self {
+        Binding {
+            buf: PlanBuf::new(""),
+            key: None,
+        }
+    }
+}
+
+fn encode(rank: Option<usize>) -> Option<u32> {
+    match rank {
+        None => Some(u32::MAX),
+        Some(r) => u32::try_from(r).ok().filter(|&r| r != u32::MAX),
+    }
+}
+
+impl Binding {
+    /// The plan of `t` for these selections and ranks: the last one when
+    /// they are the last call's, else bound now.
+    pub(crate) fn bind(
+        &mut self,
+        t: &Template<'static>,
+        sels: &[Pos<'_>],
+        rank: impl Fn(usize) -> Option<usize>,
+    ) -> Result<&PlanBuf<'static>, BindError> {
+        let n_terms = t.terms.len();
+        if let Some(k) = &self.key
+            && usize::from(k.n_terms) == n_terms
+            && usize::from(k.n_sels) == sels.len()
+            && (0..n_terms).all(|i| encode(rank(i)) == Some(k.ranks[i]))
+            && sels.iter().zip(&k.sels).all(|(&p, kp)| kp.is(p))
+        {
+            return Ok(&self.buf);
+        }
+        self.key = None;
+        spmd_notation::bind_into(&mut self.buf, t, sels, &rank)?;
+        self.key = Self::key(n_terms, sels, &rank);
+        Ok(&self.buf)
+    }
+
+    fn key(
+        n_terms: usize,
+        sels: &[Pos<'_>],
+        rank: &impl Fn(usize) -> Option<usize>,
+    ) -> Option<Key> {
+        if n_terms > MAX_BOUND_TERMS || sels.len() > KEY_SELECTORS {
+            return None;
+        }
+        let mut key = Key {
+            n_terms: n_terms as u8,
+            ranks: [u32::MAX; MAX_BOUND_TERMS],
+            n_sels: sels.len() as u8,
+            sels: [KeyPos::All; KEY_SELECTORS],
+        };
+        for i in 0..n_terms {
+            key.ranks[i] = encode(rank(i))?;
+        }
+        for (slot, &p) in key.sels.iter_mut().zip(sels) {
+            *slot = KeyPos::of(p)?;
+        }
+        Some(key)
+    }
+}
+
+/// Where a rule keeps a template's [`Binding`]: a thread-local per template
+/// with `std` (emitted by `#[spmd_rule]` through [`binding_slot!`]), a fresh
+/// one per call without.
+pub trait BindingSlot {
+    fn with_binding<R>(&'static self, f: impl FnOnce(&mut Binding) -> R) -> R;
+}
+
+#[cfg(feature = "std")]
+impl BindingSlot for std::thread::LocalKey<core::cell::RefCell<Binding>> {
+    fn with_binding<R>(&'static self, f: impl FnOnce(&mut Binding) -> R) -> R {
+        self.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut b) => f(&mut b),
+            // A hook that binds this template inside its own binding.
+            Err(_) => f(&mut Binding::default()),
+        })
+    }
+}
+
+/// A slot that keeps nothing (no `std`: no thread-locals).
+pub struct NoSlot;
+
+impl BindingSlot for NoSlot {
+    fn with_binding<R>(&'static self, f: impl FnOnce(&mut Binding) -> R) -> R {
+        f(&mut Binding::default())
+    }
+}
+
+/// Declares a template's binding slot; the choice between a thread-local
+/// and [`NoSlot`] is made when `spmd-core` is compiled.
+#[cfg(feature = "std")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __spmd_binding_slot {
+    ($name:ident) => {
+        ::std::thread_local! {
+            static $name: ::core::cell::RefCell<$crate::__private::Binding> =
+                ::core::cell::RefCell::new($crate::__private::Default::default());
+        }
+    };
+}
+
+#[cfg(not(feature = "std"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __spmd_binding_slot {
+    ($name:ident) => {
+        static $name: $crate::__private::NoSlot = $crate::__private::NoSlot;
+    };
+}
