@@ -127,7 +127,7 @@ impl Binding {
 }
 
 /// Where a rule keeps a template's [`Binding`]: a thread-local per template
-/// with `std` (emitted by `#[spmd_rule]` through [`binding_slot!`]), a fresh
+/// with `std` (emitted by `#[spmd_rule]` through `binding_slot!`), a fresh
 /// one per call without.
 pub trait BindingSlot {
     fn with_binding<R>(&'static self, f: impl FnOnce(&mut Binding) -> R) -> R;

@@ -3,7 +3,7 @@
 
 use spmd_notation::Notation;
 
-use crate::attr::{ReduceType, Spec};
+use crate::dist_attr::{ReduceType, Spec};
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::policy::Policy;

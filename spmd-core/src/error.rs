@@ -7,7 +7,7 @@ use core::fmt;
 
 use spmd_notation::NotationErrors;
 
-use crate::attr::Sharding;
+use crate::dist_attr::Sharding;
 use crate::mesh::MeshDim;
 
 /// Whether a tensor is an input or an output of the op.

@@ -42,7 +42,7 @@ use serde::ser::{SerializeSeq, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding};
+use crate::dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding};
 use crate::error::SpmdError;
 use crate::mesh::{MAX_MESH_RANK, MeshDim, MeshSet};
 use crate::rule::RuleResult;

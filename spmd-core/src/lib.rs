@@ -27,11 +27,10 @@ extern crate self as spmd_core;
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
-mod attr;
-mod attrs;
 mod binding;
 #[cfg(feature = "std")]
 mod cache;
+mod dist_attr;
 mod einsum;
 mod error;
 mod infer;
@@ -41,6 +40,7 @@ mod merge;
 mod mesh;
 mod mixed;
 mod op;
+mod op_attrs;
 mod optional;
 mod policy;
 mod registry;
@@ -49,10 +49,9 @@ mod signature;
 mod template;
 mod trace;
 
-pub use attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
-pub use attrs::{AttrValue, Attrs, FromAttr};
 #[cfg(feature = "std")]
 pub use cache::{NotationCache, ShapeKey};
+pub use dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 pub use einsum::Einsum;
 pub use error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 pub use mesh::{MAX_MESH_RANK, Mesh, MeshDim, MeshSet};
@@ -61,6 +60,7 @@ pub use mixed::{
     promote,
 };
 pub use op::{Call, Op};
+pub use op_attrs::{AttrValue, Attrs, FromAttr};
 pub use optional::{Absent, fill_shapes, fill_specs};
 pub use policy::{
     BackwardPartial, Compounds, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy,

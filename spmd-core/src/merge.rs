@@ -2,7 +2,7 @@
 //! tensor by tensor, dim by dim; then one pass that settles mesh dims claimed by
 //! several axes according to the rule's [`Conflicts`] policy.
 
-use crate::attr::Sharding;
+use crate::dist_attr::Sharding;
 use crate::mesh::{MAX_MESH_RANK, MeshDim};
 use crate::policy::Conflicts;
 

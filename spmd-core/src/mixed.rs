@@ -5,7 +5,7 @@
 
 use smallvec::SmallVec;
 
-use crate::attr::{DistAttr, Spec};
+use crate::dist_attr::{DistAttr, Spec};
 use crate::error::{SpmdError, TensorRef};
 use crate::mesh::Mesh;
 use crate::rule::{RuleResult, SpmdRule};

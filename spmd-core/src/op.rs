@@ -2,10 +2,10 @@
 //! construction from attributes) on top of [`SpmdRule`], and the [`Call`] that
 //! its validation and adjustment hooks receive.
 
-use crate::attr::Spec;
-use crate::attrs::Attrs;
+use crate::dist_attr::Spec;
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
+use crate::op_attrs::Attrs;
 use crate::optional::Absent;
 use crate::rule::SpmdRule;
 use crate::signature::{GradSignature, GradTensor};

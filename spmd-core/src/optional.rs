@@ -31,7 +31,7 @@
 
 use smallvec::SmallVec;
 
-use crate::attr::{DimsMapping, DistAttr, Partial, Spec};
+use crate::dist_attr::{DimsMapping, DistAttr, Partial, Spec};
 
 /// Which tensors of one call are absent: bit `i` of `inputs` is input `i`,
 /// bit `o` of `outputs` output `o` (in grad calls: output grad `o`). Also the

@@ -8,9 +8,9 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use spmd_notation::edit_distance;
 
-use crate::attrs::Attrs;
 use crate::error::SpmdError;
 use crate::op::Op;
+use crate::op_attrs::Attrs;
 use crate::rule::SpmdRule;
 
 /// One registered rule: how to list it and how to build it from attributes.

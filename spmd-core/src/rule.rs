@@ -4,7 +4,7 @@
 use smallvec::SmallVec;
 use spmd_notation::{AxisId, AxisSet, Plan};
 
-use crate::attr::{DistAttr, ReduceType, Spec};
+use crate::dist_attr::{DistAttr, ReduceType, Spec};
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::op::Call;

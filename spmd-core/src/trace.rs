@@ -3,7 +3,7 @@
 
 use spmd_notation::Plan;
 
-use crate::attr::{ReduceType, Sharding};
+use crate::dist_attr::{ReduceType, Sharding};
 use crate::error::{AxisName, TensorRef};
 use crate::mesh::{MeshDim, MeshSet};
 

@@ -2,7 +2,7 @@
 //! broadcasting (`add`, `multiply`, comparisons, logical ops). Every dim keeps
 //! its sharding; a size-1 dim broadcast against a larger one is never sharded.
 
-use spmd_core::{Call, Einsum, RuleInfo, SpmdError, spmd_rule};
+use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, labels};
 
@@ -222,7 +222,7 @@ pub const BINARY: &[&str] = &[
 
 /// The attributes Paddle's unary ops take (none changes an elementwise
 /// op's sharding): accepted and ignored, so that a typo is still an error.
-const UNARY_ATTRS: &[(&str, &[&str])] = &[
+pub(crate) const UNARY_ATTRS: &[(&str, &[&str])] = &[
     ("cast", &["dtype"]),
     ("celu", &["alpha"]),
     ("clip", &["min", "max"]),
@@ -248,29 +248,3 @@ const UNARY_ATTRS: &[(&str, &[&str])] = &[
     ("swish", &["beta"]),
     ("thresholded_relu", &["threshold", "value"]),
 ];
-
-pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdError> {
-    registry
-        .register::<ElementwiseUnary>()?
-        .register::<ElementwiseBinary>()?
-        .register::<Multiply>()?
-        .insert(RuleInfo::of::<Multiply>().renamed("elementwise_mul"))?
-        .register::<AddN>()?
-        .register::<LabelSmooth>()?
-        .register::<FusedDropoutAdd>()?;
-    for name in UNARY {
-        let ignored = UNARY_ATTRS
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or(&[][..], |(_, a)| *a);
-        registry.insert(
-            RuleInfo::of::<ElementwiseUnary>()
-                .renamed(name)
-                .ignoring(ignored),
-        )?;
-    }
-    for name in BINARY {
-        registry.insert(RuleInfo::of::<ElementwiseBinary>().renamed(name))?;
-    }
-    Ok(())
-}

@@ -22,7 +22,6 @@ mod index;
 mod loss;
 mod matmul;
 mod misc;
-mod nn;
 mod norm;
 mod notation;
 mod reduce;
@@ -63,9 +62,16 @@ pub use swiglu::Swiglu;
 
 use spmd_core::{Registry, RuleInfo, SpmdError};
 
-/// Registers every built-in rule under Paddle's names.
+/// Paddle's cross entropy attributes that do not change its sharding.
+const CROSS_ENTROPY_IGNORED: &[&str] = &["ignore_index", "numeric_stable_mode"];
+
+/// Registers every built-in rule under Paddle's names: the one list of the
+/// library's ops, by family. `renamed` registers a rule under a second
+/// Paddle name; `ignoring` lists attributes Paddle passes that do not change
+/// a layout (any other unknown attribute is an error).
 pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
     registry
+        // Contractions.
         .register::<Matmul>()?
         .insert(RuleInfo::of::<Matmul>().renamed("matmul_v2"))?
         .register::<Bmm>()?
@@ -75,28 +81,138 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<FusedLinearParamGradAdd>()?
         .register::<Embedding>()?
         .insert(RuleInfo::of::<Embedding>().renamed("lookup_table_v2"))?
-        .register::<Softmax>()?
-        .register::<Sum>()?
-        .register::<Max>()?
-        .register::<Min>()?
-        .register::<Prod>()?
-        // Paddle's legacy names for the same reductions.
-        .insert(RuleInfo::of::<Sum>().renamed("reduce_sum"))?
-        .insert(RuleInfo::of::<Max>().renamed("reduce_max"))?
-        .register::<SquaredL2Norm>()?
-        .register::<FrobeniusNorm>()?
-        .register::<LogSumExp>()?
-        .register::<PNorm>()?
         .register::<CEmbedding>()?
         .register::<RoiAlign>()?
         .register::<Conv2d>()?
         .register::<Conv3d>()?
         .register::<DepthwiseConv2d>()?
-        .register::<Conv2dTranspose>()?;
-    elementwise::register(registry)?;
-    shape::register(registry)?;
-    misc::register(registry)?;
-    nn::register(registry)?;
+        .register::<Conv2dTranspose>()?
+        // Pointwise (the named unary and binary ops follow the chain).
+        .register::<ElementwiseUnary>()?
+        .register::<ElementwiseBinary>()?
+        .register::<Multiply>()?
+        .insert(RuleInfo::of::<Multiply>().renamed("elementwise_mul"))?
+        .register::<AddN>()?
+        .register::<LabelSmooth>()?
+        .register::<FusedDropoutAdd>()?
+        .register::<Where>()?
+        .register::<Swiglu>()?
+        // Reductions, and Paddle's legacy names for two of them.
+        .register::<Sum>()?
+        .register::<Max>()?
+        .register::<Min>()?
+        .register::<Prod>()?
+        .insert(RuleInfo::of::<Sum>().renamed("reduce_sum"))?
+        .insert(RuleInfo::of::<Max>().renamed("reduce_max"))?
+        .register::<All>()?
+        .register::<Any>()?
+        .register::<Amax>()?
+        .register::<Amin>()?
+        .register::<ReduceBase>()?
+        .register::<MeanAll>()?
+        .register::<Numel>()?
+        .register::<SquaredL2Norm>()?
+        .register::<FrobeniusNorm>()?
+        .register::<LogSumExp>()?
+        .register::<PNorm>()?
+        // Along an axis: softmax, scans, sorts and index picks.
+        .register::<Softmax>()?
+        // Paddle 3.3.1 registers `log_softmax` with the softmax rule.
+        .insert(RuleInfo::of::<Softmax>().renamed("log_softmax"))?
+        .register::<Cumsum>()?
+        // The indices' dtype does not change a layout.
+        .insert(RuleInfo::of::<Cummax>().ignoring(&["dtype"]))?
+        .insert(RuleInfo::of::<Cummin>().ignoring(&["dtype"]))?
+        .insert(RuleInfo::of::<ArgMax>().ignoring(&["dtype"]))?
+        .insert(RuleInfo::of::<ArgMin>().ignoring(&["dtype"]))?
+        .register::<TopK>()?
+        .register::<ArgSort>()?
+        .register::<Roll>()?
+        .register::<OneHot>()?
+        .register::<Triu>()?
+        .register::<TrilTriu>()?
+        .register::<NonZero>()?
+        .register::<Unique>()?
+        // Views: dims moved, added, dropped or regrouped.
+        .register::<Transpose>()?
+        .insert(RuleInfo::of::<Transpose>().renamed("transpose2"))?
+        .register::<Squeeze>()?
+        .register::<Unsqueeze>()?
+        .insert(RuleInfo::of::<Unsqueeze>().renamed("unsqueeze2"))?
+        .register::<Flatten>()?
+        .register::<Reshape>()?
+        .insert(RuleInfo::of::<Reshape>().renamed("reshape2"))?
+        .register::<Tile>()?
+        .register::<ExpandAs>()?
+        .insert(RuleInfo::of::<ExpandAs>().renamed("expand_as_v2"))?
+        .register::<Pad>()?
+        // Cuts and joins.
+        .register::<Split>()?
+        .register::<SplitWithNum>()?
+        .register::<Unbind>()?
+        .register::<Slice>()?
+        .register::<StridedSlice>()?
+        .register::<Concat>()?
+        .register::<Stack>()?
+        // Gathers and scatters.
+        .register::<Gather>()?
+        // Paddle 3.3.1's `index_select` answers as its gather rule: the
+        // selected axis replicated, the index's dim in its place.
+        .insert(RuleInfo::of::<Gather>().renamed("index_select"))?
+        .register::<GatherNd>()?
+        .register::<TakeAlongAxis>()?
+        .register::<MoeCombine>()?
+        .register::<MoeGateDispatch>()?
+        .register::<Scatter>()?
+        .register::<ScatterNdAdd>()?
+        .register::<PutAlongAxis>()?
+        .register::<IndexPut>()?
+        // Normalizations.
+        .insert(RuleInfo::of::<LayerNorm>().ignoring(&["epsilon"]))?
+        .insert(RuleInfo::of::<FusedRmsNorm>().ignoring(&["epsilon"]))?
+        .insert(RuleInfo::of::<GroupNorm>().ignoring(&["epsilon"]))?
+        .register::<BatchNorm>()?
+        .register::<InstanceNorm>()?
+        // Losses.
+        .insert(RuleInfo::of::<CrossEntropyWithSoftmax>().ignoring(CROSS_ENTROPY_IGNORED))?
+        .insert(
+            RuleInfo::of::<CrossEntropyWithSoftmax>()
+                .renamed("softmax_with_cross_entropy")
+                .ignoring(CROSS_ENTROPY_IGNORED),
+        )?
+        .register::<CSoftmaxWithCrossEntropy>()?
+        .register::<CSoftmaxWithMultiLabelCrossEntropy>()?
+        // Attention. The flags that choose the kernel's math, not its layout.
+        .insert(RuleInfo::of::<FlashAttention>().ignoring(&[
+            "dropout",
+            "causal",
+            "return_softmax",
+            "is_test",
+            "rng_name",
+        ]))?
+        .insert(RuleInfo::of::<FlashMask>().ignoring(&["return_softmax", "is_test", "rng_name"]))?
+        .insert(RuleInfo::of::<FusedRotaryPositionEmbedding>().ignoring(&["rotary_emb_base"]))?
+        // Fallbacks for ops without a rule of their own.
+        .register::<Replicated>()?
+        .register::<DefaultDataParallel>()?
+        // Paddle 3.3.1 registers the data-parallel fallback under this
+        // second name too (checked with the oracle).
+        .insert(RuleInfo::of::<DefaultDataParallel>().renamed("default_"))?;
+    // The named pointwise ops, each under the generic unary or binary rule.
+    for name in UNARY {
+        let ignored = elementwise::UNARY_ATTRS
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(&[][..], |(_, a)| *a);
+        registry.insert(
+            RuleInfo::of::<ElementwiseUnary>()
+                .renamed(name)
+                .ignoring(ignored),
+        )?;
+    }
+    for name in BINARY {
+        registry.insert(RuleInfo::of::<ElementwiseBinary>().renamed(name))?;
+    }
     Ok(())
 }
 

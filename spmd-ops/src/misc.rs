@@ -1,16 +1,10 @@
-//! `where` (a three-way elementwise select), `mean_all`, Paddle's fallback
-//! rules `replicated` and `default_data_parallel`, and the registration of
-//! this family (reductions, axis ops, `where`).
+//! `where` (a three-way elementwise select), `mean_all`, `numel`,
+//! `nonzero`, `unique`, and Paddle's fallback rules `replicated` and
+//! `default_data_parallel`.
 
-use spmd_core::{
-    Call, DimsMapping, Einsum, Registry, RuleInfo, RuleResult, Sharding, SpmdError, spmd_rule,
-};
+use spmd_core::{Call, DimsMapping, Einsum, RuleResult, Sharding, SpmdError, spmd_rule};
 
-use crate::index::{
-    ArgMax, ArgMin, ArgSort, Cummax, Cummin, Cumsum, OneHot, Pad, Roll, TopK, TrilTriu, Triu,
-};
 use crate::notation::input_rank;
-use crate::reduce::{All, Amax, Amin, Any, ReduceBase};
 
 /// Paddle's `where`: `out = condition ? x : y`, elementwise with numpy
 /// broadcasting of the three inputs. The condition has no gradient. Paddle
@@ -193,41 +187,6 @@ impl DefaultDataParallel {
         }
         Ok(())
     }
-}
-
-/// Registers the reductions `all`, `any`, `amax`, `amin`, `reduce_base`,
-/// `mean_all`, the axis ops and `where`.
-pub(crate) fn register(registry: &mut Registry) -> Result<(), SpmdError> {
-    registry
-        .register::<All>()?
-        .register::<Any>()?
-        .register::<Amax>()?
-        .register::<Amin>()?
-        .register::<ReduceBase>()?
-        .register::<MeanAll>()?
-        .register::<Cumsum>()?
-        // The indices' dtype does not change a layout.
-        .insert(RuleInfo::of::<Cummax>().ignoring(&["dtype"]))?
-        .insert(RuleInfo::of::<Cummin>().ignoring(&["dtype"]))?
-        .register::<Roll>()?
-        .register::<Pad>()?
-        .insert(RuleInfo::of::<ArgMax>().ignoring(&["dtype"]))?
-        .insert(RuleInfo::of::<ArgMin>().ignoring(&["dtype"]))?
-        .register::<TopK>()?
-        .register::<ArgSort>()?
-        .register::<OneHot>()?
-        .register::<Triu>()?
-        .register::<TrilTriu>()?
-        .register::<Where>()?
-        .register::<Numel>()?
-        .register::<NonZero>()?
-        .register::<Unique>()?
-        .register::<Replicated>()?
-        .register::<DefaultDataParallel>()?
-        // Paddle 3.3.1 registers the data-parallel fallback under this
-        // second name too (checked with the oracle).
-        .insert(RuleInfo::of::<DefaultDataParallel>().renamed("default_"))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -770,23 +770,6 @@ impl ExpandAs {
     }
 }
 
-pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdError> {
-    use spmd_core::RuleInfo;
-    registry
-        .register::<Transpose>()?
-        .insert(RuleInfo::of::<Transpose>().renamed("transpose2"))?
-        .register::<Squeeze>()?
-        .register::<Unsqueeze>()?
-        .insert(RuleInfo::of::<Unsqueeze>().renamed("unsqueeze2"))?
-        .register::<Flatten>()?
-        .register::<Reshape>()?
-        .insert(RuleInfo::of::<Reshape>().renamed("reshape2"))?
-        .register::<Tile>()?
-        .register::<ExpandAs>()?
-        .insert(RuleInfo::of::<ExpandAs>().renamed("expand_as_v2"))?;
-    crate::split::register(registry)
-}
-
 #[cfg(test)]
 mod tests {
     use super::{CarryingRun, for_each_carrying_run, may_split, reshape_notation, target_shape};

@@ -350,15 +350,3 @@ impl Stack {
         Einsum::new(&format!("{}->{out}", terms.join(",")))
     }
 }
-
-pub(crate) fn register(registry: &mut spmd_core::Registry) -> Result<(), SpmdError> {
-    registry
-        .register::<Split>()?
-        .register::<SplitWithNum>()?
-        .register::<Unbind>()?
-        .register::<Slice>()?
-        .register::<StridedSlice>()?
-        .register::<Concat>()?
-        .register::<Stack>()?;
-    Ok(())
-}
