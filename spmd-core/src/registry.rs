@@ -38,6 +38,10 @@ pub struct RuleInfo {
     pub attr_defaults: &'static [Option<&'static str>],
     /// The tensors the grad op takes.
     pub grad: crate::signature::GradSignature<'static>,
+    /// The op passes shardings through unchanged (elementwise and pure
+    /// layout ops): a whole-graph propagation settles such ops first, as
+    /// Shardy does ([`RuleInfo::passing_through`]).
+    pub pass_through: bool,
     pub build: fn(&Attrs) -> Result<Box<dyn SpmdRule>, SpmdError>,
 }
 
@@ -56,6 +60,7 @@ impl RuleInfo {
             attr_types: O::ATTR_TYPES,
             attr_defaults: O::ATTR_DEFAULTS,
             grad: O::GRAD,
+            pass_through: false,
             build: |attrs| Ok(Box::new(O::from_attrs(attrs)?)),
         }
     }
@@ -89,6 +94,13 @@ impl RuleInfo {
     /// ```
     pub fn ignoring(mut self, names: &'static [&'static str]) -> RuleInfo {
         self.ignored = names;
+        self
+    }
+
+    /// The same entry, marked as passing shardings through unchanged
+    /// ([`RuleInfo::pass_through`]).
+    pub fn passing_through(mut self) -> RuleInfo {
+        self.pass_through = true;
         self
     }
 

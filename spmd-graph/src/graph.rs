@@ -82,23 +82,10 @@ pub enum Stage {
 impl Stage {
     pub const ALL: [Stage; 2] = [Stage::PassThrough, Stage::Other];
 
-    /// The stage of a forward op by its rule name.
-    pub fn of(rule: &str) -> Stage {
-        const LAYOUT: &[&str] = &[
-            "reshape",
-            "reshape2",
-            "transpose",
-            "transpose2",
-            "squeeze",
-            "unsqueeze",
-            "unsqueeze2",
-            "flatten",
-            "scale",
-        ];
-        if spmd_ops::UNARY.contains(&rule)
-            || spmd_ops::BINARY.contains(&rule)
-            || LAYOUT.contains(&rule)
-        {
+    /// The stage of a forward op, as its registry entry declares it
+    /// ([`spmd_core::RuleInfo::pass_through`]).
+    pub fn of(info: &spmd_core::RuleInfo) -> Stage {
+        if info.pass_through {
             Stage::PassThrough
         } else {
             Stage::Other
@@ -504,7 +491,7 @@ impl GraphBuilder {
                     source,
                 })?;
             stages.push(match op.kind {
-                OpKind::Forward => Stage::of(&op.rule),
+                OpKind::Forward => registry.get(&op.rule).map_or(Stage::Other, Stage::of),
                 OpKind::Grad { .. } => Stage::Other,
             });
             rules.push(rule);

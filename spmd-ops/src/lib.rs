@@ -88,10 +88,14 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<DepthwiseConv2d>()?
         .register::<Conv2dTranspose>()?
         // Pointwise (the named unary and binary ops follow the chain).
-        .register::<ElementwiseUnary>()?
-        .register::<ElementwiseBinary>()?
-        .register::<Multiply>()?
-        .insert(RuleInfo::of::<Multiply>().renamed("elementwise_mul"))?
+        .insert(RuleInfo::of::<ElementwiseUnary>().passing_through())?
+        .insert(RuleInfo::of::<ElementwiseBinary>().passing_through())?
+        .insert(RuleInfo::of::<Multiply>().passing_through())?
+        .insert(
+            RuleInfo::of::<Multiply>()
+                .renamed("elementwise_mul")
+                .passing_through(),
+        )?
         .register::<AddN>()?
         .register::<LabelSmooth>()?
         .register::<FusedDropoutAdd>()?
@@ -133,15 +137,28 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<TrilTriu>()?
         .register::<NonZero>()?
         .register::<Unique>()?
-        // Views: dims moved, added, dropped or regrouped.
-        .register::<Transpose>()?
-        .insert(RuleInfo::of::<Transpose>().renamed("transpose2"))?
-        .register::<Squeeze>()?
-        .register::<Unsqueeze>()?
-        .insert(RuleInfo::of::<Unsqueeze>().renamed("unsqueeze2"))?
-        .register::<Flatten>()?
-        .register::<Reshape>()?
-        .insert(RuleInfo::of::<Reshape>().renamed("reshape2"))?
+        // Views: dims moved, added, dropped or regrouped (the pure layout
+        // ops pass shardings through).
+        .insert(RuleInfo::of::<Transpose>().passing_through())?
+        .insert(
+            RuleInfo::of::<Transpose>()
+                .renamed("transpose2")
+                .passing_through(),
+        )?
+        .insert(RuleInfo::of::<Squeeze>().passing_through())?
+        .insert(RuleInfo::of::<Unsqueeze>().passing_through())?
+        .insert(
+            RuleInfo::of::<Unsqueeze>()
+                .renamed("unsqueeze2")
+                .passing_through(),
+        )?
+        .insert(RuleInfo::of::<Flatten>().passing_through())?
+        .insert(RuleInfo::of::<Reshape>().passing_through())?
+        .insert(
+            RuleInfo::of::<Reshape>()
+                .renamed("reshape2")
+                .passing_through(),
+        )?
         .register::<Tile>()?
         .register::<ExpandAs>()?
         .insert(RuleInfo::of::<ExpandAs>().renamed("expand_as_v2"))?
@@ -207,11 +224,16 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         registry.insert(
             RuleInfo::of::<ElementwiseUnary>()
                 .renamed(name)
-                .ignoring(ignored),
+                .ignoring(ignored)
+                .passing_through(),
         )?;
     }
     for name in BINARY {
-        registry.insert(RuleInfo::of::<ElementwiseBinary>().renamed(name))?;
+        registry.insert(
+            RuleInfo::of::<ElementwiseBinary>()
+                .renamed(name)
+                .passing_through(),
+        )?;
     }
     Ok(())
 }
