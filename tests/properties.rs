@@ -390,7 +390,7 @@ impl World {
 
     /// A consistent axis -> sharding table: every mesh dim on at most one
     /// axis; only axes some output has, never a diagonal or a size-1 dim
-    /// `...` stands for (never sharded).
+    /// (never sharded: splitting it splits nothing).
     fn table(&self) -> (Vec<Sharding>, Vec<Sharding>) {
         let mut labels = vec![Sharding::REPLICATED; LABELS.len()];
         let mut ell = vec![Sharding::REPLICATED; self.width()];
@@ -398,8 +398,7 @@ impl World {
         let mut axes: Vec<Ax> = (0..self.sym.outputs.len())
             .flat_map(|o| self.output_axes(o).into_iter().zip(out_shapes[o].clone()))
             .filter(|&(a, size)| match a {
-                Ax::Label(l) => !self.sym.diagonal(l),
-                // A size-1 dim `...` stands for is never sharded.
+                Ax::Label(l) => !self.sym.diagonal(l) && size > 1,
                 Ax::Ell(_) => size > 1,
                 Ax::One => false,
             })

@@ -116,13 +116,13 @@ impl<'r, 'a> Cx<'r, 'a> {
         set
     }
 
-    /// A size-1 dim that holds no part of its axis: broadcast against a
-    /// larger extent, or any size-1 dim `...` stands for (Paddle's elementwise
-    /// rule labels those `1`; splitting a size-1 dim splits nothing).
+    /// A size-1 dim holds no part of its axis: splitting it splits nothing
+    /// (all but one device would hold an empty block), so it never carries a
+    /// sharding, whether it is broadcast against a larger extent or the axis
+    /// has extent 1 everywhere (docs/semantics.md §3).
     #[inline]
-    pub(super) fn is_broadcast(&self, a: u8, size: usize) -> bool {
-        let extent = self.extent[a as usize];
-        size == 1 && ((a as usize) >= self.n_labels || (extent > 1 && extent != UNKNOWN))
+    pub(super) fn is_broadcast(&self, _a: u8, size: usize) -> bool {
+        size == 1
     }
 
     /// The batch axes of role priority, from the notation alone: the dims `...`
