@@ -183,31 +183,36 @@ impl Request {
     /// From a JSON file (`-` = stdin): one call object or an array of them.
     pub fn from_json_file(path: &str, registry: &Registry) -> Result<Vec<Request>> {
         let text = read_input(path)?;
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| CliError::usage(format!("{}: malformed JSON: {e}", display_path(path))))?;
+        Self::from_json_text(&text, display_path(path), registry)
+    }
+
+    /// From JSON text (`name` says where it came from in messages): one call
+    /// object or an array of them.
+    pub fn from_json_text(text: &str, name: &str, registry: &Registry) -> Result<Vec<Request>> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| CliError::usage(format!("{}: malformed JSON: {e}", name)))?;
         let items = match value {
             Value::Array(items) => items,
             v @ Value::Object(_) => vec![v],
             _ => {
                 return Err(CliError::usage(format!(
                     "{}: expected a JSON object (one call) or an array of them",
-                    display_path(path)
+                    name
                 )));
             }
         };
         if items.is_empty() {
             return Err(CliError::usage(format!(
                 "{}: the array holds no call",
-                display_path(path)
+                name
             )));
         }
         items
             .into_iter()
             .enumerate()
             .map(|(n, v)| {
-                Request::from_json(v, registry).map_err(|e| {
-                    CliError::usage(format!("{} (call {n}): {}", display_path(path), e.message))
-                })
+                Request::from_json(v, registry)
+                    .map_err(|e| CliError::usage(format!("{} (call {n}): {}", name, e.message)))
             })
             .collect()
     }

@@ -859,7 +859,23 @@ pub fn bind_into<'t>(
         });
     }
     let pos_labels = &t.positional[..n_pos];
-    if t.fixed as usize + t.runs as usize * n_pos > MAX_BOUND_DIMS {
+    // Every dim the binding will write: written items, runs of positions,
+    // and `*`'s ones (an absent tensor's term is one `1`), checked before
+    // any is written.
+    let ones: usize = (0..t.terms.len())
+        .map(|term| {
+            let n = t
+                .items_of(term)
+                .iter()
+                .filter(|i| matches!(i, Item::Ones))
+                .count();
+            n.saturating_mul(rank(term).unwrap_or(1))
+        })
+        .fold(0usize, usize::saturating_add);
+    let total = (t.fixed as usize)
+        .saturating_add((t.runs as usize).saturating_mul(n_pos))
+        .saturating_add(ones);
+    if total > MAX_BOUND_DIMS {
         return Err(BindError::TooLarge {
             what: "dims",
             limit: MAX_BOUND_DIMS,
@@ -887,14 +903,9 @@ pub fn bind_into<'t>(
                 Item::Label(c) => buf.axis(c, output, &mut seen, is_never(c)),
                 Item::One => buf.push(Dim::One),
                 Item::Ones => {
-                    // An absent tensor is answered as one `1` dim, as Paddle answers it.
+                    // An absent tensor is answered as one `1` dim, as Paddle
+                    // answers it (counted in `total` above).
                     let most = rank(term).unwrap_or(1);
-                    if buf.n_dims as usize + most > MAX_BOUND_DIMS - t.fixed as usize {
-                        return Err(BindError::TooLarge {
-                            what: "dims",
-                            limit: MAX_BOUND_DIMS,
-                        });
-                    }
                     for _ in 0..most {
                         buf.push(Dim::One);
                     }

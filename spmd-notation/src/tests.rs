@@ -792,6 +792,17 @@ mod templates {
             bind_with("@->@", &[], &[60]),
             Err(BindError::TooLarge { what: "labels", .. })
         ));
+        // `*`'s ones and later terms' runs together past the buffer: an
+        // error before anything is written (the fuzz harness found this one
+        // overflowing the buffer).
+        let ln = "@{b..:1},*,*->@{b..:1},@{c..:-}";
+        let sels = [Pos::List(&[0]), Pos::Int(-1)];
+        assert!(matches!(
+            bind_with(ln, &sels, &[17, 82]),
+            Err(BindError::TooLarge { what: "dims", .. })
+        ));
+        let small = bind_with(ln, &[Pos::Int(1), Pos::Int(1)], &[17, 4]);
+        assert!(small.is_ok(), "{small:?}");
         // A position an input writes `1` cannot come back in an output.
         assert_eq!(
             bind_with("@{axis:1}->@", &[Pos::Int(0)], &[2]),
