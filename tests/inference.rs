@@ -1205,6 +1205,7 @@ fn arity_errors() {
             role: Role::Input,
             expected: 2,
             found: 1,
+            names: &[],
         }
     );
     assert!(
@@ -1221,6 +1222,7 @@ fn arity_errors() {
             role: Role::Input,
             expected: 2,
             found: 1,
+            names: &[],
         }
     );
     let err = bwd(
@@ -1237,7 +1239,15 @@ fn arity_errors() {
             role: Role::Output,
             expected: 1,
             found: 2,
+            names: &[],
         }
+    );
+    // A rule that names its tensors lists them.
+    let named = EinsumRule::new("matmul", n.plan()).with_names(&["x", "y"], &["out"]);
+    let err = fwd(&named, &m, &[(&[8, 16], &x)]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "matmul: 1 input(s) given, the rule takes 2 (x, y)"
     );
 }
 

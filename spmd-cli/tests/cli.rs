@@ -568,7 +568,7 @@ fn explain_traces_merges_conflicts_and_partials() {
         "3x6x8",
     ]);
     assert!(
-        out.contains("axis `...`[0] (extent 3) drops mesh dim 0: its shards would be uneven"),
+        out.contains("axis `...` dim 0 (extent 3) drops mesh dim 0: its shards would be uneven"),
         "{out}"
     );
 
@@ -1191,7 +1191,7 @@ fn bad_input_is_one_line_and_status_2() {
     );
     bad(
         &with(&["--in", "64x32"]),
-        "matmul: 1 input(s) given, the rule takes 2",
+        "matmul: 1 input(s) given, the rule takes 2 (x, y)",
     );
     bad(
         &with(&["--in", "64x32", "--in", "33x48"]),
@@ -1964,6 +1964,25 @@ fn unknown_attributes_are_one_line_errors() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An arity error names the tensors the rule takes (it used to give only
+/// their number).
+#[test]
+fn arity_errors_name_the_tensors() {
+    let (code, _, err) = run(&[
+        "infer",
+        "flash_attention",
+        "--mesh",
+        "2x4",
+        "--in",
+        "8x16x4x8:[0,-1,1,-1]",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err.trim_end(),
+        "error: flash_attention: 1 input(s) given, the rule takes 5 (q, k, v, fixed_seed_offset, attn_mask)"
+    );
 }
 
 /// An op registered with a shared rule is named as it was called, in

@@ -449,7 +449,8 @@ impl fmt::Display for DistAttr {
 }
 
 /// What a rule receives per tensor: the global shape and the dist attr. A
-/// borrowed view, so building the argument list of a call copies nothing.
+/// borrowed view, so building the argument list of a call copies nothing;
+/// [`OwnedSpec`] holds both for a caller that makes them on the spot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Spec<'a> {
     pub shape: &'a [usize],
@@ -459,6 +460,41 @@ pub struct Spec<'a> {
 impl<'a> Spec<'a> {
     pub fn new(shape: &'a [usize], attr: &'a DistAttr) -> Spec<'a> {
         Spec { shape, attr }
+    }
+}
+
+/// A tensor's shape and dist attr, owned: what to build when the attr is
+/// made in the same expression (a [`Spec`] would borrow a temporary).
+///
+/// ```
+/// use spmd_core::{DistAttr, Mesh, OwnedSpec, Spec, SpmdRule, spmd_rule};
+///
+/// #[spmd_rule(einsum = "mk,kn->mn")]
+/// struct Matmul {}
+///
+/// let x = OwnedSpec::new(&[8, 16], DistAttr::from_paddle(&[0, -1]).unwrap());
+/// let w = OwnedSpec::new(&[16, 4], DistAttr::replicated(2));
+/// let r = Matmul {}.forward(&Mesh::new(&[2])?, &[x.spec(), w.spec()])?;
+/// assert_eq!(r.outputs[0].to_string(), "[0, -1]");
+/// # Ok::<(), spmd_core::SpmdError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct OwnedSpec {
+    pub shape: SmallVec<[usize; 8]>,
+    pub attr: DistAttr,
+}
+
+impl OwnedSpec {
+    pub fn new(shape: &[usize], attr: DistAttr) -> OwnedSpec {
+        OwnedSpec {
+            shape: SmallVec::from_slice(shape),
+            attr,
+        }
+    }
+
+    /// The borrowed view a rule takes.
+    pub fn spec(&self) -> Spec<'_> {
+        Spec::new(&self.shape, &self.attr)
     }
 }
 

@@ -69,7 +69,8 @@ impl fmt::Display for AxisName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AxisName::Label(c) => write!(f, "`{c}`"),
-            AxisName::Ellipsis(k) => write!(f, "`...`[{k}]"),
+            // The k-th of the dims `...` stands for, from the left.
+            AxisName::Ellipsis(k) => write!(f, "`...` dim {k}"),
             AxisName::Unsharded => f.write_str("(a never-sharded dim)"),
         }
     }
@@ -103,12 +104,17 @@ pub enum SpmdError {
     #[error("invalid einsum notation: {0}")]
     Notation(#[from] NotationErrors),
 
-    #[error("{op}: {found} {role}(s) given, the rule takes {expected}")]
+    #[error(
+        "{op}: {found} {role}(s) given, the rule takes {expected}{}",
+        named(names)
+    )]
     Arity {
         op: &'static str,
         role: Role,
         expected: usize,
         found: usize,
+        /// The tensors of that role the rule takes, when it names them.
+        names: &'static [&'static str],
     },
 
     #[error("{op}: {tensor} has rank {rank}, but its term `{term}` needs {need}")]
@@ -333,5 +339,14 @@ fn did_you_mean(suggestions: &[String]) -> String {
             let list: Vec<String> = many.iter().map(|s| alloc::format!("`{s}`")).collect();
             alloc::format!(" (did you mean one of {}?)", list.join(", "))
         }
+    }
+}
+
+/// ` (x, weight, bias)`, or nothing for a rule that does not name its tensors.
+fn named(names: &[&str]) -> String {
+    if names.is_empty() {
+        String::new()
+    } else {
+        alloc::format!(" ({})", names.join(", "))
     }
 }

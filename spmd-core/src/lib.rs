@@ -51,7 +51,7 @@ mod trace;
 
 #[cfg(feature = "std")]
 pub use cache::{NotationCache, ShapeKey};
-pub use dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
+pub use dist_attr::{DimsMapping, DistAttr, OwnedSpec, Partial, ReduceType, Sharding, Spec};
 pub use einsum::Einsum;
 pub use error::{AxisName, RankNeed, Role, SpmdError, TensorRef};
 pub use mesh::{MAX_MESH_RANK, Mesh, MeshDim, MeshSet};

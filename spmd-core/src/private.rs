@@ -36,6 +36,8 @@ pub struct RuntimeOptions<'o> {
     pub not_partial: u64,
     pub merged_first: u64,
     pub grad_signature: GradSignature<'static>,
+    pub input_names: &'static [&'static str],
+    pub output_names: &'static [&'static str],
 }
 
 /// Runs `f` on the rule over a notation built at run time, with the options
@@ -131,6 +133,7 @@ fn rule_over<R>(
         .with_optional(o.optional)
         .with_not_partial(o.not_partial)
         .with_merged_first(o.merged_first)
+        .with_names(o.input_names, o.output_names)
         .with_grad_signature(o.grad_signature);
     f(&rule)
 }

@@ -72,6 +72,10 @@ pub struct EinsumRule<'a> {
     /// The tensors the grad op takes (default: forward inputs, one grad per
     /// output).
     pub grad_signature: GradSignature<'a>,
+    /// The inputs' and outputs' names, when the rule declares them (for
+    /// messages: an arity error lists them).
+    pub input_names: &'static [&'static str],
+    pub output_names: &'static [&'static str],
 }
 
 impl<'a> EinsumRule<'a> {
@@ -93,6 +97,8 @@ impl<'a> EinsumRule<'a> {
             not_partial: 0,
             merged_first: 0,
             grad_signature: GradSignature::DERIVED,
+            input_names: &[],
+            output_names: &[],
         }
     }
 
@@ -134,6 +140,17 @@ impl<'a> EinsumRule<'a> {
     /// [`EinsumRule::not_partial`]).
     pub const fn with_not_partial(mut self, outputs: u64) -> Self {
         self.not_partial = outputs;
+        self
+    }
+
+    /// Names the inputs and outputs (for messages).
+    pub const fn with_names(
+        mut self,
+        inputs: &'static [&'static str],
+        outputs: &'static [&'static str],
+    ) -> Self {
+        self.input_names = inputs;
+        self.output_names = outputs;
         self
     }
 
@@ -184,15 +201,17 @@ impl<'a> EinsumRule<'a> {
             Call::Forward {
                 mesh,
                 inputs,
+                output_shapes,
                 absent,
-                ..
-            } if absent.is_none() => infer::forward(self, mesh, inputs, AllPresent, trace, result),
+            } if absent.is_none() => {
+                infer::forward(self, mesh, inputs, output_shapes, AllPresent, trace, result)
+            }
             Call::Forward {
                 mesh,
                 inputs,
+                output_shapes,
                 absent,
-                ..
-            } => infer::forward(self, mesh, inputs, absent, trace, result),
+            } => infer::forward(self, mesh, inputs, output_shapes, absent, trace, result),
             Call::Backward {
                 mesh,
                 input_shapes,
@@ -242,6 +261,7 @@ impl<'a> EinsumRule<'a> {
                 self,
                 mesh,
                 inputs,
+                &[],
                 AllPresent,
                 &mut crate::trace::NoTrace,
                 r,
@@ -258,7 +278,17 @@ impl<'a> EinsumRule<'a> {
         inputs: &[Spec<'_>],
         absent: Absent,
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| crate::infer::forward(self, mesh, inputs, absent, &mut crate::trace::NoTrace, r))
+        answer(|r| {
+            crate::infer::forward(
+                self,
+                mesh,
+                inputs,
+                &[],
+                absent,
+                &mut crate::trace::NoTrace,
+                r,
+            )
+        })
     }
 
     /// Forward inference with absent optional inputs as `None` (see
@@ -406,7 +436,7 @@ impl EinsumRule<'_> {
         inputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| crate::infer::forward(self, mesh, inputs, AllPresent, trace, r))
+        answer(|r| crate::infer::forward(self, mesh, inputs, &[], AllPresent, trace, r))
     }
 
     /// [`EinsumRule::backward`], reporting each step to `trace`.

@@ -11,6 +11,8 @@ pub enum GraphError {
     DuplicateTensor { name: String },
     #[error("op `{op}` refers to tensor `{name}`, which is not defined")]
     UnknownTensor { op: String, name: String },
+    #[error("the graph's `outputs` list names tensor `{name}`, which is not defined")]
+    UnknownOutput { name: String },
     #[error("tensor `{tensor}` is produced by op `{first}` and again by op `{second}`")]
     ProducedTwice {
         tensor: String,
@@ -30,6 +32,16 @@ pub enum GraphError {
         op: String,
         #[source]
         source: SpmdError,
+    },
+    #[error(
+        "op `{op}`: tensor `{tensor}` is declared with a shape its inputs do not give: {source}"
+    )]
+    DeclaredShape {
+        op: String,
+        tensor: String,
+        // Boxed: the other variants stay small.
+        #[source]
+        source: Box<SpmdError>,
     },
     #[error("op `{op}` has {found} {what}, its rule `{rule}` {expected}")]
     Arity {

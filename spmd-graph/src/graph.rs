@@ -94,7 +94,8 @@ impl Stage {
 }
 
 /// A checked graph: every op's rule built once, ops in a topological order,
-/// every tensor produced at most once, every annotation valid for its tensor.
+/// every tensor produced at most once, every annotation valid for its tensor,
+/// every forward op's declared output shapes what its inputs give.
 ///
 /// ```
 /// use spmd_core::{Attrs, DistAttr, Mesh};
@@ -284,6 +285,58 @@ pub struct GraphBuilder {
 }
 
 impl GraphBuilder {
+    /// A forward op's declared output shapes must be what its inputs give:
+    /// its rule runs once on replicated inputs with the outputs' shapes, and
+    /// a disagreement names the op and the tensor.
+    fn check_declared_shapes(&self, op: &OpInfo, rule: &dyn SpmdRule) -> Result<(), GraphError> {
+        let replicated: Vec<DistAttr> = op
+            .inputs
+            .iter()
+            .map(|t| DistAttr::replicated(self.tensors[t.index()].shape.len()))
+            .collect();
+        let inputs: Vec<Spec<'_>> = op
+            .inputs
+            .iter()
+            .zip(&replicated)
+            .map(|(t, a)| Spec::new(&self.tensors[t.index()].shape, a))
+            .collect();
+        let output_shapes: Vec<&[usize]> = op
+            .outputs
+            .iter()
+            .map(|t| self.tensors[t.index()].shape.as_slice())
+            .collect();
+        let call = spmd_core::Call::Forward {
+            mesh: &self.mesh,
+            inputs: &inputs,
+            output_shapes: &output_shapes,
+            absent: spmd_core::Absent::NONE,
+        };
+        let Err(source) = rule.infer(&call, None) else {
+            return Ok(());
+        };
+        let output = match &source {
+            SpmdError::ShapeMismatch { tensor, .. }
+            | SpmdError::Rank { tensor, .. }
+            | SpmdError::CompoundExtent { tensor, .. }
+                if tensor.role == spmd_core::Role::Output =>
+            {
+                op.outputs.get(tensor.index)
+            }
+            _ => None,
+        };
+        Err(match output {
+            Some(t) => GraphError::DeclaredShape {
+                op: op.name.clone(),
+                tensor: self.tensors[t.index()].name.clone(),
+                source: Box::new(source),
+            },
+            None => GraphError::Rule {
+                op: op.name.clone(),
+                source,
+            },
+        })
+    }
+
     pub fn new(mesh: Mesh) -> GraphBuilder {
         GraphBuilder {
             mesh,
@@ -490,6 +543,9 @@ impl GraphBuilder {
                     op: op.name.clone(),
                     source,
                 })?;
+            if op.kind == OpKind::Forward {
+                self.check_declared_shapes(op, &*rule)?;
+            }
             stages.push(match op.kind {
                 OpKind::Forward => registry.get(&op.rule).map_or(Stage::Other, Stage::of),
                 OpKind::Grad { .. } => Stage::Other,

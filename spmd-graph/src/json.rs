@@ -191,10 +191,9 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
         file.outputs
             .iter()
             .map(|n| {
-                graph.find(n).ok_or_else(|| GraphError::UnknownTensor {
-                    op: "outputs".into(),
-                    name: n.clone(),
-                })
+                graph
+                    .find(n)
+                    .ok_or_else(|| GraphError::UnknownOutput { name: n.clone() })
             })
             .collect::<Result<_, _>>()?
     };
@@ -327,6 +326,28 @@ mod tests {
         assert!(
             err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4], "partial_dims": [9]}], "ops": []}"#)
                 .contains("mesh dim 9")
+        );
+        // The backward seeds name the graph's `outputs` list, not an op.
+        let e = err(&format!(
+            r#"{{{base}, "ops": [{{"op": "relu", "inputs": ["x"], "outputs": ["y"]}}], "outputs": ["q"]}}"#
+        ));
+        assert_eq!(
+            e,
+            "the graph's `outputs` list names tensor `q`, which is not defined"
+        );
+        // A declared output shape its inputs do not give: the op and the
+        // tensor named, at load time (not at a later backward pass).
+        let e = err(
+            r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [8, 4]}, {"name": "w", "shape": [4, 6]},
+            {"name": "h", "shape": [9, 6]}], "ops": [{"name": "fc", "op": "matmul", "inputs": ["x", "w"], "outputs": ["h"]}]}"#,
+        );
+        assert!(
+            e.starts_with("op `fc`: tensor `h` is declared with a shape its inputs do not give"),
+            "{e}"
+        );
+        assert!(
+            e.contains("axis `m` has extent 8, but output 0 dim 0 has extent 9"),
+            "{e}"
         );
         // An op whose declared output rank does not fit its rule.
         assert!(err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4]}, {"name": "y", "shape": [4, 1]}],

@@ -488,6 +488,7 @@ fn options(rule: &Rule, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
     let (follows, not_partial) = (rule.follows, rule.not_partial);
     let (merged_first, follows_outputs) = (rule.merged_first, rule.follows_outputs);
+    let (input_names, output_names) = (&rule.input_names, &rule.output_names);
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let reduce = &rule.reduce;
     quote! {
@@ -500,6 +501,7 @@ fn options(rule: &Rule, policy: &TokenStream) -> TokenStream {
         .with_optional(__spmd::Absent::new(#oi, #oo))
         .with_not_partial(#not_partial)
         .with_merged_first(#merged_first)
+        .with_names(&[#(#input_names),*], &[#(#output_names),*])
         .with_grad_signature(__GRAD_SIGNATURE)
     }
 }
@@ -517,6 +519,7 @@ fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
     let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
     let (follows, not_partial) = (rule.follows, rule.not_partial);
     let (merged_first, follows_outputs) = (rule.merged_first, rule.follows_outputs);
+    let (input_names, output_names) = (&rule.input_names, &rule.output_names);
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let never = &rule.never_sharded;
     let reduce = &rule.reduce;
@@ -539,6 +542,8 @@ fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
             not_partial: #not_partial,
             merged_first: #merged_first,
             grad_signature: __GRAD_SIGNATURE,
+            input_names: &[#(#input_names),*],
+            output_names: &[#(#output_names),*],
         }
     }
 }

@@ -4,7 +4,7 @@
 use spmd_notation::Term;
 
 use crate::dist_attr::Spec;
-use crate::error::{RankNeed, SpmdError, TensorRef};
+use crate::error::{RankNeed, Role, SpmdError, TensorRef};
 use crate::mesh::{MAX_MESH_RANK, Mesh};
 use crate::optional::Absent;
 use crate::rule::EinsumRule;
@@ -43,6 +43,10 @@ pub(super) fn arity(
             role: t.role,
             expected,
             found,
+            names: match t.role {
+                Role::Input => rule.input_names,
+                Role::Output => rule.output_names,
+            },
         })
     }
 }

@@ -40,6 +40,7 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     rule: &EinsumRule<'_>,
     mesh: &Mesh,
     inputs: &[Spec<'_>],
+    output_shapes: &[&[usize]],
     absent: impl Presence,
     trace: &mut T,
     result: &mut RuleResult,
@@ -66,6 +67,30 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     }
     for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         cx.learn_compound_extents(TensorRef::input(i), plan.input(i), spec.shape)?;
+    }
+    // Declared output shapes (a graph's, or a caller's that knows them)
+    // must agree with what the inputs say: a rank its term takes, and every
+    // axis's extent.
+    if output_shapes.len() == plan.n_outputs() {
+        for (o, shape) in output_shapes.iter().enumerate() {
+            if absent.output(o) {
+                continue;
+            }
+            let t = TensorRef::output(o);
+            let term = plan.output(o);
+            let need = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
+            if shape.len() != need {
+                return Err(rank_error(
+                    rule,
+                    t,
+                    term,
+                    shape.len(),
+                    RankNeed::Exactly(need),
+                ));
+            }
+            cx.learn_extents(t, term, shape)?;
+            cx.learn_compound_extents(t, term, shape)?;
+        }
     }
     // Compounds::Absorb: the given inputs with minor factors' mesh dims
     // moved onto their majors; they are what the rule then reads.
@@ -420,14 +445,20 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     let sig = rule
         .grad_signature
         .for_call(inputs.len(), output_grads.len());
+    // The grad op's tensors are not the forward op's: no names to give.
+    let unnamed = EinsumRule {
+        input_names: &[],
+        output_names: &[],
+        ..*rule
+    };
     arity(
-        rule,
+        &unnamed,
         TensorRef::input(0),
         sig.n_tensors(plan.n_inputs()),
         inputs.len(),
     )?;
     arity(
-        rule,
+        &unnamed,
         TensorRef::output(0),
         sig.n_grads(plan.n_outputs()),
         output_grads.len(),
