@@ -4,7 +4,7 @@
 
 use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, labels, normalize_axis};
+use crate::notation::labels;
 
 /// Paddle's `gather`: `out = x` with dim `axis` replaced by `index`'s dim
 /// (or removed, for a 0-D index). The gathered axis of `x` is never sharded;
@@ -19,7 +19,11 @@ use crate::notation::{input_rank, labels, normalize_axis};
 /// was sharded on is free for the index's dim: `merge(unsharded_claims = "ignore")`.
 #[spmd_rule(
     name = "gather",
-    build(Self::notation, cache),
+    // `z` is the index's dim; a 0-D index removes the gathered dim; the grad
+    // writes the index and the output grad's gathered dim `1`.
+    einsum = "@{axis:1},z->@{axis:z}",
+    case(when = call.input_rank(1) == Some(0), einsum = "@{axis:1},->@{axis:-}"),
+    case(when = matches!(call, Call::Grad { .. }), einsum = "@{axis:1},1->@{axis:1}"),
     merge(unsharded_claims = "ignore"),
     inputs(x, index),
     outputs(out),
@@ -29,49 +33,6 @@ use crate::notation::{input_rank, labels, normalize_axis};
 pub struct Gather {
     #[spmd(default)]
     pub axis: i64,
-}
-
-impl Gather {
-    /// For rank 3, axis 1 and a 1-D index: `a1c,i->aic` (`1` is the gathered
-    /// axis); in the grad, `a1c,1->a1c`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        const OP: &str = "gather";
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let axis = normalize_axis(OP, "axis", self.axis, rank)?;
-        let index_rank = input_rank(call, 1).unwrap_or(1);
-        if index_rank > 1 {
-            return Err(SpmdError::Rejected {
-                op: OP,
-                message: format!(
-                    "input 1 (index) has rank {index_rank}; gather takes a 1-D or 0-D index"
-                ),
-            });
-        }
-        let grad = matches!(call, Call::Grad { .. });
-        let index = match (index_rank, grad) {
-            (0, _) => "",
-            (_, false) => "z",
-            (_, true) => "1",
-        };
-        let names = labels(OP, rank)?;
-        let x: String = names
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| if i == axis { '1' } else { c })
-            .collect();
-        let out: String = names
-            .iter()
-            .enumerate()
-            .flat_map(|(i, &c)| {
-                if i == axis {
-                    index.chars().next()
-                } else {
-                    Some(c)
-                }
-            })
-            .collect();
-        Einsum::new(&format!("{x},{index}->{out}"))
-    }
 }
 
 /// Paddle's `gather_nd`: `index` is `[..., k]`, a batch of `k`-tuples of
