@@ -184,7 +184,7 @@ impl Slice {
 /// never sharded.
 #[spmd_rule(
     name = "strided_slice",
-    build(Self::notation, cache),
+    einsum = "@{axes:1}->@{axes:1}",
     partial(backward = "reset"),
     inputs(x),
     outputs(out)
@@ -198,12 +198,6 @@ pub struct StridedSlice {
     pub ends: Vec<i64>,
     #[spmd(default)]
     pub strides: Vec<i64>,
-}
-
-impl StridedSlice {
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        slice_notation("strided_slice", call, &self.axes, &[])
-    }
 }
 
 /// Paddle's `concat`: joins its inputs along `axis`, which is never
