@@ -177,9 +177,10 @@ fn templates_bind_at_any_rank_and_attribute() {
             let sels: Vec<spmd_notation::Pos<'_>> = names
                 .iter()
                 .enumerate()
-                .map(|(k, _)| match k % 3 {
+                .map(|(k, _)| match k % 4 {
                     0 => spmd_notation::Pos::List(&list),
                     1 => spmd_notation::Pos::Int(int),
+                    2 => spmd_notation::Pos::Mask(int as u64),
                     _ => spmd_notation::Pos::All,
                 })
                 .collect();

@@ -16,6 +16,7 @@ const KEY_LIST: usize = 8;
 enum KeyPos {
     Int(i64),
     All,
+    Mask(u64),
     List { len: u8, values: [i64; KEY_LIST] },
 }
 
@@ -24,6 +25,7 @@ impl KeyPos {
         Some(match p {
             Pos::Int(v) => KeyPos::Int(v),
             Pos::All => KeyPos::All,
+            Pos::Mask(m) => KeyPos::Mask(m),
             Pos::List(l) if l.len() <= KEY_LIST => {
                 let mut values = [0; KEY_LIST];
                 values[..l.len()].copy_from_slice(l);
@@ -40,6 +42,7 @@ impl KeyPos {
         match (*self, p) {
             (KeyPos::Int(a), Pos::Int(b)) => a == b,
             (KeyPos::All, Pos::All) => true,
+            (KeyPos::Mask(a), Pos::Mask(b)) => a == b,
             (KeyPos::List { len, values }, Pos::List(l)) => values[..len as usize] == *l,
             _ => false,
         }

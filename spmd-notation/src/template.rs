@@ -545,13 +545,16 @@ impl TParser<'_> {
 }
 
 /// The positions an attribute selects, before they are checked against a
-/// rank: one index, a list, or every position. Negative indices count from
-/// the end.
+/// rank: one index, a list, every position, or a set computed by a method
+/// (bit `p` = position `p`, from the left). Negative indices count from the
+/// end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pos<'a> {
     Int(i64),
     List(&'a [i64]),
     All,
+    /// Positions as bits; a bit at or past the rank is out of range.
+    Mask(u64),
 }
 
 /// Why a template could not be bound for one call.
@@ -739,7 +742,8 @@ fn select(select: Select, sels: &[Pos<'_>], rank: usize) -> Result<u64, BindErro
             Pos::Int(v) => v,
             Pos::List(&[v]) => v,
             Pos::All => return Ok(if from { all } else { 0 }),
-            Pos::List(_) => {
+            Pos::Mask(m) if m.count_ones() == 1 => i64::from(m.trailing_zeros() as u8),
+            Pos::List(_) | Pos::Mask(_) => {
                 return Err(BindError::NotOne {
                     selector: k,
                     count: 0,
@@ -767,6 +771,16 @@ fn select(select: Select, sels: &[Pos<'_>], rank: usize) -> Result<u64, BindErro
             }
         }
         Pos::All => return Ok(all),
+        Pos::Mask(m) => {
+            if m & !all != 0 {
+                return Err(BindError::OutOfRange {
+                    selector: k,
+                    value: i64::from(63 - (m & !all).leading_zeros() as u8),
+                    rank,
+                });
+            }
+            return Ok(m);
+        }
     }
     Ok(mask)
 }

@@ -803,6 +803,19 @@ mod templates {
         ));
         let small = bind_with(ln, &[Pos::Int(1), Pos::Int(1)], &[17, 4]);
         assert!(small.is_ok(), "{small:?}");
+        // A method's computed set of positions (pad's padded dims).
+        assert_eq!(
+            bind_with("@{m():1}->@{m():1}", &[Pos::Mask(0b101)], &[3]).unwrap(),
+            "1b1->1b1"
+        );
+        assert_eq!(
+            bind_with("@{m():1}->@{m():1}", &[Pos::Mask(0b1000)], &[3]),
+            Err(BindError::OutOfRange {
+                selector: 0,
+                value: 3,
+                rank: 3
+            })
+        );
         // A position an input writes `1` cannot come back in an output.
         assert_eq!(
             bind_with("@{axis:1}->@", &[Pos::Int(0)], &[2]),

@@ -293,7 +293,8 @@ impl Roll {
 /// output grad and never reads `x`.
 #[spmd_rule(
     name = "pad",
-    build(Self::notation, cache),
+    einsum = "@{padded():1}->@{padded():1}",
+    validate = Self::check,
     partial(backward = "reset"),
     inputs(x),
     outputs(out),
@@ -306,13 +307,24 @@ pub struct Pad {
 }
 
 impl Pad {
-    /// `a1c->a1c` when only dim 1 is padded.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        const OP: &str = "pad";
-        let rank = input_rank(call, 0).unwrap_or(0);
+    /// The padded dims (a pair with a nonzero side): never sharded, since a
+    /// device's block would not line up with its part of the padded dim.
+    fn padded(&self) -> Pos<'_> {
+        let mask = self
+            .paddings
+            .chunks(2)
+            .enumerate()
+            .filter(|(d, pair)| *d < 64 && pair.iter().any(|&p| p != 0))
+            .fold(0u64, |m, (d, _)| m | 1 << d);
+        Pos::Mask(mask)
+    }
+
+    /// A (before, after) pair per dim of x.
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+        let rank = call.input_rank(0).unwrap_or(0);
         if self.paddings.len() != 2 * rank {
             return Err(SpmdError::InvalidAttr {
-                op: OP,
+                op: "pad",
                 attr: "paddings".into(),
                 message: format!(
                     "{} values for input 0 (x) of rank {rank}; pad takes a (before, after) pair per dim",
@@ -320,11 +332,6 @@ impl Pad {
                 ),
             });
         }
-        let term: String = labels(OP, rank)?
-            .into_iter()
-            .zip(self.paddings.chunks(2))
-            .map(|(c, pair)| if pair.iter().any(|&p| p != 0) { '1' } else { c })
-            .collect();
-        Einsum::new(&format!("{term}->{term}"))
+        Ok(())
     }
 }
