@@ -120,6 +120,8 @@ fn apply(text: &str, edits: &[Edit]) -> String {
 }
 
 const NOTATIONS: &[&str] = &[
+    "@{axis:1}^->@{axis:1}",
+    "@{axis:1}->@{axis:1}^pieces()",
     "...mk,...kn->...mn",
     "bsk,kn,+n->bsn",
     "abc->(ab)c",
@@ -163,11 +165,12 @@ fn templates_bind_at_any_rank_and_attribute() {
         prop::collection::vec(prop_oneof![4 => 0usize..7, 1 => 0usize..200], 0..6),
         prop::collection::vec(prop_oneof![4 => -6i64..6, 1 => any::<i64>()], 0..6),
         prop_oneof![4 => -6i64..6, 1 => any::<i64>()],
+        0usize..6,
     );
     fuzz(
         "template binding",
         strategy,
-        |(base, e, ranks, list, int)| {
+        |(base, e, ranks, list, int, given)| {
             let text = apply(base, &e);
             let Ok(t) = spmd_notation::parse_template(&text) else {
                 return false;
@@ -185,8 +188,15 @@ fn templates_bind_at_any_rank_and_attribute() {
                 })
                 .collect();
             let mut buf = spmd_notation::PlanBuf::new("");
-            let rank = |i: usize| ranks.get(i).copied();
-            spmd_notation::bind_into(&mut buf, &template, &sels, rank).is_ok()
+            // The ranks drawn are the call's tensors, inputs first; the
+            // split between the sides is drawn too (`given`).
+            let n_in = given.min(ranks.len());
+            let rank = |side: spmd_notation::Side, i: usize| match side {
+                spmd_notation::Side::Input => ranks.get(i).copied(),
+                spmd_notation::Side::Output => ranks.get(n_in + i).copied(),
+            };
+            spmd_notation::bind_into(&mut buf, &template, &sels, [n_in, ranks.len() - n_in], rank)
+                .is_ok()
                 && !buf.plan().to_string().is_empty()
         },
     );

@@ -4,7 +4,7 @@
 //! plan instead of binding it anew. Binding is pure, so nothing else can
 //! differ; a call that differs binds into the same buffer.
 
-use spmd_notation::{BindError, MAX_BOUND_TERMS, PlanBuf, Pos, Template};
+use spmd_notation::{BindError, MAX_BOUND_TERMS, PlanBuf, Pos, Side, Template};
 
 /// At most this many selectors, and this many values per list selector, are
 /// remembered; a template or call beyond them binds every time.
@@ -49,11 +49,12 @@ impl KeyPos {
     }
 }
 
-/// What a binding was made for: each term's rank and each selection.
+/// What a binding was made for: how many tensors the call gives on each
+/// side, their ranks, and each selection.
 #[derive(Clone, Copy)]
 struct Key {
-    n_terms: u8,
-    /// `u32::MAX`: the tensor is not in the call.
+    given: [usize; 2],
+    /// `u32::MAX`: the tensor is absent.
     ranks: [u32; MAX_BOUND_TERMS],
     n_sels: u8,
     sels: [KeyPos; KEY_SELECTORS],
@@ -88,39 +89,56 @@ impl Binding {
         &mut self,
         t: &Template<'static>,
         sels: &[Pos<'_>],
-        rank: impl Fn(usize) -> Option<usize>,
+        given: [usize; 2],
+        rank: impl Fn(Side, usize) -> Option<usize>,
     ) -> Result<&PlanBuf<'static>, BindError> {
-        let n_terms = t.terms.len();
         if let Some(k) = &self.key
-            && usize::from(k.n_terms) == n_terms
+            && k.given == given
             && usize::from(k.n_sels) == sels.len()
-            && (0..n_terms).all(|i| encode(rank(i)) == Some(k.ranks[i]))
+            && Self::ranks_match(k, given, &rank)
             && sels.iter().zip(&k.sels).all(|(&p, kp)| kp.is(p))
         {
             return Ok(&self.buf);
         }
         self.key = None;
-        spmd_notation::bind_into(&mut self.buf, t, sels, &rank)?;
-        self.key = Self::key(n_terms, sels, &rank);
+        spmd_notation::bind_into(&mut self.buf, t, sels, given, &rank)?;
+        self.key = Self::key(given, sels, &rank);
         Ok(&self.buf)
     }
 
+    /// The call's tensors in order: its inputs, then its outputs.
+    fn tensors(given: [usize; 2]) -> impl Iterator<Item = (Side, usize)> {
+        (0..given[0])
+            .map(|i| (Side::Input, i))
+            .chain((0..given[1]).map(|o| (Side::Output, o)))
+    }
+
+    fn ranks_match(
+        k: &Key,
+        given: [usize; 2],
+        rank: &impl Fn(Side, usize) -> Option<usize>,
+    ) -> bool {
+        Self::tensors(given)
+            .enumerate()
+            .all(|(n, (side, i))| encode(rank(side, i)) == Some(k.ranks[n]))
+    }
+
     fn key(
-        n_terms: usize,
+        given: [usize; 2],
         sels: &[Pos<'_>],
-        rank: &impl Fn(usize) -> Option<usize>,
+        rank: &impl Fn(Side, usize) -> Option<usize>,
     ) -> Option<Key> {
-        if n_terms > MAX_BOUND_TERMS || sels.len() > KEY_SELECTORS {
+        if given[0] + given[1] > MAX_BOUND_TERMS || sels.len() > KEY_SELECTORS {
             return None;
         }
         let mut key = Key {
-            n_terms: n_terms as u8,
+            given,
             ranks: [u32::MAX; MAX_BOUND_TERMS],
             n_sels: sels.len() as u8,
             sels: [KeyPos::All; KEY_SELECTORS],
         };
-        for i in 0..n_terms {
-            key.ranks[i] = encode(rank(i))?;
+        for (n, (side, i)) in Self::tensors(given).enumerate() {
+            key.ranks[n] = encode(rank(side, i))?;
         }
         for (slot, &p) in key.sels.iter_mut().zip(sels) {
             *slot = KeyPos::of(p)?;

@@ -246,6 +246,16 @@ impl<'c> Call<'c> {
         }
     }
 
+    /// How many input tensors the call gives (forward inputs, backward's
+    /// input shapes, the grad op's forward tensors).
+    #[inline]
+    pub fn n_inputs(&self) -> usize {
+        match *self {
+            Call::Forward { inputs, .. } | Call::Grad { inputs, .. } => inputs.len(),
+            Call::Backward { input_shapes, .. } => input_shapes.len(),
+        }
+    }
+
     /// How many outputs the call gives (shapes or specs); 0 for a forward
     /// call without the outputs' shapes.
     #[inline]

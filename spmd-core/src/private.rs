@@ -9,7 +9,9 @@ pub use core::result::Result::{self, Err, Ok};
 pub use crate::cache::{NotationCache, cached_notation};
 pub use alloc::rc::Rc;
 pub use smallvec::SmallVec;
-pub use spmd_notation::{AxisId, AxisSet, Dim, Fate, Item, Plan, Pos, Select, Template, Term};
+pub use spmd_notation::{
+    AxisId, AxisSet, Dim, Fate, Item, Plan, Pos, Repeat, Select, Side, Template, Term,
+};
 
 pub use crate::template::{IntoPos, Positions};
 
@@ -66,17 +68,14 @@ pub fn bound_rule<R>(
     call: &Call<'_>,
     f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
 ) -> Result<R, SpmdError> {
-    let n_in = template.n_inputs();
-    let rank = |t: usize| {
-        if t < n_in {
-            call.input_rank(t)
-        } else {
-            call.output_shape(t - n_in).map(<[usize]>::len)
-        }
+    let rank = |side: Side, i: usize| match side {
+        Side::Input => call.input_rank(i),
+        Side::Output => call.output_shape(i).map(<[usize]>::len),
     };
+    let given = [call.n_inputs(), call.n_outputs()];
     slot.with_binding(|binding| {
         let bound = binding
-            .bind(template, selections, rank)
+            .bind(template, selections, given, rank)
             .map_err(|e| crate::template::bind_error(base.name, template, call, e))?;
         let plan = bound.plan();
         // A label may be missing from a binding (the selected dim of a 0-d

@@ -103,6 +103,15 @@ pub(crate) fn bind_error(
             attr: attr(selector),
             message: alloc::format!("selects {count} dims where the rule takes exactly one"),
         },
+        BindError::NoneGiven { side } => SpmdError::Rejected {
+            op,
+            message: alloc::format!("no {side}s given; the rule takes at least one"),
+        },
+        BindError::BadCount { selector, value } => SpmdError::InvalidAttr {
+            op,
+            attr: attr(selector),
+            message: alloc::format!("makes {value} tensors, and the rule takes at least one"),
+        },
         BindError::NotPermutation { selector, rank } => SpmdError::InvalidAttr {
             op,
             attr: attr(selector),

@@ -1182,10 +1182,12 @@ fn literal(
             Ok(t) => {
                 let (n_in, n_out) = (t.n_inputs(), t.terms().len() - t.n_inputs());
                 let mut p = Vec::new();
-                if let Some(want) = declared.0.filter(|&w| w != n_in) {
+                // A side whose last term repeats takes any number of tensors.
+                let [rin, rout] = t.repeats().map(|r| r != spmd_notation::Repeat::Once);
+                if let Some(want) = declared.0.filter(|&w| !rin && w != n_in) {
                     p.push(arity(Side::Input, want, n_in, &value));
                 }
-                if let Some(want) = declared.1.filter(|&w| w != n_out) {
+                if let Some(want) = declared.1.filter(|&w| !rout && w != n_out) {
                     p.push(arity(Side::Output, want, n_out, &value));
                 }
                 if p.is_empty() {

@@ -586,6 +586,11 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
         .fold(0u64, |m, b| m | 1 << b);
     let picks = t.picks().iter().map(|&s| select(s));
     let (fixed, runs) = t.counts();
+    let repeats = t.repeats().map(|r| match r {
+        spmd_notation::Repeat::Once => quote!(__spmd::Repeat::Once),
+        spmd_notation::Repeat::Given => quote!(__spmd::Repeat::Given),
+        spmd_notation::Repeat::Count(k) => quote!(__spmd::Repeat::Count(#k)),
+    });
     quote! {
         __spmd::Template {
             source: #source,
@@ -600,6 +605,7 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
             picks: &[#(#picks),*],
             fixed: #fixed,
             runs: #runs,
+            repeats: [#(#repeats),*],
         }
     }
 }

@@ -93,6 +93,9 @@ pub enum ErrorKind {
     BadFate,
     /// More than [`MAX_PICKS`](crate::MAX_PICKS) distinct selections in one template.
     TooManyPicks,
+    /// `^` on a term that is not the last of its side (only the last term
+    /// of the operands, and of the outputs, may stand for several tensors).
+    RepeatNotLast,
     /// A label named by a rule option (never-sharded axes, reduce types, ...)
     /// that the notation does not have.
     UnknownLabel(char),
@@ -151,6 +154,9 @@ impl fmt::Display for ErrorKind {
             ErrorKind::BadFate => f.write_str("a fate is one label, `1` or `-`"),
             ErrorKind::TooManyPicks => f.write_str(
                 "a template selects positions in at most 4 distinct ways (`@{axis:..}`, `@{k..:..}`, ...)",
+            ),
+            ErrorKind::RepeatNotLast => f.write_str(
+                "only the last operand and the last output may repeat (`term^` or `term^count`)",
             ),
             ErrorKind::AddendInOutput => {
                 f.write_str("`+` in an output (only an operand can be an addend)")

@@ -56,7 +56,7 @@ pub use parse::{Notation, parse, parse_terms};
 pub use plan::{AxisId, AxisSet, Dim, Plan, Term};
 pub use template::{
     BindError, Fate, Item, MAX_BOUND_DIMS, MAX_BOUND_TERMS, MAX_PICKS, OwnedTemplate, PlanBuf, Pos,
-    Select, Template, bind, bind_into, is_template, label_bit, parse_template,
+    Repeat, Select, Template, bind, bind_into, is_template, label_bit, parse_template,
 };
 
 /// At most this many distinct labels (`a-z`, `A-Z`).

@@ -3,8 +3,11 @@
 //! building or parsing any text.
 //!
 //! ```text
-//! template := operands "->" outputs
-//! term     := item*
+//! template := terms "->" terms
+//! terms    := term ("," term)*       (a side's last term may repeat)
+//! term     := item* [repeat]
+//! repeat   := "^"                     as many tensors as the call gives
+//!           | "^" name                as many as the attribute says
 //! item     := label | "1"                 (as in a notation)
 //!           | "@"                         every dim of input 0, one axis each
 //!           | "@{" select ":" fate "}"    the same, the selected dims changed
@@ -24,13 +27,18 @@
 //! fate says what the picked positions become in this term: one literal label
 //! (exactly one position), `1` (a dim never sharded, e.g. a kept reduced dim),
 //! or `-` (no dim: reduced, squeezed). `@[perm]` writes the positions in the
-//! order the attribute `perm` lists. Examples:
+//! order the attribute `perm` lists. A method selector may return a set it
+//! computes ([`Pos::Mask`]). The last term of a side may stand for several
+//! tensors: `^` for as many as the call gives, `^name` for as many as an
+//! attribute (or `method()`) says. Examples:
 //!
 //! | op | template |
 //! |---|---|
 //! | softmax along `axis` | `@{axis:a}->@{axis:a}` (with `a` never sharded) |
 //! | sum over `axis` | `@->@{axis:-}`, or `@->@{axis:1}` with `keep_dim` |
 //! | transpose | `@->@[perm]` |
+//! | concat along `axis` (any number of inputs) | `@{axis:1}^->@{axis:1}` |
+//! | split into `num` pieces | `@{axis:1}->@{axis:1}^num` |
 //! | layer norm | `@{begin_norm_axis..:1},*,*->@{begin_norm_axis..:1},@{begin_norm_axis..:-},@{begin_norm_axis..:-}` |
 //!
 //! [`parse_template`] checks a template (the macro does so at compile time,
@@ -41,7 +49,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use crate::error::{ErrorKind, NotationError, NotationErrors};
+use crate::error::{ErrorKind, NotationError, NotationErrors, Side};
 use crate::plan::{AxisId, AxisSet, Dim, Plan, Term};
 
 /// What a selector picks (`@{axis:..}`, `@{axis..:..}`, `@{..axis:..}`, `@{..:..}`).
@@ -83,6 +91,19 @@ pub enum Item {
     Ones,
 }
 
+/// How many tensors the last term of a side stands for (`term^`,
+/// `term^name`): variadic ops (concat's inputs, split's outputs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repeat {
+    /// One tensor.
+    Once,
+    /// As many as the call gives on that side (`^`).
+    Given,
+    /// As many as the attribute (or `method()`) at this selector index says
+    /// (`^name`).
+    Count(u8),
+}
+
 /// A compiled template: items per term over a selector table. Const
 /// constructible, so `#[spmd_rule]` emits one as a `const`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +132,9 @@ pub struct Template<'a> {
     /// (`@`, `@{..}`, `@[..]`): a binding's size before `*` items.
     pub fixed: u16,
     pub runs: u16,
+    /// How many tensors the last input term and the last output term stand
+    /// for.
+    pub repeats: [Repeat; 2],
 }
 
 /// A template selects positions in at most this many distinct ways.
@@ -137,9 +161,9 @@ impl<'a> Template<'a> {
     }
 }
 
-/// Whether a notation text is a template (it uses `@` or `*`).
+/// Whether a notation text is a template (it uses `@`, `*` or `^`).
 pub fn is_template(source: &str) -> bool {
-    source.contains('@') || source.contains('*')
+    source.contains('@') || source.contains('*') || source.contains('^')
 }
 
 /// A parsed template that owns its storage; [`OwnedTemplate::template`]
@@ -158,6 +182,7 @@ pub struct OwnedTemplate {
     picks: Vec<Select>,
     fixed: u16,
     runs: u16,
+    repeats: [Repeat; 2],
 }
 
 impl OwnedTemplate {
@@ -176,7 +201,12 @@ impl OwnedTemplate {
             picks: &self.picks,
             fixed: self.fixed,
             runs: self.runs,
+            repeats: self.repeats,
         }
+    }
+    /// How many tensors the last input and the last output term stand for.
+    pub fn repeats(&self) -> [Repeat; 2] {
+        self.repeats
     }
     /// The distinct selections, in order of first use.
     pub fn picks(&self) -> &[Select] {
@@ -259,8 +289,10 @@ pub fn parse_template(source: &str) -> Result<OwnedTemplate, NotationErrors> {
             picks: Vec::new(),
             fixed: 0,
             runs: 0,
+            repeats: [Repeat::Once; 2],
         },
         input_labels: AxisSet::EMPTY,
+        repeat_at: [None; 2],
     };
     p.run();
     let t = &mut p.t;
@@ -303,6 +335,9 @@ struct TParser<'s> {
     errors: Vec<NotationError>,
     t: OwnedTemplate,
     input_labels: AxisSet,
+    /// Where the current side's last `^` is, until a later term shows it
+    /// was not the last.
+    repeat_at: [Option<usize>; 2],
 }
 
 impl TParser<'_> {
@@ -385,6 +420,7 @@ impl TParser<'_> {
         let mut seen = AxisSet::EMPTY;
         let mut i = 0;
         let mut ones_at = None;
+        let mut repeat: Option<(Repeat, usize)> = None;
         while i < bytes.len() {
             let at = base + i;
             let c = bytes[i];
@@ -395,6 +431,36 @@ impl TParser<'_> {
                     self.t.items.push(Item::Label(c));
                 }
                 b'1' => self.t.items.push(Item::One),
+                b'^' => {
+                    // `^` or `^name`: the term stands for several tensors.
+                    let rest = &text[i + 1..];
+                    let name_len = rest
+                        .bytes()
+                        .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+                        .count();
+                    let name_len = if rest[name_len..].starts_with("()") {
+                        name_len + 2
+                    } else {
+                        name_len
+                    };
+                    let name = &rest[..name_len];
+                    let trailing = rest[name_len..].trim();
+                    if !trailing.is_empty() {
+                        self.err(ErrorKind::RepeatNotLast, at..base + text.len());
+                        break;
+                    }
+                    repeat = Some(if name.is_empty() {
+                        (Repeat::Given, at)
+                    } else if self.name_ok(name, at + 1) {
+                        (
+                            Repeat::Count(self.selector(name, at + 1..at + 1 + name.len())),
+                            at,
+                        )
+                    } else {
+                        break;
+                    });
+                    break;
+                }
                 b'*' => {
                     if output {
                         self.err(ErrorKind::OnesInOutput, at..at + 1);
@@ -453,6 +519,18 @@ impl TParser<'_> {
         }
         if !output {
             self.input_labels = self.input_labels.union(seen);
+        }
+        // A repeat seen on an earlier term of this side: that term was not
+        // the last.
+        let side = usize::from(output);
+        if let Some(at) = self.repeat_at[side].take() {
+            self.err(ErrorKind::RepeatNotLast, at..at + 1);
+        }
+        if let Some((r, at)) = repeat {
+            self.t.repeats[side] = r;
+            self.repeat_at[side] = Some(at);
+        } else {
+            self.t.repeats[side] = Repeat::Once;
         }
         self.t.terms.push((start as u16, len as u16));
     }
@@ -569,6 +647,10 @@ pub enum BindError {
     },
     /// A fate that labels one dim, with this many positions selected.
     NotOne { selector: u8, count: usize },
+    /// A repeat count (`term^count`) that is not a positive integer.
+    BadCount { selector: u8, value: i64 },
+    /// A side that repeats for every tensor given (`term^`) was given none.
+    NoneGiven { side: Side },
     /// `@[perm]` whose attribute is not a permutation of the positions.
     NotPermutation { selector: u8, rank: usize },
     /// Input 0 has fewer dims than its term writes out.
@@ -584,7 +666,7 @@ pub enum BindError {
 /// softmax takes 104)...
 pub const MAX_BOUND_DIMS: usize = 128;
 /// ...and this many terms.
-pub const MAX_BOUND_TERMS: usize = 10;
+pub const MAX_BOUND_TERMS: usize = 32;
 
 /// A plan bound from a template, in fixed-capacity storage (no allocation);
 /// [`PlanBuf::plan`] lends the [`Plan`] inference runs on. Its labels are
@@ -789,7 +871,7 @@ fn select(select: Select, sels: &[Pos<'_>], rank: usize) -> Result<u64, BindErro
 /// every position once (`@` or `@[..]`, no selection) besides literal dims.
 fn positions_from_output(
     t: &Template<'_>,
-    rank: &impl Fn(usize) -> Option<usize>,
+    rank: &impl Fn(Side, usize) -> Option<usize>,
 ) -> Option<usize> {
     if t.n_outputs() == 0 {
         return None;
@@ -809,7 +891,7 @@ fn positions_from_output(
         return None;
     }
     let written = items.len() - 1;
-    rank(t.n_inputs())?.checked_sub(written)
+    rank(Side::Output, 0)?.checked_sub(written)
 }
 
 /// Binds a template for one call: `sels` holds each selector's positions
@@ -823,7 +905,7 @@ fn positions_from_output(
 ///
 /// let t = parse_template("@->@{axis:-}").unwrap();
 /// let names = ["axis"];
-/// let b = bind(&t.template(&names), &[Pos::List(&[1])], |_| Some(3)).unwrap();
+/// let b = bind(&t.template(&names), &[Pos::List(&[1])], [1, 1], |_, _| Some(3)).unwrap();
 /// let plan = b.plan();
 /// assert_eq!(plan.term_text(plan.input(0)), "abc");
 /// assert_eq!(plan.term_text(plan.output(0)), "ac");
@@ -831,10 +913,11 @@ fn positions_from_output(
 pub fn bind<'t>(
     t: &Template<'t>,
     sels: &[Pos<'_>],
-    rank: impl Fn(usize) -> Option<usize>,
+    given: [usize; 2],
+    rank: impl Fn(Side, usize) -> Option<usize>,
 ) -> Result<PlanBuf<'t>, BindError> {
     let mut buf = PlanBuf::new(t.source);
-    bind_into(&mut buf, t, sels, rank)?;
+    bind_into(&mut buf, t, sels, given, rank)?;
     Ok(buf)
 }
 
@@ -844,18 +927,63 @@ pub fn bind_into<'t>(
     buf: &mut PlanBuf<'t>,
     t: &Template<'t>,
     sels: &[Pos<'_>],
-    rank: impl Fn(usize) -> Option<usize>,
+    given: [usize; 2],
+    rank: impl Fn(Side, usize) -> Option<usize>,
 ) -> Result<(), BindError> {
     buf.reset(t.source);
-    if t.terms.len() > MAX_BOUND_TERMS {
-        return Err(BindError::TooLarge {
-            what: "terms",
-            limit: MAX_BOUND_TERMS,
-        });
+    // The tensors the binding writes, in order: (template term, side, index
+    // on that side). The last term of a side may stand for several.
+    let mut instances = [(0u16, Side::Input, 0u16); MAX_BOUND_TERMS];
+    let mut n = 0usize;
+    let sides = [
+        (Side::Input, 0..t.n_inputs(), 0usize),
+        (Side::Output, t.n_inputs()..t.terms.len(), 1usize),
+    ];
+    for (side, terms, s) in sides {
+        let last = terms.end.checked_sub(1).filter(|&l| l >= terms.start);
+        let mut index = 0usize;
+        for term in terms.clone() {
+            let count = match (Some(term) == last, t.repeats[s]) {
+                (true, Repeat::Given) => match given[s].saturating_sub(terms.len() - 1) {
+                    0 => return Err(BindError::NoneGiven { side }),
+                    c => c,
+                },
+                (true, Repeat::Count(k)) => match sels.get(k as usize) {
+                    Some(&Pos::Int(v)) if v >= 1 => usize::try_from(v).unwrap_or(usize::MAX),
+                    Some(&Pos::Int(v)) => {
+                        return Err(BindError::BadCount {
+                            selector: k,
+                            value: v,
+                        });
+                    }
+                    _ => {
+                        return Err(BindError::BadCount {
+                            selector: k,
+                            value: -1,
+                        });
+                    }
+                },
+                _ => 1,
+            };
+            if n.saturating_add(count) > MAX_BOUND_TERMS {
+                return Err(BindError::TooLarge {
+                    what: "terms",
+                    limit: MAX_BOUND_TERMS,
+                });
+            }
+            for _ in 0..count {
+                instances[n] = (term as u16, side, index as u16);
+                n += 1;
+                index += 1;
+            }
+        }
     }
+    let instances = &instances[..n];
+    let n_inputs = instances.iter().filter(|i| i.1 == Side::Input).count();
+    let rank_of = |i: &(u16, Side, u16)| rank(i.1, usize::from(i.2));
     // Positions: input 0's dims that its term does not write out.
     let written = t.written as usize;
-    let n_pos = match rank(0) {
+    let n_pos = match rank(Side::Input, 0) {
         Some(r0) => r0.checked_sub(written).ok_or(BindError::RankBelow {
             need: written,
             rank: r0,
@@ -876,19 +1004,23 @@ pub fn bind_into<'t>(
     // Every dim the binding will write: written items, runs of positions,
     // and `*`'s ones (an absent tensor's term is one `1`), checked before
     // any is written.
-    let ones: usize = (0..t.terms.len())
-        .map(|term| {
-            let n = t
-                .items_of(term)
-                .iter()
-                .filter(|i| matches!(i, Item::Ones))
-                .count();
-            n.saturating_mul(rank(term).unwrap_or(1))
+    let total = instances
+        .iter()
+        .map(|i| {
+            let items = t.items_of(usize::from(i.0));
+            let (fixed, runs, ones) =
+                items
+                    .iter()
+                    .fold((0usize, 0usize, 0usize), |(f, r, o), it| match it {
+                        Item::Label(_) | Item::One => (f + 1, r, o),
+                        Item::Positions(_) | Item::Permuted(_) => (f, r + 1, o),
+                        Item::Ones => (f, r, o + 1),
+                    });
+            fixed
+                .saturating_add(runs.saturating_mul(n_pos))
+                .saturating_add(ones.saturating_mul(rank_of(i).unwrap_or(1)))
         })
         .fold(0usize, usize::saturating_add);
-    let total = (t.fixed as usize)
-        .saturating_add((t.runs as usize).saturating_mul(n_pos))
-        .saturating_add(ones);
     if total > MAX_BOUND_DIMS {
         return Err(BindError::TooLarge {
             what: "dims",
@@ -907,9 +1039,10 @@ pub fn bind_into<'t>(
             .position(|&p| p == sel)
             .map_or(0, |k| masks[k])
     };
-    buf.n_inputs = t.n_inputs;
-    for term in 0..t.terms.len() {
-        let output = term >= t.n_inputs();
+    buf.n_inputs = n_inputs as u16;
+    for (k, inst) in instances.iter().enumerate() {
+        let term = usize::from(inst.0);
+        let output = inst.1 == Side::Output;
         let start = buf.n_dims;
         let mut seen = AxisSet::EMPTY;
         for item in t.items_of(term) {
@@ -919,7 +1052,7 @@ pub fn bind_into<'t>(
                 Item::Ones => {
                     // An absent tensor is answered as one `1` dim, as Paddle
                     // answers it (counted in `total` above).
-                    let most = rank(term).unwrap_or(1);
+                    let most = rank_of(inst).unwrap_or(1);
                     for _ in 0..most {
                         buf.push(Dim::One);
                     }
@@ -990,7 +1123,7 @@ pub fn bind_into<'t>(
         } else {
             buf.input_axes = buf.input_axes.union(seen);
         }
-        buf.terms[term] = Term {
+        buf.terms[k] = Term {
             start,
             len: buf.n_dims - start,
             ellipsis: None,
@@ -999,7 +1132,7 @@ pub fn bind_into<'t>(
     }
     if !buf.output_axes.minus(buf.input_axes).is_empty() {
         let missing = buf.output_axes.minus(buf.input_axes);
-        let output = (t.n_inputs()..t.terms.len())
+        let output = (n_inputs..instances.len())
             .position(|o| {
                 let p = buf.plan();
                 !p.axes_of(p.terms[o]).intersect(missing).is_empty()

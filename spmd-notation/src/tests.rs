@@ -658,7 +658,7 @@ mod templates {
     use alloc::string::String;
     use alloc::vec::Vec;
 
-    use crate::{BindError, ErrorKind, Plan, Pos, bind, parse, parse_template};
+    use crate::{BindError, ErrorKind, Plan, Pos, Side, bind, parse, parse_template};
 
     /// The bound plan equals the parsed plan of `text` in everything but
     /// its source.
@@ -678,7 +678,13 @@ mod templates {
     fn bind_with(t: &str, sels: &[Pos<'_>], ranks: &[usize]) -> Result<String, BindError> {
         let owned = parse_template(t).unwrap();
         let names: Vec<&str> = owned.selectors().iter().map(String::as_str).collect();
-        let b = bind(&owned.template(&names), sels, |i| ranks.get(i).copied())?;
+        let n_in = owned.n_inputs();
+        let n_out = owned.terms().len() - n_in;
+        let rank = |side: Side, i: usize| match side {
+            Side::Input => ranks.get(i).copied(),
+            Side::Output => ranks.get(n_in + i).copied(),
+        };
+        let b = bind(&owned.template(&names), sels, [n_in, n_out], rank)?;
         let p = b.plan();
         let side = |r: core::ops::Range<usize>| {
             r.map(|i| p.term_text(p.terms[i]))

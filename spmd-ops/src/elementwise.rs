@@ -2,9 +2,7 @@
 //! broadcasting (`add`, `multiply`, comparisons, logical ops). Every dim keeps
 //! its sharding; a size-1 dim broadcast against a larger one is never sharded.
 
-use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
-
-use crate::notation::{input_rank, labels};
+use spmd_core::spmd_rule;
 
 /// Paddle's elementwise unary rule. Paddle 3.3.1 drops a sharding that does
 /// not divide its dim, on both sides and in both directions
@@ -50,29 +48,12 @@ pub struct Multiply {}
 /// as in Paddle 3.3.1. Partial inputs are reduced first, as Paddle does.
 #[spmd_rule(
     name = "add_n",
-    build(Self::notation, cache),
+    einsum = "@^->@",
     partial(backward = "reset"),
     outputs(out)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddN {}
-
-impl AddN {
-    /// `ab,ab,ab->ab` for three 2-D inputs.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let n = (0..).take_while(|&i| call.input_shape(i).is_some()).count();
-        if n == 0 {
-            return Err(SpmdError::Rejected {
-                op: "add_n",
-                message: "no inputs given; add_n takes at least one".into(),
-            });
-        }
-        let term: String = labels("add_n", input_rank(call, 0).unwrap_or(0))?
-            .into_iter()
-            .collect();
-        Einsum::new(&format!("{}->{term}", vec![term.as_str(); n].join(",")))
-    }
-}
 
 /// Paddle's `label_smooth` (`label`, `prior_dist` → `out`): `out = (1 -
 /// epsilon) * label + epsilon * prior_dist`, elementwise with numpy

@@ -3,6 +3,7 @@
 //! The cut or joined axis is never sharded (its pieces would not line up
 //! with the devices' blocks); every other dim keeps its sharding.
 
+use spmd_core::notation::Pos;
 use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
 
 use crate::notation::{axis_flags, labels, normalize_axis};
@@ -27,25 +28,12 @@ fn cut_term(op: &'static str, shape: &[usize], axis: usize) -> Result<String, Sp
         .collect())
 }
 
-/// `x -> out, out, ...`: `n` outputs shaped like `x` but for dim `axis`.
-fn split_notation(
-    op: &'static str,
-    call: &Call<'_>,
-    axis: i64,
-    n: usize,
-) -> Result<Einsum, SpmdError> {
-    let shape = input_shape(op, call, 0)?;
-    let axis = normalize_axis(op, "axis", axis, shape.len())?;
-    let term = cut_term(op, shape, axis)?;
-    let outs = vec![term.as_str(); n.max(1)].join(",");
-    Einsum::new(&format!("{term}->{outs}"))
-}
-
 /// Paddle's `split`: cuts `x` along `axis` into pieces of the sizes in
-/// `sections` (one of them may be -1). The split axis is never sharded.
+/// `sections` (one of them may be -1), one output each. The split axis is
+/// never sharded.
 #[spmd_rule(
     name = "split",
-    build(Self::notation, cache),
+    einsum = "@{axis:1}->@{axis:1}^sections()",
     partial(backward = "reset")
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -56,8 +44,9 @@ pub struct Split {
 }
 
 impl Split {
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        split_notation("split", call, self.axis, self.sections.len())
+    /// One output per section.
+    fn sections(&self) -> Pos<'_> {
+        Pos::Int(i64::try_from(self.sections.len()).unwrap_or(i64::MAX))
     }
 }
 
@@ -65,7 +54,7 @@ impl Split {
 /// The split axis is never sharded.
 #[spmd_rule(
     name = "split_with_num",
-    build(Self::notation, cache),
+    einsum = "@{axis:1}->@{axis:1}^num",
     partial(backward = "reset")
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -73,20 +62,6 @@ pub struct SplitWithNum {
     pub num: i64,
     #[spmd(default)]
     pub axis: i64,
-}
-
-impl SplitWithNum {
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let n = usize::try_from(self.num)
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| SpmdError::InvalidAttr {
-                op: "split_with_num",
-                attr: "num".into(),
-                message: format!("num must be positive, got {}", self.num),
-            })?;
-        split_notation("split_with_num", call, self.axis, n)
-    }
 }
 
 /// Paddle's `unbind`: one output per index of dim `axis`, which the outputs
@@ -211,7 +186,7 @@ pub struct StridedSlice {
 /// the output.
 #[spmd_rule(
     name = "concat",
-    build(Self::notation, cache),
+    einsum = "@{axis:1}^->@{axis:1}",
     merge(conflicts = "align"),
     partial(backward = "explain")
 )]
@@ -219,49 +194,6 @@ pub struct StridedSlice {
 pub struct Concat {
     #[spmd(default)]
     pub axis: i64,
-}
-
-impl Concat {
-    fn axis(&self, call: &Call<'_>) -> Result<(usize, usize), SpmdError> {
-        let rank = input_shape("concat", call, 0)?.len();
-        Ok((rank, normalize_axis("concat", "axis", self.axis, rank)?))
-    }
-
-    /// `ab1c,ab1c->ab1c` for `axis = 2`. Forward labels every other dim
-    /// (Paddle aligns size-1 dims too); the other directions write size-1
-    /// dims `1`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let n = n_inputs(call);
-        let (rank, axis) = self.axis(call)?;
-        let names = labels("concat", rank)?;
-        let term = |shape: &[usize]| -> String {
-            names
-                .iter()
-                .zip(shape)
-                .enumerate()
-                .map(|(d, (&c, &size))| {
-                    if d == axis || (size == 1 && !call.is_forward()) {
-                        '1'
-                    } else {
-                        c
-                    }
-                })
-                .collect()
-        };
-        let mut terms = Vec::with_capacity(n);
-        for i in 0..n {
-            let shape = input_shape("concat", call, i)?;
-            if shape.len() != rank {
-                return Err(SpmdError::Rejected {
-                    op: "concat",
-                    message: format!("input {i} has rank {}, input 0 rank {rank}", shape.len()),
-                });
-            }
-            terms.push(term(shape));
-        }
-        let out = term(input_shape("concat", call, 0)?);
-        Einsum::new(&format!("{}->{out}", terms.join(",")))
-    }
 }
 
 /// Paddle's `stack`: joins its inputs along a new dim at `axis`, which is
