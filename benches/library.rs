@@ -22,6 +22,23 @@ fn main() {
 }
 
 const SAMPLES: u32 = 200;
+/// Every case of `benches/common/cases.rs`, by name.
+const CASES: &[&str] = &[
+    "matmul_forward",
+    "matmul_backward",
+    "add_broadcast_forward",
+    "add_broadcast_backward",
+    "embedding_forward",
+    "embedding_backward",
+    "sum_forward",
+    "sum_backward",
+    "softmax_forward",
+    "softmax_backward",
+    "reshape_forward",
+    "reshape_backward",
+    "layer_norm_forward",
+    "layer_norm_backward",
+];
 const SIZE: u32 = 500;
 
 /// Times the case after checking its answer.
@@ -43,15 +60,7 @@ fn bench(bencher: Bencher, name: &str) {
 #[divan::bench(
     sample_count = SAMPLES,
     sample_size = SIZE,
-    args = [
-        "matmul_forward", "matmul_backward",
-        "add_broadcast_forward", "add_broadcast_backward",
-        "embedding_forward", "embedding_backward",
-        "sum_forward", "sum_backward",
-        "softmax_forward", "softmax_backward",
-        "reshape_forward", "reshape_backward",
-        "layer_norm_forward", "layer_norm_backward",
-    ]
+    args = CASES
 )]
 fn library(bencher: Bencher, name: &str) {
     bench(bencher, name);
@@ -63,15 +72,7 @@ fn library(bencher: Bencher, name: &str) {
 #[divan::bench(
     sample_count = SAMPLES,
     sample_size = SIZE,
-    args = [
-        "matmul_forward", "matmul_backward",
-        "add_broadcast_forward", "add_broadcast_backward",
-        "embedding_forward", "embedding_backward",
-        "sum_forward", "sum_backward",
-        "softmax_forward", "softmax_backward",
-        "reshape_forward", "reshape_backward",
-        "layer_norm_forward", "layer_norm_backward",
-    ]
+    args = CASES
 )]
 fn library_into(bencher: Bencher, name: &str) {
     let case = cases::by_name(name).expect("a case of benches/common/cases.rs");
