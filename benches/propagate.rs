@@ -15,7 +15,8 @@
 
 use divan::{Bencher, black_box};
 use spmd_core::{Attrs, DistAttr, Mesh};
-use spmd_graph::{DType, GptConfig, Graph, GraphBuilder, gpt, plan, propagate};
+use spmd_graph::{DType, Graph, GraphBuilder, plan, propagate};
+use spmd_models::{GptConfig, gpt};
 
 fn main() {
     divan::main();

@@ -18,7 +18,8 @@
 
 use std::process::ExitCode;
 
-use spmd_graph::{DType, GptConfig, GraphError, backward_graph, gpt, plan, propagate, report};
+use spmd_graph::{DType, GraphError, backward_graph, plan, propagate, report};
+use spmd_models::{GptConfig, gpt};
 
 /// Forward and backward all-reduces of one configuration, by mesh dim.
 struct Counts {

@@ -88,13 +88,12 @@
 //! graph from the rules' grad inference, with gradient accumulation and the
 //! optimizer's layout on each parameter's gradient, so the plan of the
 //! backward graph shows the backward collectives and the data-parallel
-//! gradient all-reduces. [`gpt()`] builds a GPT-style model with Megatron-LM's
-//! annotations; [`json`] reads and writes graphs.
+//! gradient all-reduces. [`json`] reads and writes graphs. Models built with
+//! the builder (a GPT with Megatron-LM's annotations) live in `spmd-models`.
 #![forbid(unsafe_code)]
 
 mod backward;
 mod error;
-pub mod gpt;
 mod graph;
 pub mod json;
 mod memo;
@@ -105,7 +104,6 @@ pub mod steps;
 
 pub use backward::{Backward, backward_graph};
 pub use error::GraphError;
-pub use gpt::{Gpt, GptConfig, gpt};
 pub use graph::{Graph, GraphBuilder, OpId, OpInfo, OpKind, Stage, TensorId, TensorInfo};
 pub use propagate::{Origin, Propagation, Stats, propagate};
 pub use reshard::{DType, Edge, Reshard, ReshardPlan, plan};

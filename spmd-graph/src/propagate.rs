@@ -368,19 +368,63 @@ mod tests {
         assert_eq!(run_with(0, 1), "[0, -1]");
     }
 
-    /// Remembered answers change nothing: two stacked GPT layers (whose
-    /// second layer is all memo hits) propagate as with every rule called.
+    /// Remembered answers change nothing: two stacked Megatron-style MLP
+    /// blocks (whose second block is all memo hits) propagate as with every
+    /// rule called, with tensor and data parallelism.
     #[test]
     fn the_memo_changes_no_answer() {
         let registry = spmd_ops::builtins();
-        for cfg in [
-            crate::GptConfig::small_tp(),
-            crate::GptConfig::small_dp_tp(),
-        ] {
-            let m = crate::gpt(&crate::GptConfig { layers: 2, ..cfg }, &registry).unwrap();
-            let mut plain = Propagator::new(&m.graph);
+        for dp in [false, true] {
+            let mut b = GraphBuilder::new(Mesh::new(&[2, 2]).unwrap());
+            let mut x = b.tensor("x", &[8, 16]).unwrap();
+            if dp {
+                b.annotate(x, a(&[0, -1])).unwrap();
+            }
+            for l in 0..2 {
+                let name = |n: &str| format!("{n}{l}");
+                let w1 = b.param(&name("w1_"), &[16, 32], Some(a(&[-1, 1]))).unwrap();
+                let w2 = b.param(&name("w2_"), &[32, 16], Some(a(&[1, -1]))).unwrap();
+                let h = b
+                    .apply(
+                        &name("fc1_"),
+                        "matmul",
+                        Attrs::new(),
+                        &[x, w1],
+                        (&name("h"), &[8, 32]),
+                    )
+                    .unwrap();
+                let g = b
+                    .apply(
+                        &name("act"),
+                        "gelu",
+                        Attrs::new(),
+                        &[h],
+                        (&name("g"), &[8, 32]),
+                    )
+                    .unwrap();
+                let y = b
+                    .apply(
+                        &name("fc2_"),
+                        "matmul",
+                        Attrs::new(),
+                        &[g, w2],
+                        (&name("y"), &[8, 16]),
+                    )
+                    .unwrap();
+                x = b
+                    .apply(
+                        &name("res"),
+                        "add",
+                        Attrs::new(),
+                        &[x, y],
+                        (&name("x"), &[8, 16]),
+                    )
+                    .unwrap();
+            }
+            let g = b.build(&registry).unwrap();
+            let mut plain = Propagator::new(&g);
             plain.memo.off = true;
-            assert_eq!(run(plain).unwrap(), propagate(&m.graph).unwrap());
+            assert_eq!(run(plain).unwrap(), propagate(&g).unwrap());
         }
     }
 

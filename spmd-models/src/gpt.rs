@@ -11,8 +11,7 @@
 
 use spmd_core::{Attrs, DistAttr, Mesh, MeshDim, Registry, Sharding};
 
-use crate::error::GraphError;
-use crate::graph::{Graph, GraphBuilder, TensorId};
+use spmd_graph::{Graph, GraphBuilder, GraphError, TensorId};
 
 /// The sizes of the model and how it is laid out.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,7 +72,8 @@ pub struct Gpt {
 /// Builds the model of `cfg` (see the module docs).
 ///
 /// ```
-/// use spmd_graph::{DType, GptConfig, gpt, plan, propagate};
+/// use spmd_graph::{DType, plan, propagate};
+/// use spmd_models::{GptConfig, gpt};
 ///
 /// let model = gpt(&GptConfig::small_tp(), &spmd_ops::builtins())?;
 /// let p = propagate(&model.graph)?;
