@@ -1001,33 +1001,6 @@ pub fn bind_into<'t>(
         });
     }
     let pos_labels = &t.positional[..n_pos];
-    // Every dim the binding will write: written items, runs of positions,
-    // and `*`'s ones (an absent tensor's term is one `1`), checked before
-    // any is written.
-    let total = instances
-        .iter()
-        .map(|i| {
-            let items = t.items_of(usize::from(i.0));
-            let (fixed, runs, ones) =
-                items
-                    .iter()
-                    .fold((0usize, 0usize, 0usize), |(f, r, o), it| match it {
-                        Item::Label(_) | Item::One => (f + 1, r, o),
-                        Item::Positions(_) | Item::Permuted(_) => (f, r + 1, o),
-                        Item::Ones => (f, r, o + 1),
-                    });
-            fixed
-                .saturating_add(runs.saturating_mul(n_pos))
-                .saturating_add(ones.saturating_mul(rank_of(i).unwrap_or(1)))
-        })
-        .fold(0usize, usize::saturating_add);
-    if total > MAX_BOUND_DIMS {
-        return Err(BindError::TooLarge {
-            what: "dims",
-            limit: MAX_BOUND_DIMS,
-        });
-    }
-    let is_never = |c: u8| label_bit(c).is_some_and(|b| t.never.contains(b));
     // Each distinct selection's mask, once.
     let mut masks = [0u64; MAX_PICKS];
     for (m, &sel) in masks.iter_mut().zip(t.picks) {
@@ -1039,6 +1012,32 @@ pub fn bind_into<'t>(
             .position(|&p| p == sel)
             .map_or(0, |k| masks[k])
     };
+    // Every dim the binding will write, counted exactly before any is
+    // written: one per written item, a run of positions less what it drops,
+    // `*`'s ones (an absent tensor's term is one `1`).
+    let total = instances
+        .iter()
+        .map(|i| {
+            t.items_of(usize::from(i.0))
+                .iter()
+                .map(|it| match *it {
+                    Item::Label(_) | Item::One => 1,
+                    Item::Positions(Some((sel, Fate::Drop))) => {
+                        n_pos - (mask_of(sel).count_ones() as usize).min(n_pos)
+                    }
+                    Item::Positions(_) | Item::Permuted(_) => n_pos,
+                    Item::Ones => rank_of(i).unwrap_or(1),
+                })
+                .fold(0usize, usize::saturating_add)
+        })
+        .fold(0usize, usize::saturating_add);
+    if total > MAX_BOUND_DIMS {
+        return Err(BindError::TooLarge {
+            what: "dims",
+            limit: MAX_BOUND_DIMS,
+        });
+    }
+    let is_never = |c: u8| label_bit(c).is_some_and(|b| t.never.contains(b));
     buf.n_inputs = n_inputs as u16;
     for (k, inst) in instances.iter().enumerate() {
         let term = usize::from(inst.0);

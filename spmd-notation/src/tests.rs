@@ -809,6 +809,10 @@ mod templates {
         ));
         let small = bind_with(ln, &[Pos::Int(1), Pos::Int(1)], &[17, 4]);
         assert!(small.is_ok(), "{small:?}");
+        // The count is exact: dims a term drops are not counted, so this
+        // binding of 50 + 70 + 0 dims fits.
+        let fits = bind_with("@{k..:1},*->@{k..:-}", &[Pos::Int(0)], &[50, 70]);
+        assert!(fits.is_ok(), "{fits:?}");
         // A method's computed set of positions (pad's padded dims).
         assert_eq!(
             bind_with("@{m():1}->@{m():1}", &[Pos::Mask(0b101)], &[3]).unwrap(),
