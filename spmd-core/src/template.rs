@@ -86,7 +86,10 @@ pub(crate) fn bind_error(
 ) -> SpmdError {
     let attr = |k: u8| -> alloc::string::String {
         let name = t.selectors.get(k as usize).copied().unwrap_or("?");
-        name.strip_suffix("()").unwrap_or(name).into()
+        name.strip_suffix("()")
+            .or_else(|| name.strip_suffix("(call)"))
+            .unwrap_or(name)
+            .into()
     };
     match e {
         BindError::OutOfRange {

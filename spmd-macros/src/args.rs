@@ -1242,7 +1242,10 @@ fn selectors_are_fields(
     let Form::Template(t) = &l.form else { return };
     let value = l.lit.value();
     for (name, range) in t.selectors().iter().zip(t.selector_ranges()) {
-        if name.ends_with("()") || fields.iter().any(|f| f.ident == name) {
+        if name.ends_with("()")
+            || name.ends_with("(call)")
+            || fields.iter().any(|f| f.ident == name)
+        {
             continue;
         }
         let known: Vec<String> = fields.iter().map(|f| format!("`{}`", f.ident)).collect();

@@ -615,12 +615,14 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
 fn selections(t: &OwnedTemplate, span: Span) -> Vec<TokenStream> {
     t.selectors()
         .iter()
-        .map(|name| match name.strip_suffix("()") {
-            Some(m) => {
+        .map(|name| {
+            if let Some(m) = name.strip_suffix("(call)") {
+                let m = syn::Ident::new(m, span);
+                quote_spanned!(span=> __spmd::IntoPos::into_pos(self.#m(&call)))
+            } else if let Some(m) = name.strip_suffix("()") {
                 let m = syn::Ident::new(m, span);
                 quote_spanned!(span=> __spmd::IntoPos::into_pos(self.#m()))
-            }
-            None => {
+            } else {
                 let f = syn::Ident::new(name, span);
                 quote_spanned!(span=> __spmd::Positions::positions(&self.#f))
             }

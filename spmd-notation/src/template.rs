@@ -15,7 +15,8 @@
 //!           | "*"                         a term of `1`s as long as the tensor's rank
 //! select   := name | name ".." | ".." name | ".."
 //! fate     := label | "1" | "-"
-//! name     := an attribute (a field of the op) or `method()`
+//! name     := an attribute (a field of the op), `method()`, or
+//!             `method(call)` (a method that reads the call's shapes too)
 //! ```
 //!
 //! `@` stands for the dims of input 0 that its term does not write out, in
@@ -440,6 +441,8 @@ impl TParser<'_> {
                         .count();
                     let name_len = if rest[name_len..].starts_with("()") {
                         name_len + 2
+                    } else if rest[name_len..].starts_with("(call)") {
+                        name_len + 6
                     } else {
                         name_len
                     };
@@ -551,7 +554,12 @@ impl TParser<'_> {
     }
 
     fn name_ok(&mut self, name: &str, at: usize) -> bool {
-        let bare = name.strip_suffix("()").unwrap_or(name);
+        // `method()`, or `method(call)`: a method that reads the call's
+        // shapes too.
+        let bare = name
+            .strip_suffix("()")
+            .or_else(|| name.strip_suffix("(call)"))
+            .unwrap_or(name);
         let ok = !bare.is_empty()
             && bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
             && !bare.as_bytes()[0].is_ascii_digit();

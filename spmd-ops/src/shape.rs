@@ -3,9 +3,10 @@
 //! `expand_as`. Each builds its notation from its attributes and the input's
 //! shape; size-1 dims are `1` (splitting a size-1 dim splits nothing).
 
+use spmd_core::notation::Pos;
 use spmd_core::{Call, DimsMapping, Einsum, Mesh, RuleResult, Sharding, SpmdError, spmd_rule};
 
-use crate::notation::{axis_flags, labels, normalize_axis};
+use crate::notation::{labels, normalize_axis};
 
 /// The shape of input `i`, or an error naming the op when the call lacks it.
 pub(crate) fn input_shape<'c>(
@@ -55,7 +56,9 @@ pub struct Transpose {
 /// never reads `x`, so `x` keeps its layout in the grad op.
 #[spmd_rule(
     name = "squeeze",
-    build(Self::notation, cache),
+    // A dropped size-1 dim is an axis of extent 1, which never carries a
+    // sharding: nothing is contracted over a shard.
+    einsum = "@->@{axis(call):-}",
     partial(backward = "reset"),
     grad(ignores(x)),
     inputs(x),
@@ -68,21 +71,32 @@ pub struct Squeeze {
 }
 
 impl Squeeze {
-    /// For `x: [4, 1, 8]`, `axis = [1]`: `a1c->ac`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let shape = input_shape("squeeze", call, 0)?;
-        let rank = shape.len();
-        let names = labels("squeeze", rank)?;
-        let listed = axis_flags("squeeze", "axis", &self.axis, rank, true)?;
-        let input = plain_term(&names, shape);
-        let output: String = input
-            .chars()
-            .zip(shape.iter().zip(&listed))
-            .filter(|&(_, (&s, &l))| !(s == 1 && l))
-            .map(|(c, _)| c)
-            .collect();
-        // From terms: a 0-d x is a lone scalar operand, which text cannot write.
-        Einsum::from_terms(&[&input], &[&output])
+    /// The dims squeezed away: those `axis` lists (every dim when it is
+    /// empty) whose size is 1. A listed dim out of range is left for the
+    /// binding to report, with the value as written.
+    fn axis(&self, call: &Call<'_>) -> Pos<'_> {
+        let shape = call.input_shape(0).unwrap_or(&[]);
+        let rank = shape.len() as i64;
+        let listed = |d: usize| {
+            self.axis.is_empty()
+                || self
+                    .axis
+                    .iter()
+                    .any(|&a| (if a < 0 { a + rank } else { a }) == d as i64)
+        };
+        if self
+            .axis
+            .iter()
+            .any(|&a| a >= rank.max(1) || a < -rank.max(1))
+        {
+            return Pos::List(&self.axis);
+        }
+        let mask = shape
+            .iter()
+            .enumerate()
+            .filter(|&(d, &size)| d < 64 && size == 1 && listed(d))
+            .fold(0u64, |m, (d, _)| m | 1 << d);
+        Pos::Mask(mask)
     }
 }
 
