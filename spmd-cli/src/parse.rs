@@ -190,6 +190,7 @@ pub(crate) fn plural(n: usize, what: &str) -> String {
 
 fn mesh_dims_phrase(rank: usize) -> String {
     match rank {
+        0 => "no mesh dim".into(),
         1 => "only mesh dim 0".into(),
         n => format!("mesh dims 0..={}", n - 1),
     }
@@ -597,6 +598,15 @@ mod tests {
         assert_eq!(edit_distance("absent", "absent"), 0);
         assert_eq!(edit_distance("absnet", "absent"), 1);
         assert_eq!(edit_distance("", "absent"), 6);
+    }
+
+    /// A mesh of rank 0 (a JSON call's `mesh_shape: []`) has no mesh dim to
+    /// name; the phrase used to subtract one from zero (the fuzzer found it).
+    #[test]
+    fn mesh_dims_phrase_of_every_rank() {
+        assert_eq!(mesh_dims_phrase(0), "no mesh dim");
+        assert_eq!(mesh_dims_phrase(1), "only mesh dim 0");
+        assert_eq!(mesh_dims_phrase(3), "mesh dims 0..=2");
     }
 
     #[test]
