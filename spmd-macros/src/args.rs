@@ -781,15 +781,13 @@ const GROUPED: &[(&str, &str, &str)] = &[
 
 /// How a field is written, for messages: `grad(none(...))`, `partial(axes(...))`.
 fn shown(field: &str) -> String {
+    // A key written `key = value` (a string, or `reduce`'s path).
+    let valued = STRING_OPTIONS.iter().any(|(k, _)| *k == field) || field == "reduce";
     match GROUPED.iter().find(|(_, _, f)| *f == field) {
-        Some((group, key, _)) => {
-            match STRING_OPTIONS.iter().any(|(k, _)| *k == field) || field == "reduce" {
-                true => format!("{group}({key} = ...)"),
-                false if *group == "build" => format!("{group}(..., {key})"),
-                false => format!("{group}({key}(...))"),
-            }
-        }
-        None if STRING_OPTIONS.iter().any(|(k, _)| *k == field) => field.to_string(),
+        Some((group, key, _)) if valued => format!("{group}({key} = ...)"),
+        Some(("build", key, _)) => format!("build(..., {key})"),
+        Some((group, key, _)) => format!("{group}({key}(...))"),
+        None if valued => field.to_string(),
         None => format!("{field}(...)"),
     }
 }
