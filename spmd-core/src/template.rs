@@ -145,6 +145,17 @@ pub(crate) fn bind_error(
                 call.input_rank(0).unwrap_or(0)
             ),
         },
+        BindError::TermRank {
+            side,
+            index,
+            need,
+            rank,
+        } => SpmdError::Rejected {
+            op,
+            message: alloc::format!(
+                "{side} {index} has rank {rank}, and the rule writes {need} of its dims out"
+            ),
+        },
         BindError::OutputOnly { output } => SpmdError::Rejected {
             op,
             message: alloc::format!(

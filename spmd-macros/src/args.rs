@@ -532,6 +532,19 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     }
     errors.finish()?;
     let source = source.ok_or_else(|| Error::custom("invalid notation"))?;
+    // A template whose output writes `*` reads that output's rank.
+    let ones_in_output = match &source {
+        Source::Literal { default, cases } => std::iter::once(default)
+            .chain(cases.iter().map(|(_, l)| l))
+            .any(|l| match &l.form {
+                Form::Template(t) => t.terms()[t.n_inputs()..].iter().any(|&(start, len)| {
+                    t.items()[start as usize..(start + len) as usize]
+                        .contains(&spmd_notation::Item::Ones)
+                }),
+                Form::Notation(_) => false,
+            }),
+        _ => false,
+    };
     Ok(Rule {
         krate: raw.krate.unwrap_or_else(|| syn::parse_quote!(::spmd_core)),
         name,
@@ -561,7 +574,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         merged_first,
         optional_inputs,
         optional_outputs,
-        needs_output_shapes: raw.needs_output_shapes,
+        needs_output_shapes: raw.needs_output_shapes || ones_in_output,
         grad_inputs,
         grads_for,
     })

@@ -563,6 +563,7 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
         Fate::Label(c) => quote!(__spmd::Fate::Label(#c)),
         Fate::One => quote!(__spmd::Fate::One),
         Fate::Drop => quote!(__spmd::Fate::Drop),
+        Fate::Insert => quote!(__spmd::Fate::Insert),
     };
     use spmd_notation::Item as T;
     let items = t.items().iter().map(|i| match *i {
@@ -574,6 +575,10 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
         T::Positions(Some((s, f))) => {
             let (s, f) = (select(s), fate(f));
             quote!(__spmd::Item::Positions(__spmd::Option::Some((#s, #f))))
+        }
+        T::Also(s, f) => {
+            let (s, f) = (select(s), fate(f));
+            quote!(__spmd::Item::Also(#s, #f))
         }
     });
     let names = t.selectors().iter().map(|n| LitStr::new(n, span));

@@ -76,10 +76,11 @@ pub enum ErrorKind {
     FirstInputPositions,
     /// A template's input 0 dropping or permuting positions.
     DropInFirstInput,
-    /// `*` in an output (an output's rank is not given in forward).
-    OnesInOutput,
-    /// `*` with other items in its term.
+    /// `*` beside positions (`@`) or another `*` in its term: which would
+    /// fill the tensor's other dims?
     OnesNotAlone,
+    /// `+1` (new dims) in an operand, or twice in one `@{..}`.
+    MisplacedInsert,
     /// `@{` or `@[` without its closing bracket.
     UnclosedSelector,
     /// A character of the plain notation that templates do not take (`...`,
@@ -141,8 +142,12 @@ impl fmt::Display for ErrorKind {
             ErrorKind::DropInFirstInput => f.write_str(
                 "the first operand of a template keeps every position (no `-` fate, no `@[..]`)",
             ),
-            ErrorKind::OnesInOutput => f.write_str("`*` in an output"),
-            ErrorKind::OnesNotAlone => f.write_str("`*` with other dims in its term"),
+            ErrorKind::OnesNotAlone => {
+                f.write_str("`*` beside `@` or another `*` in one term")
+            }
+            ErrorKind::MisplacedInsert => {
+                f.write_str("`+1` (new dims) stands in an output, once per `@{..}`")
+            }
             ErrorKind::UnclosedSelector => f.write_str("`@{` or `@[` without its closing bracket"),
             ErrorKind::NotInTemplate(c) => write!(f, "{c:?} is not allowed in a template"),
             ErrorKind::BadSelector => {
@@ -151,7 +156,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::MissingFate => {
                 f.write_str("a selection without its fate (`@{axis:a}`, `@{axis:1}`, `@{axis:-}`)")
             }
-            ErrorKind::BadFate => f.write_str("a fate is one label, `1` or `-`"),
+            ErrorKind::BadFate => f.write_str("a fate is one label, `1`, `-` or `+1`"),
             ErrorKind::TooManyPicks => f.write_str(
                 "a template selects positions in at most 4 distinct ways (`@{axis:..}`, `@{k..:..}`, ...)",
             ),
@@ -186,7 +191,7 @@ impl ErrorKind {
             ErrorKind::FirstInputPositions => {
                 Some("its `@` stands for the dims the attributes select from")
             }
-            ErrorKind::OnesInOutput => Some("write the output's dims out"),
+            ErrorKind::OnesNotAlone => Some("`*` fills the dims its term's labels leave over"),
             ErrorKind::NotInTemplate(_) => Some("write the dims with `@`, `@{..}` and `@[..]`"),
             _ => None,
         }

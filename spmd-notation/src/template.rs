@@ -10,11 +10,12 @@
 //!           | "^" name                as many as the attribute says
 //! item     := label | "1"                 (as in a notation)
 //!           | "@"                         every dim of input 0, one axis each
-//!           | "@{" select ":" fate "}"    the same, the selected dims changed
+//!           | "@{" pick (";" pick)* "}"   the same, the selected dims changed
 //!           | "@[" name "]"               the same, permuted by attribute `name`
-//!           | "*"                         a term of `1`s as long as the tensor's rank
+//!           | "*"                         `1`s for the tensor's other dims
+//! pick     := select ":" fate            (a later pick wins where two select)
 //! select   := name | name ".." | ".." name | ".."
-//! fate     := label | "1" | "-"
+//! fate     := label | "1" | "-" | "+1"
 //! name     := an attribute (a field of the op), `method()`, or
 //!             `method(call)` (a method that reads the call's shapes too)
 //! ```
@@ -27,8 +28,12 @@
 //! position from it on), `..axis` (every position before it), `..` (all). The
 //! fate says what the picked positions become in this term: one literal label
 //! (exactly one position), `1` (a dim never sharded, e.g. a kept reduced dim),
-//! or `-` (no dim: reduced, squeezed). `@[perm]` writes the positions in the
-//! order the attribute `perm` lists. A method selector may return a set it
+//! or `-` (no dim: reduced, squeezed); `+1` (outputs only) inserts new `1`
+//! dims where the output's positions are selected (`unsqueeze`, `stack`),
+//! counted in the output, so `-1` is its last dim. `@[perm]` writes the
+//! positions in the order the attribute `perm` lists. `*` writes a `1` for
+//! each dim of its tensor that the term's labels and `1`s leave over (the
+//! whole tensor when alone; in an output, forward needs the outputs' shapes). A method selector may return a set it
 //! computes ([`Pos::Mask`]). The last term of a side may stand for several
 //! tensors: `^` for as many as the call gives, `^name` for as many as an
 //! attribute (or `method()`) says. Examples:
@@ -41,6 +46,9 @@
 //! | concat along `axis` (any number of inputs) | `@{axis:1}^->@{axis:1}` |
 //! | split into `num` pieces | `@{axis:1}->@{axis:1}^num` |
 //! | layer norm | `@{begin_norm_axis..:1},*,*->@{begin_norm_axis..:1},@{begin_norm_axis..:-},@{begin_norm_axis..:-}` |
+//! | slice, dropping `decrease_axis` | `@{axes:1}->@{axes:1; decrease_axis:-}` |
+//! | stack along a new `axis` | `@^->@{axis:+1}` |
+//! | group norm (batch, then `1`s) | `n*,*,*->n*,n1,n1` |
 //!
 //! [`parse_template`] checks a template (the macro does so at compile time,
 //! with the same errors as values); [`bind`] turns one into a [`PlanBuf`] for
@@ -75,6 +83,8 @@ pub enum Fate {
     One,
     /// No dim.
     Drop,
+    /// New `1` dims at the selected positions of the output (`+1`).
+    Insert,
 }
 
 /// One item of a template term.
@@ -86,6 +96,8 @@ pub enum Item {
     One,
     /// `@`, or `@{select:fate}`.
     Positions(Option<(Select, Fate)>),
+    /// A further pick of the `@{..; select:fate}` just before it.
+    Also(Select, Fate),
     /// `@[perm]`: the positions in the order the attribute lists.
     Permuted(u8),
     /// `*`: `1`s, one per dim of the tensor.
@@ -158,6 +170,7 @@ impl<'a> Template<'a> {
         self.items.iter().any(|i| {
             matches!(*i, Item::Label(l) if l == b)
                 || matches!(*i, Item::Positions(Some((_, Fate::Label(l)))) if l == b)
+                || matches!(*i, Item::Also(_, Fate::Label(l)) if l == b)
         })
     }
 }
@@ -311,9 +324,11 @@ pub fn parse_template(source: &str) -> Result<OwnedTemplate, NotationErrors> {
         match *item {
             Item::Label(_) | Item::One => t.fixed += 1,
             Item::Positions(_) | Item::Permuted(_) => t.runs += 1,
-            Item::Ones => {}
+            Item::Ones | Item::Also(..) => {}
         }
-        if let Item::Positions(Some((sel, _))) = *item
+        // An insertion counts in the output, so it is selected apart.
+        if let Item::Positions(Some((sel, fate))) | Item::Also(sel, fate) = *item
+            && fate != Fate::Insert
             && !t.picks.contains(&sel)
         {
             t.picks.push(sel);
@@ -393,7 +408,12 @@ impl TParser<'_> {
             .filter(|i| matches!(i, Item::Positions(_) | Item::Permuted(_)))
             .count();
         let drops = first.iter().any(|i| {
-            matches!(i, Item::Positions(Some((_, Fate::Drop)))) || matches!(i, Item::Permuted(_))
+            matches!(
+                i,
+                Item::Positions(Some((_, Fate::Drop)))
+                    | Item::Also(_, Fate::Drop)
+                    | Item::Permuted(_)
+            )
         });
         let end = self.src[..arrow].find(',').unwrap_or(arrow);
         if runs != 1 {
@@ -465,8 +485,8 @@ impl TParser<'_> {
                     break;
                 }
                 b'*' => {
-                    if output {
-                        self.err(ErrorKind::OnesInOutput, at..at + 1);
+                    if ones_at.is_some() {
+                        self.err(ErrorKind::OnesNotAlone, at..at + 1);
                     }
                     ones_at = Some(at);
                     self.t.items.push(Item::Ones);
@@ -481,13 +501,12 @@ impl TParser<'_> {
                         };
                         let inner = &rest[1..end];
                         let inner_at = at + 2;
-                        let item = if close == ']' {
-                            self.permuted(inner, inner_at)
+                        if close == ']' {
+                            if let Some(item) = self.permuted(inner, inner_at) {
+                                self.t.items.push(item);
+                            }
                         } else {
-                            self.selected(inner, inner_at, output, &mut seen)
-                        };
-                        if let Some(item) = item {
-                            self.t.items.push(item);
+                            self.selected(inner, inner_at, output, &mut seen);
                         }
                         i += 1 + end + 1;
                         continue;
@@ -515,8 +534,12 @@ impl TParser<'_> {
             i += 1;
         }
         let len = self.t.items.len() - start;
+        // `*` fills what the labels leave; positions would fill it too.
+        let positions = self.t.items[start..]
+            .iter()
+            .any(|i| matches!(i, Item::Positions(_) | Item::Permuted(_)));
         if let Some(at) = ones_at
-            && len > 1
+            && positions
         {
             self.err(ErrorKind::OnesNotAlone, at..at + 1);
         }
@@ -580,13 +603,53 @@ impl TParser<'_> {
         ))
     }
 
-    fn selected(
+    /// `@{pick; pick; ..}`: the first pick as [`Item::Positions`], the
+    /// others as [`Item::Also`] after it.
+    fn selected(&mut self, inner: &str, at: usize, output: bool, seen: &mut AxisSet) {
+        let mut offset = 0;
+        let mut inserts = 0;
+        let first = self.t.items.len();
+        for (k, part) in inner.split(';').enumerate() {
+            let part_at = at + offset;
+            offset += part.len() + 1;
+            let Some((select, fate)) = self.pick(part, part_at, output, seen) else {
+                continue;
+            };
+            if fate == Fate::Insert {
+                inserts += 1;
+                if !output || inserts > 1 || !matches!(select, Select::At(_)) {
+                    self.err(ErrorKind::MisplacedInsert, part_at..part_at + part.len());
+                    continue;
+                }
+            }
+            self.t.items.push(if k == 0 {
+                Item::Positions(Some((select, fate)))
+            } else {
+                Item::Also(select, fate)
+            });
+        }
+        // Insertions count in the output's dims, which a drop would shift.
+        let fates = self.t.items[first..].iter().map(|i| match *i {
+            Item::Positions(Some((_, f))) | Item::Also(_, f) => Some(f),
+            _ => None,
+        });
+        let (mut insert, mut drop) = (false, false);
+        for f in fates {
+            insert |= f == Some(Fate::Insert);
+            drop |= f == Some(Fate::Drop);
+        }
+        if insert && drop {
+            self.err(ErrorKind::MisplacedInsert, at..at + inner.len());
+        }
+    }
+
+    fn pick(
         &mut self,
         inner: &str,
         at: usize,
         output: bool,
         seen: &mut AxisSet,
-    ) -> Option<Item> {
+    ) -> Option<(Select, Fate)> {
         let Some(colon) = inner.rfind(':') else {
             self.err(ErrorKind::MissingFate, at..at + inner.len());
             return None;
@@ -617,6 +680,7 @@ impl TParser<'_> {
         let fate = match fate.as_bytes() {
             [b'1'] => Fate::One,
             [b'-'] => Fate::Drop,
+            [b'+', b'1'] => Fate::Insert,
             [c @ (b'a'..=b'z' | b'A'..=b'Z')] => {
                 self.label(*c, output, seen, fate_at);
                 Fate::Label(*c)
@@ -626,7 +690,7 @@ impl TParser<'_> {
                 return None;
             }
         };
-        Some(Item::Positions(Some((select, fate))))
+        Some((select, fate))
     }
 }
 
@@ -668,6 +732,14 @@ pub enum BindError {
     /// An output axis no input has: a position an input writes `1` that an
     /// output keeps (output `o`).
     OutputOnly { output: usize },
+    /// A tensor (`index` on `side`) with fewer dims than its term writes
+    /// out beside its `*`.
+    TermRank {
+        side: Side,
+        index: usize,
+        need: usize,
+        rank: usize,
+    },
 }
 
 /// Bound plans hold at most this many dims over all terms (a rank-52
@@ -875,6 +947,96 @@ fn select(select: Select, sels: &[Pos<'_>], rank: usize) -> Result<u64, BindErro
     Ok(mask)
 }
 
+/// The picks of the run at `items[j]`: its own, then its `Also`s.
+fn run_picks(items: &[Item], j: usize) -> impl Iterator<Item = (Select, Fate)> + '_ {
+    let first = match items[j] {
+        Item::Positions(Some(pick)) => Some(pick),
+        _ => None,
+    };
+    first
+        .into_iter()
+        .chain(items[j + 1..].iter().map_while(|i| match *i {
+            Item::Also(sel, f) => Some((sel, f)),
+            _ => None,
+        }))
+}
+
+/// The `+1` pick of the run at `items[j]`, if it has one.
+fn insert_pick(items: &[Item], j: usize) -> Option<Select> {
+    run_picks(items, j).find_map(|(sel, f)| (f == Fate::Insert).then_some(sel))
+}
+
+/// The positions a `+1` pick inserts, in the output's coordinates: each
+/// value the selector gives, normalized against the output's rank (the
+/// positions and the insertions together).
+fn insert_mask(select: Select, sels: &[Pos<'_>], n_pos: usize) -> Result<u64, BindError> {
+    let Select::At(k) = select else {
+        return Ok(0);
+    };
+    let pos = sels.get(k as usize).copied().unwrap_or(Pos::List(&[]));
+    let count = match pos {
+        Pos::Int(_) => 1,
+        Pos::List(vs) => vs.len(),
+        Pos::Mask(m) => m.count_ones() as usize,
+        Pos::All => 0,
+    };
+    let out = n_pos + count;
+    if let Pos::Mask(m) = pos {
+        return match out {
+            64.. => Ok(m),
+            _ if m >> out == 0 => Ok(m),
+            _ => Err(BindError::OutOfRange {
+                selector: k,
+                value: i64::from(63 - m.leading_zeros() as u8),
+                rank: out,
+            }),
+        };
+    }
+    let mut mask = 0u64;
+    let mut add = |v: i64| -> Result<(), BindError> {
+        let a = if v < 0 { v + out as i64 } else { v };
+        if !(0..out as i64).contains(&a) || a >= 64 {
+            return Err(BindError::OutOfRange {
+                selector: k,
+                value: v,
+                rank: out,
+            });
+        }
+        mask |= 1 << a;
+        Ok(())
+    };
+    match pos {
+        Pos::Int(v) => add(v)?,
+        Pos::List(vs) => vs.iter().try_for_each(|&v| add(v))?,
+        Pos::All | Pos::Mask(_) => {}
+    }
+    Ok(mask)
+}
+
+/// How many `1`s a `*` writes in a term of a tensor of rank `rank`: the
+/// dims the term's labels and `1`s leave over (an absent tensor's lone `*`
+/// is one `1`, as Paddle answers it).
+fn ones_count(
+    items: &[Item],
+    rank: Option<usize>,
+    side: Side,
+    index: usize,
+) -> Result<usize, BindError> {
+    let others = items
+        .iter()
+        .filter(|i| matches!(i, Item::Label(_) | Item::One))
+        .count();
+    match rank {
+        None => Ok(usize::from(others == 0)),
+        Some(r) => r.checked_sub(others).ok_or(BindError::TermRank {
+            side,
+            index,
+            need: others,
+            rank: r,
+        }),
+    }
+}
+
 /// The number of positions, from output 0's rank, when its term writes
 /// every position once (`@` or `@[..]`, no selection) besides literal dims.
 fn positions_from_output(
@@ -1023,22 +1185,37 @@ pub fn bind_into<'t>(
     // Every dim the binding will write, counted exactly before any is
     // written: one per written item, a run of positions less what it drops,
     // `*`'s ones (an absent tensor's term is one `1`).
-    let total = instances
-        .iter()
-        .map(|i| {
-            t.items_of(usize::from(i.0))
-                .iter()
-                .map(|it| match *it {
-                    Item::Label(_) | Item::One => 1,
-                    Item::Positions(Some((sel, Fate::Drop))) => {
-                        n_pos - (mask_of(sel).count_ones() as usize).min(n_pos)
-                    }
-                    Item::Positions(_) | Item::Permuted(_) => n_pos,
-                    Item::Ones => rank_of(i).unwrap_or(1),
-                })
-                .fold(0usize, usize::saturating_add)
-        })
-        .fold(0usize, usize::saturating_add);
+    // The fate of position `p` in the run at `items[j]`: its last pick that
+    // selects `p` (`None`: kept).
+    let fate_at = |items: &[Item], j: usize, p: usize| -> Option<Fate> {
+        run_picks(items, j)
+            .filter(|&(sel, f)| f != Fate::Insert && p < 64 && mask_of(sel) & (1 << p) != 0)
+            .last()
+            .map(|(_, f)| f)
+    };
+    let mut total = 0usize;
+    for inst in instances {
+        let items = t.items_of(usize::from(inst.0));
+        for (j, it) in items.iter().enumerate() {
+            let dims = match *it {
+                Item::Label(_) | Item::One => 1,
+                Item::Positions(Some(_)) => {
+                    let dropped = (0..n_pos)
+                        .filter(|&p| fate_at(items, j, p) == Some(Fate::Drop))
+                        .count();
+                    let inserted = match insert_pick(items, j) {
+                        Some(sel) => insert_mask(sel, sels, n_pos)?.count_ones() as usize,
+                        None => 0,
+                    };
+                    n_pos - dropped + inserted
+                }
+                Item::Positions(None) | Item::Permuted(_) => n_pos,
+                Item::Ones => ones_count(items, rank_of(inst), inst.1, usize::from(inst.2))?,
+                Item::Also(..) => 0,
+            };
+            total = total.saturating_add(dims);
+        }
+    }
     if total > MAX_BOUND_DIMS {
         return Err(BindError::TooLarge {
             what: "dims",
@@ -1052,47 +1229,65 @@ pub fn bind_into<'t>(
         let output = inst.1 == Side::Output;
         let start = buf.n_dims;
         let mut seen = AxisSet::EMPTY;
-        for item in t.items_of(term) {
+        let items = t.items_of(term);
+        for (j, item) in items.iter().enumerate() {
             match *item {
                 Item::Label(c) => buf.axis(c, output, &mut seen, is_never(c)),
                 Item::One => buf.push(Dim::One),
                 Item::Ones => {
-                    // An absent tensor is answered as one `1` dim, as Paddle
-                    // answers it (counted in `total` above).
-                    let most = rank_of(inst).unwrap_or(1);
-                    for _ in 0..most {
+                    // Counted in `total` above.
+                    let n = ones_count(items, rank_of(inst), inst.1, usize::from(inst.2))?;
+                    for _ in 0..n {
                         buf.push(Dim::One);
                     }
                 }
+                Item::Also(..) => {}
                 Item::Positions(None) => {
                     for &l in pos_labels {
                         buf.axis(l, output, &mut seen, false);
                     }
                 }
-                Item::Positions(Some((sel, fate))) => {
-                    let mask = mask_of(sel);
-                    if let Fate::Label(_) = fate
-                        && mask.count_ones() != 1
-                    {
-                        let k = match sel {
-                            Select::At(k) | Select::From(k) | Select::Before(k) => k,
-                            Select::Every => 0,
-                        };
-                        return Err(BindError::NotOne {
-                            selector: k,
-                            count: mask.count_ones() as usize,
-                        });
+                Item::Positions(Some(_)) => {
+                    for (sel, fate) in run_picks(items, j) {
+                        let mask = mask_of(sel);
+                        if let Fate::Label(_) = fate
+                            && mask.count_ones() != 1
+                        {
+                            let k = match sel {
+                                Select::At(k) | Select::From(k) | Select::Before(k) => k,
+                                Select::Every => 0,
+                            };
+                            return Err(BindError::NotOne {
+                                selector: k,
+                                count: mask.count_ones() as usize,
+                            });
+                        }
                     }
-                    for (p, &l) in pos_labels.iter().enumerate() {
-                        if p >= 64 || mask & (1 << p) == 0 {
-                            buf.axis(l, output, &mut seen, false);
+                    let inserts = match insert_pick(items, j) {
+                        Some(sel) => insert_mask(sel, sels, n_pos)?,
+                        None => 0,
+                    };
+                    // The run's dims in order: an inserted `1` where the mask
+                    // says, else the next position with its fate (a run
+                    // that inserts drops nothing, so the two counts agree).
+                    let (mut p, mut out) = (0usize, 0usize);
+                    loop {
+                        if out < 64 && inserts & (1 << out) != 0 {
+                            buf.push(Dim::One);
+                            out += 1;
                             continue;
                         }
-                        match fate {
-                            Fate::Label(c) => buf.axis(c, output, &mut seen, is_never(c)),
-                            Fate::One => buf.push(Dim::One),
-                            Fate::Drop => {}
+                        if p == n_pos {
+                            break;
                         }
+                        match fate_at(items, j, p) {
+                            None => buf.axis(pos_labels[p], output, &mut seen, false),
+                            Some(Fate::Label(c)) => buf.axis(c, output, &mut seen, is_never(c)),
+                            Some(Fate::One) => buf.push(Dim::One),
+                            Some(Fate::Drop | Fate::Insert) => out = out.wrapping_sub(1),
+                        }
+                        p += 1;
+                        out = out.wrapping_add(1);
                     }
                 }
                 Item::Permuted(k) => {

@@ -839,6 +839,76 @@ mod templates {
     }
 
     #[test]
+    fn several_picks_in_one_run() {
+        // slice: axes 0 and 2 are cut, and axis 2 is dropped from the output.
+        assert_eq!(
+            bind_with(
+                "@{axes:1}->@{axes:1; decrease_axis:-}",
+                &[Pos::List(&[0, 2]), Pos::List(&[2])],
+                &[3]
+            )
+            .unwrap(),
+            "1b1->1b"
+        );
+        // The later pick wins where both select.
+        assert_eq!(
+            bind_with("@->@{..:-; axis:1}", &[Pos::Int(1)], &[3]).unwrap(),
+            "abc->1"
+        );
+    }
+
+    #[test]
+    fn inserted_dims() {
+        // stack along axis 1 of rank-2 inputs; -1 counts in the output.
+        assert_eq!(
+            bind_with("@^->@{axis:+1}", &[Pos::Int(1)], &[2, 2]).unwrap(),
+            "ab->a1b"
+        );
+        assert_eq!(
+            bind_with("@->@{axis:+1}", &[Pos::Int(-1)], &[2]).unwrap(),
+            "ab->ab1"
+        );
+        // unsqueeze at output positions 0 and 2, beside a cut dim.
+        assert_eq!(
+            bind_with(
+                "@{cut:1}->@{cut:1; new:+1}",
+                &[Pos::Int(1), Pos::List(&[0, 2])],
+                &[2]
+            )
+            .unwrap(),
+            "a1->1a11"
+        );
+        assert_eq!(
+            bind_with("@->@{axis:+1}", &[Pos::Int(3)], &[2]),
+            Err(BindError::OutOfRange {
+                selector: 0,
+                value: 3,
+                rank: 3
+            })
+        );
+    }
+
+    #[test]
+    fn ones_fill_what_labels_leave() {
+        // group norm: the batch, then `1`s, in inputs and outputs alike.
+        assert_eq!(
+            bind_with("n*,*,*->n*,n1,n1", &[], &[4, 1, 1, 4, 2, 2]).unwrap(),
+            "n111,1,1->n111,n1,n1"
+        );
+        // An output's `*` reads the output's rank.
+        assert_eq!(bind_with("*,*->*", &[], &[2, 1, 3]).unwrap(), "11,1->111");
+        assert_eq!(
+            bind_with("*,nc*->*", &[], &[2, 1, 2]),
+            Err(BindError::TermRank {
+                side: Side::Input,
+                index: 1,
+                need: 2,
+                rank: 1
+            })
+        );
+    }
+
+    #[test]
     fn template_errors() {
         let kinds = |t: &str| -> Vec<ErrorKind> {
             parse_template(t)
@@ -850,8 +920,12 @@ mod templates {
         };
         assert_eq!(kinds("@{axis:-}->@"), [ErrorKind::DropInFirstInput]);
         assert_eq!(kinds("a->@"), [ErrorKind::FirstInputPositions]);
-        assert_eq!(kinds("@->*"), [ErrorKind::OnesInOutput]);
-        assert_eq!(kinds("@,*a->@"), [ErrorKind::OnesNotAlone]);
+        assert_eq!(kinds("@*->@"), [ErrorKind::OnesNotAlone]);
+        assert_eq!(kinds("@,**->@"), [ErrorKind::OnesNotAlone]);
+        assert_eq!(kinds("@{axis:+1}->@"), [ErrorKind::MisplacedInsert]);
+        assert_eq!(kinds("@->@{a:+1; b:+1}"), [ErrorKind::MisplacedInsert]);
+        assert_eq!(kinds("@->@{a:+1; b:-}"), [ErrorKind::MisplacedInsert]);
+        assert_eq!(kinds("@->@{a..:+1}"), [ErrorKind::MisplacedInsert]);
         assert_eq!(kinds("@{axis:a->@"), [ErrorKind::UnclosedSelector]);
         assert_eq!(kinds("...@->@"), [ErrorKind::NotInTemplate('.')]);
         assert_eq!(kinds("@{2x:a}->@"), [ErrorKind::BadSelector]);

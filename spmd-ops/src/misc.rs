@@ -2,9 +2,7 @@
 //! `nonzero`, `unique`, and Paddle's fallback rules `replicated` and
 //! `default_data_parallel`.
 
-use spmd_core::{Call, DimsMapping, Einsum, RuleResult, Sharding, SpmdError, spmd_rule};
-
-use crate::notation::input_rank;
+use spmd_core::{Call, DimsMapping, RuleResult, Sharding, SpmdError, spmd_rule};
 
 /// Paddle's `where`: `out = condition ? x : y`, elementwise with numpy
 /// broadcasting of the three inputs. The condition has no gradient. Paddle
@@ -49,21 +47,13 @@ pub struct Numel {}
 /// `NonZeroInferSpmd`). No gradient.
 #[spmd_rule(
     name = "nonzero",
-    build(Self::notation, cache),
+    einsum = "*->11",
     inputs(x),
     outputs(out),
     grad(none(x))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NonZero {}
-
-impl NonZero {
-    /// `111->11`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = input_rank(call, 0).unwrap_or(0);
-        Einsum::new(&format!("{}->11", "1".repeat(rank)))
-    }
-}
 
 /// Paddle's `unique` (`x` → `out`, `indices`, `inverse`, `counts`): the
 /// distinct values (or slices along `axis`) and where they were. Their
@@ -73,7 +63,8 @@ impl NonZero {
 /// flattened). No gradient.
 #[spmd_rule(
     name = "unique",
-    build(Self::notation, cache),
+    einsum = "*->1,1,1,1",
+    case(when = !self.axis.is_empty(), einsum = "@{..:1}->@{..:1},1,1,1"),
     inputs(x),
     outputs(out, indices, inverse, counts),
     grad(none(x))
@@ -84,53 +75,14 @@ pub struct Unique {
     pub axis: Vec<i64>,
 }
 
-impl Unique {
-    /// `111->1,1,1,1`, or `111->111,1,1,1` with an axis.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = input_rank(call, 0).unwrap_or(0);
-        let out = if self.axis.is_empty() { 1 } else { rank };
-        Einsum::new(&format!("{}->{},1,1,1", "1".repeat(rank), "1".repeat(out)))
-    }
-}
-
-/// The notation of a variadic fallback rule: every dim of every tensor is
-/// `1` (never sharded), one term per given tensor: `1111,11->111`. The
-/// outputs' count and ranks come from the call: forward calls carry them
-/// (`needs_output_shapes`).
-fn all_replicated(call: &Call<'_>) -> Result<Einsum, SpmdError> {
-    let ones = |r: usize| "1".repeat(r);
-    let n_inputs = match *call {
-        Call::Forward { inputs, .. } | Call::Grad { inputs, .. } => inputs.len(),
-        Call::Backward { input_shapes, .. } => input_shapes.len(),
-        _ => 0,
-    };
-    let rank = |s: Option<&[usize]>| s.map_or(0, <[usize]>::len);
-    let ins: Vec<String> = (0..n_inputs)
-        .map(|i| ones(rank(call.input_shape(i))))
-        .collect();
-    let outs: Vec<String> = (0..call.n_outputs())
-        .map(|o| ones(rank(call.output_shape(o))))
-        .collect();
-    Einsum::new(&format!("{}->{}", ins.join(","), outs.join(",")))
-}
-
 /// Paddle's `replicated` rule (the fallback for ops without a rule): every
 /// input and output is fully replicated and non-partial. The op has any
-/// number of inputs and outputs, so forward needs the outputs' shapes
+/// number of inputs and outputs (`*^`: a term of `1`s per tensor given), so
+/// forward needs the outputs' shapes
 /// ([`SpmdRule::forward_with_output_shapes`](spmd_core::SpmdRule::forward_with_output_shapes)).
-#[spmd_rule(
-    name = "replicated",
-    build(Self::notation, cache, output_shapes),
-    partial(backward = "reset")
-)]
+#[spmd_rule(name = "replicated", einsum = "*^->*^", partial(backward = "reset"))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Replicated {}
-
-impl Replicated {
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        all_replicated(call)
-    }
-}
 
 /// Paddle's `default_data_parallel` rule: dim 0 of every tensor is the batch
 /// axis, merged across the given tensors (two different mesh dims are an
@@ -141,7 +93,7 @@ impl Replicated {
 /// [`Replicated`].
 #[spmd_rule(
     name = "default_data_parallel",
-    build(Self::notation, cache, output_shapes),
+    einsum = "*^->*^",
     adjust = Self::batch,
     partial(backward = "reset")
 )]
@@ -149,10 +101,6 @@ impl Replicated {
 pub struct DefaultDataParallel {}
 
 impl DefaultDataParallel {
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        all_replicated(call)
-    }
-
     /// Merges dim 0 of the given tensors and shards dim 0 of every tensor so.
     fn batch(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
         let given: &[spmd_core::Spec<'_>] = match *call {
