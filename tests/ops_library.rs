@@ -454,6 +454,23 @@ fn vocab_parallel_ops_keep_the_class_dim_sharded() {
     .unwrap();
     assert_eq!(show(&r).0, ["[0, -1, 1]", "[0, -1, -1]"]);
     assert_eq!(show(&r).1, ["[0, -1, 1]", "[0, -1, -1]"]);
+    // Its grad takes (softmax, label; loss_grad) and returns logits_grad
+    // only, laid out as softmax: the batch merged across the three, the
+    // class dim kept.
+    let rule = spmd_ops::builtins()
+        .build("c_softmax_with_cross_entropy", &Attrs::new())
+        .unwrap();
+    let m = Mesh::new(&[2, 3]).unwrap();
+    let (softmax, label, dloss) = (attr(&[-1, -1, 1]), attr(&[0, -1, -1]), attr(&[0, -1, -1]));
+    let r = rule
+        .grad(
+            &m,
+            &[Spec::new(&[8, 6, 10], &softmax), Spec::new(&[8, 6, 1], &label)],
+            &[Spec::new(&[8, 6, 1], &dloss)],
+        )
+        .unwrap();
+    assert_eq!(show(&r).0, ["[0, -1, 1]", "[0, -1, -1]", "[0, -1, -1]"]);
+    assert_eq!(show(&r).1, ["[0, -1, 1]"]);
     // c_embedding: table first; rows sharded give a partial output, and one
     // mesh dim on two axes is an error (strict, as Paddle).
     let r = forward(

@@ -4,21 +4,8 @@
 //! `tril_triu`).
 
 use spmd_core::notation::Pos;
-use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
+use spmd_core::{Call, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis};
-
-/// The labels of a rank-`rank` tensor whose dim `axis` is `a` (the others
-/// are `b`, `c`, ...): for rank 3 and axis 1, `bac`.
-fn axis_labels(op: &'static str, rank: usize, axis: i64) -> Result<(Vec<char>, usize), SpmdError> {
-    let axis = normalize_axis(op, "axis", axis, rank)?;
-    let term = labels(op, rank + 1)?[1..]
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| if i == axis { 'a' } else { c })
-        .collect();
-    Ok((term, axis))
-}
 
 /// Paddle's `cumsum`: a running sum along `axis`, which is never sharded
 /// (each element depends on every element before it). With `flatten` the
@@ -187,31 +174,17 @@ pub struct TrilTriu {
     pub lower: bool,
 }
 
-/// The notation of a running max or min along `axis`: `bac->bac,bac`
-/// (values, indices); in the grad, Paddle's signature `(x, indices;
-/// out_grad)`: `bac,bac->bac`.
-fn cumulative_extremum(op: &'static str, axis: i64, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-    let rank = input_rank(call, 0).unwrap_or(0);
-    let (term, _) = axis_labels(op, rank, axis)?;
-    let term: String = term.into_iter().collect();
-    if matches!(call, Call::Grad { .. }) {
-        Einsum::new(&format!("{term},{term}->{term}"))
-    } else {
-        Einsum::new(&format!("{term}->{term},{term}"))
-    }
-}
-
 macro_rules! cumulative_extremum {
     ($(#[$doc:meta])* $ty:ident, $name:literal) => {
         $(#[$doc])*
         #[spmd_rule(
             name = $name,
-            build(Self::notation, cache),
+            einsum = "@{axis:a}->@{axis:a},@{axis:a}",
             merge(never_sharded = "a"),
             partial(backward = "reset"),
-            adjust = Self::grads,
             inputs(x),
-            outputs(out, indices)
+            outputs(out, indices),
+            grad(inputs(x, indices), of(out))
         )]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub struct $ty {
@@ -225,17 +198,6 @@ macro_rules! cumulative_extremum {
             }
         }
 
-        impl $ty {
-            fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-                cumulative_extremum($name, self.axis, call)
-            }
-
-            /// The grad op's second argument, the indices, has no gradient.
-            fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-                keep_first_grads(call, result, 1);
-                Ok(())
-            }
-        }
     };
 }
 

@@ -2,9 +2,9 @@
 //! `axis` fused with the cross entropy against a label; the vocab-parallel
 //! `c_softmax_with_cross_entropy` and its multi-label form.
 
-use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
+use spmd_core::{Call, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, keep_first_grads, labels, normalize_axis};
+use crate::notation::{input_rank, normalize_axis};
 
 /// Which dims the softmax axis takes in each term.
 fn axis_info(ce: &CrossEntropyWithSoftmax, call: &Call<'_>) -> Result<(usize, usize), SpmdError> {
@@ -25,7 +25,8 @@ fn axis_info(ce: &CrossEntropyWithSoftmax, call: &Call<'_>) -> Result<(usize, us
 /// by merging in that order (`merge(first(loss))`).
 #[spmd_rule(
     name = "cross_entropy_with_softmax",
-    build(Self::notation, cache),
+    einsum = "@{axis:1},@{axis:1}->@{axis:1},@{axis:1}",
+    case(when = self.shardable_in(&call), einsum = "@{axis:v},@{axis:1}->@{axis:v},@{axis:1}"),
     validate = Self::check,
     inputs(logits, label),
     outputs(softmax, loss),
@@ -64,22 +65,11 @@ impl CrossEntropyWithSoftmax {
         !self.soft_label && self.use_softmax && axis + 1 == rank
     }
 
-    /// Rank 3, axis -1, hard label: `abv,ab1->abv,ab1`. The loss (and a
-    /// hard label) has size 1 on the class axis, written `1`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let (rank, axis) = axis_info(self, call)?;
-        let class = if self.shardable(rank, axis) { 'v' } else { '1' };
-        let names = labels(self.op(), rank)?;
-        let term = |at_axis: char| -> String {
-            names
-                .iter()
-                .enumerate()
-                .map(|(i, &c)| if i == axis { at_axis } else { c })
-                .collect()
-        };
-        let (x, loss) = (term(class), term('1'));
-        let label = if self.soft_label { &x } else { &loss };
-        Einsum::new(&format!("{x},{label}->{x},{loss}"))
+    /// Whether this call's class axis may stay sharded (`v`); otherwise it
+    /// is `1`, as a soft label's class axis (which a hard label and the
+    /// loss have with size 1) is.
+    fn shardable_in(&self, call: &Call<'_>) -> bool {
+        axis_info(self, call).is_ok_and(|(rank, axis)| self.shardable(rank, axis))
     }
 
     /// Paddle refuses to shard the class axis of the logits unless the label
@@ -123,8 +113,8 @@ impl CrossEntropyWithSoftmax {
 /// label; loss_grad)`, and returns `logits_grad`, laid out as `softmax`.
 #[spmd_rule(
     name = "c_softmax_with_cross_entropy",
-    build(Self::notation, cache),
-    adjust = Self::finish,
+    einsum = "...v,...1->...v,...1",
+    grad(inputs(softmax, label), of(loss), none(label)),
     inputs(logits, label),
     outputs(softmax, loss),
     // The kernel reduces the loss across the class dim's shards itself.
@@ -136,28 +126,6 @@ pub struct CSoftmaxWithCrossEntropy {
     pub ignore_index: i64,
 }
 
-impl CSoftmaxWithCrossEntropy {
-    /// `...v,...1->...v,...1`; in the grad `...v,...1->...1`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        c_softmax_notation(call, 1)
-    }
-    /// The grad's arguments after `softmax` have no gradient.
-    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        keep_first_grads(call, result, 1);
-        Ok(())
-    }
-}
-
-/// The notation of the vocab-parallel softmax losses, with `labels` label
-/// tensors (hard labels, smoothing weights) after the logits.
-fn c_softmax_notation(call: &Call<'_>, labels: usize) -> Result<Einsum, SpmdError> {
-    let tail = ",...1".repeat(labels);
-    if matches!(call, Call::Grad { .. }) {
-        Einsum::new(&format!("...v{tail}->...1"))
-    } else {
-        Einsum::new(&format!("...v{tail}->...v,...1"))
-    }
-}
 
 /// Paddle's `c_softmax_with_multi_label_cross_entropy` (`logits`, `label`,
 /// `smooth_weight` → `softmax`, `loss`): as
@@ -167,8 +135,8 @@ fn c_softmax_notation(call: &Call<'_>, labels: usize) -> Result<Einsum, SpmdErro
 /// takes `(softmax, label, smooth_weight; loss_grad)`.
 #[spmd_rule(
     name = "c_softmax_with_multi_label_cross_entropy",
-    build(Self::notation, cache),
-    adjust = Self::finish,
+    einsum = "...v,...1,...1->...v,...1",
+    grad(inputs(softmax, label, smooth_weight), of(loss), none(label, smooth_weight)),
     inputs(logits, label, smooth_weight),
     outputs(softmax, loss),
     // The kernel reduces the loss across the class dim's shards itself.
@@ -182,14 +150,3 @@ pub struct CSoftmaxWithMultiLabelCrossEntropy {
     pub sum_multi_label_loss: bool,
 }
 
-impl CSoftmaxWithMultiLabelCrossEntropy {
-    /// `...v,...1,...1->...v,...1`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        c_softmax_notation(call, 2)
-    }
-    /// The grad's arguments after `softmax` have no gradient.
-    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        keep_first_grads(call, result, 1);
-        Ok(())
-    }
-}
