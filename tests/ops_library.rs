@@ -156,6 +156,39 @@ fn group_norm_grad_leaves_scale_and_bias_grads_partial_over_the_batch() {
 }
 
 #[test]
+fn batch_norm_grad_returns_per_channel_grads_sharded_with_the_channels() {
+    let rule = spmd_ops::builtins()
+        .build("batch_norm", &Attrs::new())
+        .unwrap();
+    let m = Mesh::new(&[2, 3]).unwrap();
+    // The batch's mesh dim 0 is gathered (statistics span the batch); the
+    // channels' mesh dim 1 reaches every per-channel tensor and grad.
+    let (x, c, none) = (attr(&[0, 1, -1, -1]), attr(&[1]), attr(&[-1]));
+    let s: &[usize] = &[8, 6, 4, 4];
+    // (x, scale, bias, mean_out, variance_out, saved_mean, saved_variance,
+    // reserve_space; out_grad)
+    let ins = [
+        Spec::new(s, &x),
+        Spec::new(&[6], &none),
+        Spec::new(&[6], &none),
+        Spec::new(&[6], &c),
+        Spec::new(&[6], &c),
+        Spec::new(&[6], &c),
+        Spec::new(&[6], &c),
+        Spec::new(&[1], &none),
+    ];
+    let r = rule.grad(&m, &ins, &[Spec::new(s, &x)]).unwrap();
+    assert_eq!(show(&r).1, ["[-1, 1, -1, -1]", "[1]", "[1]"]);
+    assert_eq!(show(&r).0[0], "[-1, 1, -1, -1]");
+    // A layout that is neither channels-first nor channels-last is an error.
+    let bad = spmd_ops::builtins()
+        .build("batch_norm", &Attrs::new().with("data_format", "NCWH"))
+        .unwrap();
+    let e = bad.grad(&m, &ins, &[Spec::new(s, &x)]).unwrap_err();
+    assert!(e.to_string().contains("NCWH"), "{e}");
+}
+
+#[test]
 fn gathers_replicate_indexed_dims_and_keep_the_rest() {
     // gather_nd (Paddle's answer): x's indexed dims are freed before the
     // merge, so the index's batch dim keeps mesh dim 1.
@@ -465,7 +498,10 @@ fn vocab_parallel_ops_keep_the_class_dim_sharded() {
     let r = rule
         .grad(
             &m,
-            &[Spec::new(&[8, 6, 10], &softmax), Spec::new(&[8, 6, 1], &label)],
+            &[
+                Spec::new(&[8, 6, 10], &softmax),
+                Spec::new(&[8, 6, 1], &label),
+            ],
             &[Spec::new(&[8, 6, 1], &dloss)],
         )
         .unwrap();

@@ -532,17 +532,18 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     }
     errors.finish()?;
     let source = source.ok_or_else(|| Error::custom("invalid notation"))?;
-    // A template whose output writes `*` reads that output's rank.
+    // A template whose output writes `*` reads that output's rank: forward
+    // needs the outputs' shapes. (Only the default notation decides: a
+    // `case` that writes `*` in an output is for calls that give them,
+    // backward and grad.)
     let ones_in_output = match &source {
-        Source::Literal { default, cases } => std::iter::once(default)
-            .chain(cases.iter().map(|(_, l)| l))
-            .any(|l| match &l.form {
-                Form::Template(t) => t.terms()[t.n_inputs()..].iter().any(|&(start, len)| {
-                    t.items()[start as usize..(start + len) as usize]
-                        .contains(&spmd_notation::Item::Ones)
-                }),
-                Form::Notation(_) => false,
+        Source::Literal { default, .. } => std::iter::once(default).any(|l| match &l.form {
+            Form::Template(t) => t.terms()[t.n_inputs()..].iter().any(|&(start, len)| {
+                t.items()[start as usize..(start + len) as usize]
+                    .contains(&spmd_notation::Item::Ones)
             }),
+            Form::Notation(_) => false,
+        }),
         _ => false,
     };
     Ok(Rule {

@@ -6,7 +6,6 @@
 use spmd_core::notation::Pos;
 use spmd_core::{Call, SpmdError, spmd_rule};
 
-
 /// Paddle's `cumsum`: a running sum along `axis`, which is never sharded
 /// (each element depends on every element before it). With `flatten` the
 /// input is scanned as one 1-D tensor, so nothing stays sharded. `exclusive`

@@ -126,7 +126,6 @@ pub struct CSoftmaxWithCrossEntropy {
     pub ignore_index: i64,
 }
 
-
 /// Paddle's `c_softmax_with_multi_label_cross_entropy` (`logits`, `label`,
 /// `smooth_weight` → `softmax`, `loss`): as
 /// [`CSoftmaxWithCrossEntropy`] with several labels per row (the label and
@@ -149,4 +148,3 @@ pub struct CSoftmaxWithMultiLabelCrossEntropy {
     #[spmd(default)]
     pub sum_multi_label_loss: bool,
 }
-

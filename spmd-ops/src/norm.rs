@@ -47,15 +47,6 @@ pub struct LayerNorm {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FusedRmsNorm {}
 
-/// `n` then `rank - 1` never-sharded dims: `n111`.
-fn batch_only(rank: usize) -> String {
-    if rank == 0 {
-        String::new()
-    } else {
-        format!("n{}", "1".repeat(rank - 1))
-    }
-}
-
 /// Paddle's `group_norm` (`x`, `scale`, `bias` → `y`, `mean`, `variance`):
 /// each sample's channels are normalized in `groups` groups, over the
 /// channels and spatial dims of the group. Only the batch dim (dim 0, in
@@ -67,10 +58,12 @@ fn batch_only(rank: usize) -> String {
 /// the batch's mesh dims.
 #[spmd_rule(
     name = "group_norm",
-    build = Self::notation,
-    adjust = Self::grads,
+    einsum = "n@{..:1},*,*->n@{..:1},n1,n1",
+    // The grad op's statistics may come flattened, `[N * groups]`.
+    case(when = !call.is_forward(), einsum = "n@{..:1},*,*->n@{..:1},n*,n*"),
     inputs(x, scale, bias),
-    outputs(y, mean, variance)
+    outputs(y, mean, variance),
+    grad(inputs(x, scale, bias, y, mean, variance), of(y))
 )]
 #[derive(Clone, Debug, PartialEq)]
 pub struct GroupNorm {
@@ -78,31 +71,6 @@ pub struct GroupNorm {
     pub groups: i64,
     #[spmd(default = "NCHW".to_string())]
     pub data_format: String,
-}
-
-impl GroupNorm {
-    /// `n111,1,1->n111,n1,n1`; in the grad
-    /// `n111,1,1,n111,n1,n1->n111` (ranks as given).
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = |i: usize, default: usize| input_rank(call, i).unwrap_or(default);
-        let x = batch_only(rank(0, 4));
-        let scale = "1".repeat(rank(1, 1));
-        let bias = "1".repeat(rank(2, 1));
-        if matches!(call, Call::Grad { .. }) {
-            let (y, mean, var) = (
-                batch_only(rank(3, 4)),
-                batch_only(rank(4, 2)),
-                batch_only(rank(5, 2)),
-            );
-            return Einsum::new(&format!("{x},{scale},{bias},{y},{mean},{var}->{y}"));
-        }
-        Einsum::new(&format!("{x},{scale},{bias}->{x},n1,n1"))
-    }
-    /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
-    fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        keep_first_grads(call, result, 3);
-        Ok(())
-    }
 }
 
 /// Whether a `data_format` puts the channels last (`NHWC`, `NDHWC`, `NLC`).
@@ -132,14 +100,20 @@ fn channels_last(op: &'static str, data_format: &str) -> Result<bool, SpmdError>
 /// takes Paddle's `BatchNormGradInferSpmd` arguments, `(x, scale, bias,
 /// mean_out, variance_out, saved_mean, saved_variance, reserve_space;
 /// out_grad)`, and returns `x_grad`, `scale_grad`, `bias_grad`, the last two
-/// sharded with the channels. (The grad op has a notation of its own, whose
-/// operands 3 and 4, `mean_out` and `variance_out`, are the ones that follow
-/// there: scale and bias, given as forward required them, take part in its
-/// merge.)
+/// sharded with the channels.
 #[spmd_rule(
     name = "batch_norm",
-    build = Self::notation,
-    adjust = Self::grads,
+    einsum = "1c@{..:1},c,c,c,c->1c@{..:1},c,c,c,c,1",
+    // The grad op's `reserve_space` has a rank of its own.
+    case(when = self.channels_last() && !call.is_forward(), einsum = "@{..:1}c,c,c,c,c->@{..:1}c,c,c,c,c,*"),
+    case(when = self.channels_last(), einsum = "@{..:1}c,c,c,c,c->@{..:1}c,c,c,c,c,1"),
+    case(when = !call.is_forward(), einsum = "1c@{..:1},c,c,c,c->1c@{..:1},c,c,c,c,*"),
+    validate = Self::check,
+    grad(
+        inputs(x, scale, bias, mean_out, variance_out, saved_mean, saved_variance, reserve_space),
+        of(out),
+        none(mean, variance)
+    ),
     inputs(x, mean, variance, scale, bias),
     // Scale and bias take the channels' layout; their own does not vote.
     merge(follows(scale, bias)),
@@ -154,39 +128,13 @@ pub struct BatchNorm {
 }
 
 impl BatchNorm {
-    /// NCHW: `1c11,c,c,1,1->1c11,c,c,c,c,1`; in the grad
-    /// `1c11,1,1,c,c,c,c,1->1c11`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        const OP: &str = "batch_norm";
-        let rank = |i: usize, default: usize| input_rank(call, i).unwrap_or(default);
-        let r = rank(0, 4).max(2);
-        let x = if channels_last(OP, &self.data_format)? {
-            format!("{}c", "1".repeat(r - 1))
-        } else {
-            format!("1c{}", "1".repeat(r - 2))
-        };
-        let ones = |n: usize| "1".repeat(n);
-        // Scale and bias are per channel: sharded with the channels, so a
-        // device holds the ones of its own channels.
-        let per_channel = |n: usize| if n == 1 { "c".to_string() } else { ones(n) };
-        if matches!(call, Call::Grad { .. }) {
-            return Einsum::new(&format!(
-                "{x},{},{},c,c,c,c,{}->{x}",
-                per_channel(rank(1, 1)),
-                per_channel(rank(2, 1)),
-                ones(rank(7, 1))
-            ));
-        }
-        Einsum::new(&format!(
-            "{x},c,c,{},{}->{x},c,c,c,c,1",
-            per_channel(rank(3, 1)),
-            per_channel(rank(4, 1))
-        ))
+    /// Whether the channels are the last dim (`NHWC`, `NDHWC`, `NLC`).
+    fn channels_last(&self) -> bool {
+        channels_last("batch_norm", &self.data_format).unwrap_or(false)
     }
-    /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
-    fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        keep_first_grads(call, result, 3);
-        Ok(())
+    /// A layout that is neither channels-first nor channels-last is an error.
+    fn check(&self, _call: &Call<'_>) -> Result<(), SpmdError> {
+        channels_last("batch_norm", &self.data_format).map(|_| ())
     }
 }
 

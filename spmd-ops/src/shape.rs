@@ -716,13 +716,13 @@ impl Tile {
 /// Paddle's `expand_as` / `expand_as_v2`: broadcasts `x` to `y`'s shape
 /// (`y` only gives the shape). Paddle's rule follows `y` alone: the output
 /// takes `y`'s mapping and `x` the part of it its dims align with (right
-/// aligned, size-1 dims replicated); `x`'s own mapping is not merged. The
-/// notation says so by giving `x` only `1` dims in forward; an `adjust` hook
-/// then lays `x` out like the output.
+/// aligned, size-1 dims replicated); `x`'s own mapping is not merged
+/// (`merge(follows(x))`).
 #[spmd_rule(
     name = "expand_as",
-    build(Self::notation, cache),
-    adjust = Self::follow_y,
+    einsum = "...,...->...",
+    merge(follows(x)),
+    validate = Self::check,
     partial(backward = "reset"),
     inputs(x, y),
     outputs(out)
@@ -734,53 +734,15 @@ pub struct ExpandAs {
 }
 
 impl ExpandAs {
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let x = input_shape("expand_as", call, 0)?;
-        let y = input_shape("expand_as", call, 1)?;
-        if x.len() > y.len() {
-            return Err(SpmdError::Rejected {
+    /// Broadcasting never drops dims: `x` has at most `y`'s rank.
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+        match (call.input_rank(0), call.input_rank(1)) {
+            (Some(x), Some(y)) if x > y => Err(SpmdError::Rejected {
                 op: "expand_as",
-                message: format!("x has rank {} above y's rank {}", x.len(), y.len()),
-            });
+                message: format!("input 0 (x) has rank {x}, above input 1 (y)'s rank {y}"),
+            }),
+            _ => Ok(()),
         }
-        let names = labels("expand_as", y.len())?;
-        let yt: String = plain_term(&names, y);
-        let off = y.len() - x.len();
-        let xt: String = if call.is_forward() {
-            "1".repeat(x.len())
-        } else {
-            plain_term(&names[off..], x)
-        };
-        Einsum::new(&format!("{xt},{yt}->{yt}"))
-    }
-
-    /// Forward: `x` follows the output's mapping on its aligned dims.
-    fn follow_y(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        if !call.is_forward() {
-            return Ok(());
-        }
-        let Call::Forward { inputs, .. } = *call else {
-            return Ok(());
-        };
-        let (x, y) = (inputs[0].shape, &inputs[1]);
-        // `y` and the output keep `y`'s mapping (a size-1 dim replicated).
-        let mut out = spmd_core::DimsMapping::default();
-        for (&s, &m) in y.shape.iter().zip(y.attr.dims_mapping.as_slice()) {
-            out.push(if s == 1 { Default::default() } else { m });
-        }
-        result.inputs[1].dims_mapping = out.clone();
-        result.outputs[0].dims_mapping = out.clone();
-        let off = out.rank() - x.len();
-        let mut mapping = spmd_core::DimsMapping::default();
-        for (d, &s) in x.iter().enumerate() {
-            mapping.push(if s == 1 {
-                Default::default()
-            } else {
-                out.as_slice()[off + d]
-            });
-        }
-        result.inputs[0].dims_mapping = mapping;
-        Ok(())
     }
 }
 
