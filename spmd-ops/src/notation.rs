@@ -48,26 +48,6 @@ pub(crate) fn normalize_axis(
     }
 }
 
-/// One flag per dim of a rank-`rank` tensor, `all` unless some of `axes`
-/// (Paddle's axes, negative counting from the end) is listed, then set for
-/// the listed dims only. A 0-d tensor accepts axis 0 and -1, as Paddle
-/// does, and has no dim to flag.
-pub(crate) fn axis_flags(
-    op: &'static str,
-    attr: &str,
-    axes: &[i64],
-    rank: usize,
-    all: bool,
-) -> Result<Vec<bool>, SpmdError> {
-    let mut flags = vec![all && axes.is_empty(); rank];
-    for &a in axes {
-        if let Some(f) = flags.get_mut(normalize_axis(op, attr, a, rank)?) {
-            *f = true;
-        }
-    }
-    Ok(flags)
-}
-
 /// Labels for `rank` dims, `a`, `b`, ... (at most 52 dims).
 pub(crate) fn labels(op: &'static str, rank: usize) -> Result<Vec<char>, SpmdError> {
     let letters = ('a'..='z').chain('A'..='Z');

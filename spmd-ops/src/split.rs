@@ -6,7 +6,7 @@
 use spmd_core::notation::Pos;
 use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
 
-use crate::notation::{axis_flags, labels, normalize_axis};
+use crate::notation::{labels, normalize_axis};
 use crate::shape::{input_shape, plain_term};
 
 /// How many inputs a call has, whichever the direction.
@@ -16,16 +16,6 @@ fn n_inputs(call: &Call<'_>) -> usize {
         Call::Backward { input_shapes, .. } => input_shapes.len(),
         _ => 0,
     }
-}
-
-/// The term of `shape` with dim `axis` written `1` (never sharded).
-fn cut_term(op: &'static str, shape: &[usize], axis: usize) -> Result<String, SpmdError> {
-    let names = labels(op, shape.len())?;
-    Ok(plain_term(&names, shape)
-        .chars()
-        .enumerate()
-        .map(|(d, c)| if d == axis { '1' } else { c })
-        .collect())
 }
 
 /// Paddle's `split`: cuts `x` along `axis` into pieces of the sizes in
@@ -68,7 +58,7 @@ pub struct SplitWithNum {
 /// lack. That dim is never sharded.
 #[spmd_rule(
     name = "unbind",
-    build(Self::notation, cache),
+    einsum = "@{axis:1}->@{axis:-}^pieces(call)",
     partial(backward = "reset")
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -78,52 +68,20 @@ pub struct Unbind {
 }
 
 impl Unbind {
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let shape = input_shape("unbind", call, 0)?;
-        let axis = normalize_axis("unbind", "axis", self.axis, shape.len())?;
-        let input = cut_term("unbind", shape, axis)?;
-        let out: String = input
-            .chars()
-            .enumerate()
-            .filter(|&(d, _)| d != axis)
-            .map(|(_, c)| c)
-            .collect();
-        // A 0-d tensor takes axis 0 but has nothing to unbind.
-        let n = shape.get(axis).ok_or_else(|| SpmdError::InvalidAttr {
-            op: "unbind",
-            attr: "axis".into(),
-            message: "a 0-d tensor has no dim to unbind".into(),
-        })?;
-        let outs = vec![out.as_str(); (*n).max(1)].join(",");
-        Einsum::new(&format!("{input}->{outs}"))
+    /// One output per index of the unbound dim: its extent (a 0-d tensor has
+    /// none, and `0` pieces is an error).
+    fn pieces(&self, call: &Call<'_>) -> i64 {
+        let shape = call.input_shape(0).unwrap_or(&[]);
+        let axis = if self.axis < 0 {
+            self.axis + shape.len() as i64
+        } else {
+            self.axis
+        };
+        usize::try_from(axis)
+            .ok()
+            .and_then(|a| shape.get(a))
+            .map_or(0, |&n| i64::try_from(n.max(1)).unwrap_or(i64::MAX))
     }
-}
-
-/// The notation of a slice along `axes`: those dims are never sharded, and
-/// the ones in `decrease_axis` are dropped from the output.
-fn slice_notation(
-    op: &'static str,
-    call: &Call<'_>,
-    axes: &[i64],
-    decrease_axis: &[i64],
-) -> Result<Einsum, SpmdError> {
-    let shape = input_shape(op, call, 0)?;
-    let rank = shape.len();
-    let names = labels(op, rank)?;
-    let cut = axis_flags(op, "axes", axes, rank, false)?;
-    let dropped = axis_flags(op, "decrease_axis", decrease_axis, rank, false)?;
-    let input: String = plain_term(&names, shape)
-        .chars()
-        .zip(&cut)
-        .map(|(c, &cut)| if cut { '1' } else { c })
-        .collect();
-    let output: String = input
-        .chars()
-        .zip(&dropped)
-        .filter(|&(_, &d)| !d)
-        .map(|(c, _)| c)
-        .collect();
-    Einsum::new(&format!("{input}->{output}"))
 }
 
 /// Paddle's `slice`: takes `starts[i]..ends[i]` of each dim in `axes`;
@@ -131,7 +89,7 @@ fn slice_notation(
 /// of the slice), the dims in `decrease_axis` are dropped from the output.
 #[spmd_rule(
     name = "slice",
-    build(Self::notation, cache),
+    einsum = "@{axes:1}->@{axes:1; decrease_axis:-}",
     partial(backward = "reset"),
     inputs(input),
     outputs(out)
@@ -147,12 +105,6 @@ pub struct Slice {
     pub infer_flags: Vec<i64>,
     #[spmd(default)]
     pub decrease_axis: Vec<i64>,
-}
-
-impl Slice {
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        slice_notation("slice", call, &self.axes, &self.decrease_axis)
-    }
 }
 
 /// Paddle's `strided_slice`: `slice` with `strides`; the sliced dims are
