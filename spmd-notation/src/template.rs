@@ -1041,26 +1041,37 @@ fn ones_count(
 /// every position once (`@` or `@[..]`, no selection) besides literal dims.
 fn positions_from_output(
     t: &Template<'_>,
+    sels: &[Pos<'_>],
     rank: &impl Fn(Side, usize) -> Option<usize>,
 ) -> Option<usize> {
     if t.n_outputs() == 0 {
         return None;
     }
     let items = t.items_of(t.n_inputs());
-    let runs = items
-        .iter()
-        .filter(|i| matches!(i, Item::Positions(None) | Item::Permuted(_)))
-        .count();
-    let plain = items.iter().all(|i| {
-        matches!(
-            i,
-            Item::Label(_) | Item::One | Item::Positions(None) | Item::Permuted(_)
-        )
-    });
-    if runs != 1 || !plain {
+    // A run that only inserts `1`s (`@{axis:+1}`, stack's) writes every
+    // position once too, beside the inserted dims.
+    let mut inserted = 0;
+    let mut runs = 0;
+    for i in items {
+        match *i {
+            Item::Label(_) | Item::One => {}
+            Item::Positions(None) | Item::Permuted(_) => runs += 1,
+            Item::Positions(Some((Select::At(k), Fate::Insert))) => {
+                runs += 1;
+                inserted += match sels.get(k as usize)? {
+                    Pos::Int(_) => 1,
+                    Pos::List(vs) => vs.len(),
+                    Pos::Mask(m) => m.count_ones() as usize,
+                    Pos::All => return None,
+                };
+            }
+            _ => return None,
+        }
+    }
+    if runs != 1 {
         return None;
     }
-    let written = items.len() - 1;
+    let written = items.len() - 1 + inserted;
     rank(Side::Output, 0)?.checked_sub(written)
 }
 
@@ -1160,7 +1171,7 @@ pub fn bind_into<'t>(
         })?,
         // A grad op that takes no x (transpose's takes only out_grad): the
         // positions from output 0, when it writes each of them once.
-        None => positions_from_output(t, &rank).unwrap_or(0),
+        None => positions_from_output(t, sels, &rank).unwrap_or(0),
     };
     // Positional labels: the letters the template does not use, in order;
     // with the literals, at most 52 labels, so interning cannot overflow.

@@ -4,19 +4,7 @@
 //! with the devices' blocks); every other dim keeps its sharding.
 
 use spmd_core::notation::Pos;
-use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
-
-use crate::notation::{labels, normalize_axis};
-use crate::shape::{input_shape, plain_term};
-
-/// How many inputs a call has, whichever the direction.
-fn n_inputs(call: &Call<'_>) -> usize {
-    match *call {
-        Call::Forward { inputs, .. } | Call::Grad { inputs, .. } => inputs.len(),
-        Call::Backward { input_shapes, .. } => input_shapes.len(),
-        _ => 0,
-    }
-}
+use spmd_core::{Call, spmd_rule};
 
 /// Paddle's `split`: cuts `x` along `axis` into pieces of the sizes in
 /// `sections` (one of them may be -1), one output each. The split axis is
@@ -155,7 +143,7 @@ pub struct Concat {
 /// counts the inputs.
 #[spmd_rule(
     name = "stack",
-    build(Self::notation, cache),
+    einsum = "@^pieces(call)->@{axis:+1}",
     merge(conflicts = "align"),
     partial(backward = "explain"),
     grad(inputs())
@@ -167,64 +155,21 @@ pub struct Stack {
 }
 
 impl Stack {
-    fn axis(&self, call: &Call<'_>) -> Result<(usize, usize), SpmdError> {
-        let rank = input_shape("stack", call, 0)?.len();
-        Ok((rank, normalize_axis("stack", "axis", self.axis, rank + 1)?))
-    }
-
-    /// A grad call that gives only `out_grad`: each input is `out_grad`
-    /// without its `axis` dim, and that dim's extent is their number.
-    fn grad_notation(&self, out: &[usize]) -> Result<Einsum, SpmdError> {
-        let rank = out
-            .len()
-            .checked_sub(1)
-            .ok_or_else(|| SpmdError::Rejected {
-                op: "stack",
-                message: "out_grad is 0-d; a stack's output has at least one dim".into(),
-            })?;
-        let axis = normalize_axis("stack", "axis", self.axis, rank + 1)?;
-        let mut shape = out.to_vec();
-        let n = shape.remove(axis);
-        let term = plain_term(&labels("stack", rank)?, &shape);
-        let mut out_term: Vec<char> = term.chars().collect();
-        out_term.insert(axis, '1');
-        let out_term: String = out_term.into_iter().collect();
-        let terms = vec![term; n];
-        Einsum::new(&format!("{}->{out_term}", terms.join(",")))
-    }
-
-    /// `abc,abc->a1bc` for `axis = 1`. Forward labels every dim (Paddle
-    /// aligns size-1 dims too); the other directions write size-1 dims `1`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        if let (Call::Grad { .. }, None, Some(out)) =
-            (call, call.input_shape(0), call.output_shape(0))
-        {
-            return self.grad_notation(out);
-        }
-        let n = n_inputs(call);
-        let (rank, axis) = self.axis(call)?;
-        let names = labels("stack", rank)?;
-        let term = |shape: &[usize]| -> String {
-            if call.is_forward() {
-                names.iter().collect()
-            } else {
-                plain_term(&names, shape)
+    /// How many tensors are stacked: the inputs given, or, for a grad call
+    /// that gives only `out_grad`, the extent of its `axis` dim.
+    fn pieces(&self, call: &Call<'_>) -> i64 {
+        let n = match (call.n_inputs(), call.output_shape(0)) {
+            (0, Some(out)) => {
+                let rank = out.len() as i64;
+                let axis = if self.axis < 0 { self.axis + rank } else { self.axis };
+                usize::try_from(axis)
+                    .ok()
+                    .and_then(|a| out.get(a))
+                    .copied()
+                    .unwrap_or(0)
             }
+            (n, _) => n,
         };
-        let mut terms = Vec::with_capacity(n);
-        for i in 0..n {
-            let shape = input_shape("stack", call, i)?;
-            if shape.len() != rank {
-                return Err(SpmdError::Rejected {
-                    op: "stack",
-                    message: format!("input {i} has rank {}, input 0 rank {rank}", shape.len()),
-                });
-            }
-            terms.push(term(shape));
-        }
-        let mut out: Vec<char> = term(input_shape("stack", call, 0)?).chars().collect();
-        out.insert(axis, '1');
-        let out: String = out.into_iter().collect();
-        Einsum::new(&format!("{}->{out}", terms.join(",")))
+        i64::try_from(n).unwrap_or(i64::MAX)
     }
 }
