@@ -106,7 +106,8 @@ impl Squeeze {
 /// their sharding.
 #[spmd_rule(
     name = "unsqueeze",
-    build(Self::notation, cache),
+    einsum = "@->@{inserted(call):+1}",
+    validate = Self::check,
     partial(backward = "reset"),
     grad(ignores(x)),
     inputs(x),
@@ -119,35 +120,59 @@ pub struct Unsqueeze {
 }
 
 impl Unsqueeze {
-    /// For `x: [4, 8]`, `axis = [0, 2]`: `ab->1a1b`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let shape = input_shape("unsqueeze", call, 0)?;
-        // Paddle's grad rule takes no attributes: read the new dims off the
-        // shapes of `x` and `out_grad`.
-        if let (true, Call::Grad { output_grads, .. }) = (self.axis.is_empty(), call)
-            && let Some(dy) = output_grads.first()
+    /// The output's new dims, as bits: each entry of `axis` in turn, counted
+    /// in the tensor as it is at that point. Paddle's grad rule takes no
+    /// attributes: without them, the new dims are read off the shapes of `x`
+    /// and `out_grad` (the size-1 dims `x` lacks).
+    fn inserted_at(&self, call: &Call<'_>) -> Result<u64, SpmdError> {
+        let rank = call.input_rank(0).unwrap_or(0);
+        if self.axis.is_empty()
+            && let (Call::Grad { .. }, Some(x), Some(dy)) =
+                (call, call.input_shape(0), call.output_shape(0))
         {
-            return Einsum::new(&reshape_notation("unsqueeze", shape, dy.shape)?);
+            return new_dims(x, dy).ok_or_else(|| SpmdError::Rejected {
+                op: "unsqueeze",
+                message: format!("out_grad {dy:?} is not x {x:?} with size-1 dims inserted"),
+            });
         }
-        let names = labels("unsqueeze", shape.len())?;
-        let input = plain_term(&names, shape);
-        let mut output: Vec<char> = input.chars().collect();
-        for &a in &self.axis {
-            let len = output.len() as i64;
-            let at = if a < 0 { a + len + 1 } else { a };
-            if !(0..=len).contains(&at) {
+        let mut mask = 0u64;
+        for (len, &a) in (rank..).zip(&self.axis) {
+            let at = if a < 0 { a + len as i64 + 1 } else { a };
+            if !(0..=len as i64).contains(&at) || len >= 63 {
                 return Err(SpmdError::InvalidAttr {
                     op: "unsqueeze",
                     attr: "axis".into(),
                     message: format!("axis {a} is out of range for a tensor of rank {len}"),
                 });
             }
-            output.insert(at as usize, '1');
+            let below = (1u64 << at) - 1;
+            mask = (mask & below) | ((mask & !below) << 1) | (1 << at);
         }
-        let output: String = output.into_iter().collect();
-        // From terms: a 0-d x is a lone scalar operand, which text cannot write.
-        Einsum::from_terms(&[&input], &[&output])
+        Ok(mask)
     }
+    fn inserted(&self, call: &Call<'_>) -> Pos<'_> {
+        Pos::Mask(self.inserted_at(call).unwrap_or(0))
+    }
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+        self.inserted_at(call).map(|_| ())
+    }
+}
+
+/// The dims of `out` that are `x`'s with size-1 dims inserted, as bits:
+/// `out`'s dims matched to `x`'s in order, a size-1 dim that does not match
+/// being new. `None` when `out` is not such a shape.
+fn new_dims(x: &[usize], out: &[usize]) -> Option<u64> {
+    let (mut mask, mut j) = (0u64, 0);
+    for (d, &n) in out.iter().enumerate() {
+        if x.get(j) == Some(&n) {
+            j += 1;
+        } else if n == 1 && d < 64 {
+            mask |= 1 << d;
+        } else {
+            return None;
+        }
+    }
+    (j == x.len()).then_some(mask)
 }
 
 /// Paddle's `flatten`: dims `start_axis..=stop_axis` merge into one, written

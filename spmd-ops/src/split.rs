@@ -161,7 +161,11 @@ impl Stack {
         let n = match (call.n_inputs(), call.output_shape(0)) {
             (0, Some(out)) => {
                 let rank = out.len() as i64;
-                let axis = if self.axis < 0 { self.axis + rank } else { self.axis };
+                let axis = if self.axis < 0 {
+                    self.axis + rank
+                } else {
+                    self.axis
+                };
                 usize::try_from(axis)
                     .ok()
                     .and_then(|a| out.get(a))
