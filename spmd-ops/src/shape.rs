@@ -695,7 +695,7 @@ fn target_shape(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, SpmdError> 
 /// A repeated dim is never sharded: its copies would all need the whole dim.
 #[spmd_rule(
     name = "tile",
-    build(Self::notation, cache),
+    einsum = "@{repeated(call):1}->@{repeated(call):1; leading(call):+1}",
     partial(backward = "reset"),
     inputs(x),
     outputs(out)
@@ -707,34 +707,32 @@ pub struct Tile {
 }
 
 impl Tile {
-    /// For `x: [4, 8]`, `repeat_times = [2, 1, 3]`: `ab->1a1` with `a` kept.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let shape = input_shape("tile", call, 0)?;
-        let rank = shape.len();
-        let names = labels("tile", rank)?;
-        let out_rank = rank.max(self.repeat_times.len());
-        // repeat[d] for output dim d, padded with 1 on the left.
-        let pad = out_rank - self.repeat_times.len();
-        let repeat = |d: usize| {
-            if d < pad {
-                1
-            } else {
-                self.repeat_times[d - pad]
-            }
-        };
-        let input: String = (0..rank)
-            .map(|d| {
-                if shape[d] == 1 || repeat(d + out_rank - rank) != 1 {
-                    '1'
-                } else {
-                    names[d]
-                }
-            })
-            .collect();
-        let output: String = std::iter::repeat_n('1', out_rank - rank)
-            .chain(input.chars())
-            .collect();
-        Einsum::new(&format!("{input}->{output}"))
+    /// `x`'s rank and the number of leading dims `repeat_times` adds.
+    fn ranks(&self, call: &Call<'_>) -> (usize, usize) {
+        let rank = call.input_rank(0).unwrap_or(0);
+        (rank, self.repeat_times.len().saturating_sub(rank))
+    }
+    /// The dims of `x` repeated more than once (`repeat_times` is aligned to
+    /// the right), as bits. For `x: [4, 8]`, `repeat_times = [2, 1, 3]`: dim 1.
+    fn repeated(&self, call: &Call<'_>) -> Pos<'_> {
+        let (rank, _) = self.ranks(call);
+        let skip = self.repeat_times.len().saturating_sub(rank);
+        let pad = rank.saturating_sub(self.repeat_times.len());
+        let mask = self.repeat_times[skip..]
+            .iter()
+            .enumerate()
+            .filter(|&(i, &r)| r != 1 && pad + i < 64)
+            .fold(0u64, |m, (i, _)| m | 1 << (pad + i));
+        Pos::Mask(mask)
+    }
+    /// The output's leading dims that `x` lacks, as bits.
+    fn leading(&self, call: &Call<'_>) -> Pos<'_> {
+        let (_, new) = self.ranks(call);
+        Pos::Mask(if new >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << new) - 1
+        })
     }
 }
 
