@@ -16,15 +16,6 @@ use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, keep_first_grads, labels, replicate_dims};
 
-/// `1` then labels for the other `rank - 1` dims: `1bc`.
-fn first_dim_fixed(op: &'static str, rank: usize) -> Result<String, SpmdError> {
-    Ok(labels(op, rank)?
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| if i == 0 { '1' } else { c })
-        .collect())
-}
-
 /// Paddle's `scatter` (`x`, `index`, `updates` → `out`): row `index[i]` of
 /// `x` becomes (or, without `overwrite`, accumulates) row `i` of `updates`.
 /// The scattered dim 0 and the index are never sharded; the other dims are
@@ -35,11 +26,14 @@ fn first_dim_fixed(op: &'static str, rank: usize) -> Result<String, SpmdError> {
 /// returns `x_grad` (laid out as `out_grad`) and `updates_grad`.
 #[spmd_rule(
     name = "scatter",
-    build(Self::notation, cache),
+    einsum = "1@,*,1@->1@",
     merge(unsharded_claims = "ignore"),
-    adjust = Self::finish,
     inputs(x, index, updates),
-    outputs(out)
+    outputs(out),
+    // The grad gathers the output grad and never reads `updates`: x's grad
+    // is the output grad with the scattered rows zeroed.
+    grad(inputs(index, updates), of(out), none(index), ignores(updates)),
+    adjust = Self::updates_as_given
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Scatter {
@@ -54,38 +48,15 @@ impl Default for Scatter {
 }
 
 impl Scatter {
-    /// `1bc,1,1bc->1bc`; in the grad `1,1bc->1bc` (index, updates; out_grad).
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        const OP: &str = "scatter";
-        let grad = matches!(call, Call::Grad { .. });
-        let (index_at, updates_at) = if grad { (0, 1) } else { (1, 2) };
-        let index = "1".repeat(input_rank(call, index_at).unwrap_or(1));
-        let updates = first_dim_fixed(OP, input_rank(call, updates_at).unwrap_or(1))?;
-        if grad {
-            return Einsum::new(&format!("{index},{updates}->{updates}"));
-        }
-        let x = first_dim_fixed(OP, input_rank(call, 0).unwrap_or(1))?;
-        Einsum::new(&format!("{x},{index},{updates}->{x}"))
-    }
-
-    /// In the grad, answers `x_grad` and `updates_grad`.
-    fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
+    /// The grad op never reads `updates`: Paddle leaves it as given, its
+    /// scattered dim 0 replicated, rather than asking for a reshard.
+    fn updates_as_given(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
         let Call::Grad { inputs, .. } = *call else {
             return Ok(());
         };
-        // The grad gathers the output grad and never reads `updates`: it is
-        // left as given, its scattered dim 0 replicated (Paddle does so).
         if let (Some(req), Some(given)) = (result.inputs.get_mut(1), inputs.get(1)) {
             *req = replicate_dims(given.attr, &[0]).unwrap_or_else(|| given.attr.clone());
         }
-        // Derived grads are (index, updates): the index has none, and x's
-        // grad is the output grad with the scattered rows zeroed, laid out
-        // as the output grad is required.
-        let x_grad = result.inputs.last().cloned();
-        let updates_grad = result.outputs.get(1).cloned();
-        result.outputs.clear();
-        result.outputs.extend(x_grad);
-        result.outputs.extend(updates_grad);
         Ok(())
     }
 }
