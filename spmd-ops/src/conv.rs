@@ -15,7 +15,7 @@
 //! shardings of never-sharded dims are dropped before the merge, so their
 //! mesh dims stay free for the batch and the output channels.
 
-use spmd_core::{Call, Einsum, MeshSet, Partial, ReduceType, RuleResult, SpmdError, spmd_rule};
+use spmd_core::{Call, MeshSet, Partial, ReduceType, RuleResult, SpmdError, spmd_rule};
 
 use crate::notation::input_rank;
 
@@ -35,26 +35,24 @@ enum Filter {
     Transposed { grouped: bool },
 }
 
-/// The notation of a convolution with `spatial` spatial dims: for conv2d in
-/// NCHW, `nc11,mc11->nm11`.
-fn conv_notation(
+/// Checks a convolution's layout and ranks: `data_format` is one of the
+/// four, and the input and the filter have `spatial + 2` dims.
+fn check_conv(
     op: &'static str,
     call: &Call<'_>,
     spatial: usize,
     data_format: &str,
-    filter: Filter,
-) -> Result<Einsum, SpmdError> {
-    let channels_last = match data_format {
-        "NCHW" | "NCDHW" | "AnyLayout" | "" => false,
-        "NHWC" | "NDHWC" => true,
-        other => {
-            return Err(SpmdError::InvalidAttr {
-                op,
-                attr: "data_format".into(),
-                message: format!("data_format {other:?} is not one of NCHW, NHWC, NCDHW, NDHWC"),
-            });
-        }
-    };
+) -> Result<(), SpmdError> {
+    if !matches!(
+        data_format,
+        "NCHW" | "NCDHW" | "AnyLayout" | "" | "NHWC" | "NDHWC"
+    ) {
+        return Err(SpmdError::InvalidAttr {
+            op,
+            attr: "data_format".into(),
+            message: format!("data_format {data_format:?} is not one of NCHW, NHWC, NCDHW, NDHWC"),
+        });
+    }
     for (i, name) in [(0, "input"), (1, "filter")] {
         let rank = input_rank(call, i).unwrap_or(spatial + 2);
         if rank != spatial + 2 {
@@ -67,25 +65,7 @@ fn conv_notation(
             });
         }
     }
-    let window = "1".repeat(spatial);
-    let layout = |batch: char, channel: char| {
-        if channels_last {
-            format!("{batch}{window}{channel}")
-        } else {
-            format!("{batch}{channel}{window}")
-        }
-    };
-    let (input, weight, out) = match filter {
-        Filter::Dense => (layout('n', 'c'), format!("mc{window}"), layout('n', 'm')),
-        Filter::Grouped => (layout('n', '1'), format!("m1{window}"), layout('n', 'm')),
-        Filter::Transposed { grouped: false } => {
-            (layout('n', 'c'), format!("cm{window}"), layout('n', 'm'))
-        }
-        Filter::Transposed { grouped: true } => {
-            (layout('n', 'c'), format!("c1{window}"), layout('n', '1'))
-        }
-    };
-    Einsum::new(&format!("{input},{weight}->{out}"))
+    Ok(())
 }
 
 /// The gradients of a convolution are linear in the output grad: a partial
@@ -137,9 +117,32 @@ fn keep_partial_output_grad(call: &Call<'_>, result: &mut RuleResult) {
 macro_rules! conv {
     ($(#[$doc:meta])* $ty:ident, $name:literal, $spatial:literal, $format:literal, $filter:expr) => {
         $(#[$doc])*
+        // The batch `n`, input channels `c`, output channels `m`; the
+        // spatial dims are `1`s, after the channels or (channels-last)
+        // before them.
         #[spmd_rule(
             name = $name,
-            build(Self::notation, cache),
+            einsum = "nc@{..:1},mc*->nm@{..:1}",
+            case(when = self.form() == (Filter::Dense, true), einsum = "n@{..:1}c,mc*->n@{..:1}m"),
+            case(when = self.form() == (Filter::Grouped, false), einsum = "n1@{..:1},m1*->nm@{..:1}"),
+            case(when = self.form() == (Filter::Grouped, true), einsum = "n@{..:1}1,m1*->n@{..:1}m"),
+            case(
+                when = self.form() == (Filter::Transposed { grouped: false }, false),
+                einsum = "nc@{..:1},cm*->nm@{..:1}"
+            ),
+            case(
+                when = self.form() == (Filter::Transposed { grouped: false }, true),
+                einsum = "n@{..:1}c,cm*->n@{..:1}m"
+            ),
+            case(
+                when = self.form() == (Filter::Transposed { grouped: true }, false),
+                einsum = "nc@{..:1},c1*->n1@{..:1}"
+            ),
+            case(
+                when = self.form() == (Filter::Transposed { grouped: true }, true),
+                einsum = "n@{..:1}c,c1*->n@{..:1}1"
+            ),
+            validate = Self::check,
             merge(unsharded_claims = "ignore"),
             adjust = Self::linear_in_output_grad,
             inputs(input, filter),
@@ -163,9 +166,15 @@ macro_rules! conv {
         }
 
         impl $ty {
-            fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+            /// The filter's form and whether the channels are last.
+            fn form(&self) -> (Filter, bool) {
                 let filter: fn(bool) -> Filter = $filter;
-                conv_notation($name, call, $spatial, &self.data_format, filter(self.groups > 1))
+                let last = matches!(self.data_format.as_str(), "NHWC" | "NDHWC");
+                (filter(self.groups > 1), last)
+            }
+
+            fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+                check_conv($name, call, $spatial, &self.data_format)
             }
 
             fn linear_in_output_grad(
