@@ -532,18 +532,14 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     }
     errors.finish()?;
     let source = source.ok_or_else(|| Error::custom("invalid notation"))?;
-    // A template whose output writes `*` reads that output's rank: forward
-    // needs the outputs' shapes. (Only the default notation decides: a
-    // `case` that writes `*` in an output is for calls that give them,
-    // backward and grad.)
+    // A template whose outputs repeat once per output given (`*^`) learns
+    // their number from the call: forward needs the outputs' shapes. (A
+    // lone `*` in an output whose rank is not given writes one `1`.)
     let ones_in_output = match &source {
-        Source::Literal { default, .. } => std::iter::once(default).any(|l| match &l.form {
-            Form::Template(t) => t.terms()[t.n_inputs()..].iter().any(|&(start, len)| {
-                t.items()[start as usize..(start + len) as usize]
-                    .contains(&spmd_notation::Item::Ones)
-            }),
+        Source::Literal { default, .. } => match &default.form {
+            Form::Template(t) => t.repeats()[1] == spmd_notation::Repeat::Given,
             Form::Notation(_) => false,
-        }),
+        },
         _ => false,
     };
     Ok(Rule {

@@ -576,6 +576,8 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
             let (s, f) = (select(s), fate(f));
             quote!(__spmd::Item::Positions(__spmd::Option::Some((#s, #f))))
         }
+        T::Compound { start, len } => quote!(__spmd::Item::Compound { start: #start, len: #len }),
+        T::Or => quote!(__spmd::Item::Or),
         T::Also(s, f) => {
             let (s, f) = (select(s), fate(f));
             quote!(__spmd::Item::Also(#s, #f))
@@ -584,6 +586,7 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
     let names = t.selectors().iter().map(|n| LitStr::new(n, span));
     let literals = t.literals().0;
     let positional = LitByteStr::new(t.positional(), span);
+    let compounds = LitByteStr::new(t.compounds(), span);
     let written = t.written();
     let never = never_sharded
         .bytes()
@@ -611,6 +614,7 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
             fixed: #fixed,
             runs: #runs,
             repeats: [#(#repeats),*],
+            compounds: #compounds,
         }
     }
 }

@@ -81,6 +81,9 @@ pub enum ErrorKind {
     OnesNotAlone,
     /// `+1` (new dims) in an operand, or twice in one `@{..}`.
     MisplacedInsert,
+    /// `|` (forms by rank) in a template's input 0, whose rank sets the
+    /// positions.
+    FirstInputForms,
     /// `@{` or `@[` without its closing bracket.
     UnclosedSelector,
     /// A character of the plain notation that templates do not take (`...`,
@@ -144,6 +147,9 @@ impl fmt::Display for ErrorKind {
             ),
             ErrorKind::OnesNotAlone => {
                 f.write_str("`*` beside `@` or another `*` in one term")
+            }
+            ErrorKind::FirstInputForms => {
+                f.write_str("the first operand of a template has one form (no `|`)")
             }
             ErrorKind::MisplacedInsert => {
                 f.write_str("`+1` (new dims) stands in an output, once per `@{..}`")

@@ -5,10 +5,12 @@
 //! ```text
 //! template := terms "->" terms
 //! terms    := term ("," term)*       (a side's last term may repeat)
-//! term     := item* [repeat]
+//! term     := form ("|" form)* [repeat]
+//! form     := item*                  (a tensor takes the first that fits)
 //! repeat   := "^"                     as many tensors as the call gives
 //!           | "^" name                as many as the attribute says
 //! item     := label | "1"                 (as in a notation)
+//!           | "(" label label+ ")"        a compound dim, major first
 //!           | "@"                         every dim of input 0, one axis each
 //!           | "@{" pick (";" pick)* "}"   the same, the selected dims changed
 //!           | "@[" name "]"               the same, permuted by attribute `name`
@@ -33,7 +35,10 @@
 //! counted in the output, so `-1` is its last dim. `@[perm]` writes the
 //! positions in the order the attribute `perm` lists. `*` writes a `1` for
 //! each dim of its tensor that the term's labels and `1`s leave over (the
-//! whole tensor when alone; in an output, forward needs the outputs' shapes). A method selector may return a set it
+//! whole tensor when alone). A term with several forms (`bhst|*`) takes, for
+//! each tensor, the first form whose dim count is the tensor's rank; an
+//! absent tensor, or an output whose rank the call does not give, takes the
+//! first form (so `|bhst|*` reads "absent, 4-d or anything"). A method selector may return a set it
 //! computes ([`Pos::Mask`]). The last term of a side may stand for several
 //! tensors: `^` for as many as the call gives, `^name` for as many as an
 //! attribute (or `method()`) says. Examples:
@@ -48,7 +53,8 @@
 //! | layer norm | `@{begin_norm_axis..:1},*,*->@{begin_norm_axis..:1},@{begin_norm_axis..:-},@{begin_norm_axis..:-}` |
 //! | slice, dropping `decrease_axis` | `@{axes:1}->@{axes:1; decrease_axis:-}` |
 //! | stack along a new `axis` | `@^->@{axis:+1}` |
-//! | group norm (batch, then `1`s) | `n*,*,*->n*,n1,n1` |
+//! | group norm (batch, then `1`s) | `n@{..:1},*,*->n@{..:1},n1,n1` |
+//! | attention, optional mask | `bshd,bthd,bthe,\|bhst\|*->bshe` |
 //!
 //! [`parse_template`] checks a template (the macro does so at compile time,
 //! with the same errors as values); [`bind`] turns one into a [`PlanBuf`] for
@@ -102,6 +108,12 @@ pub enum Item {
     Permuted(u8),
     /// `*`: `1`s, one per dim of the tensor.
     Ones,
+    /// `(hg)`: a compound dim of literal labels, `compounds[start .. start +
+    /// len]` of the template, major first.
+    Compound { start: u8, len: u8 },
+    /// `|`: the term's next form; a tensor takes the first form whose dim
+    /// count is its rank (the first when its rank is unknown).
+    Or,
 }
 
 /// How many tensors the last term of a side stands for (`term^`,
@@ -148,6 +160,8 @@ pub struct Template<'a> {
     /// How many tensors the last input term and the last output term stand
     /// for.
     pub repeats: [Repeat; 2],
+    /// The labels of compound dims ([`Item::Compound`]), as written.
+    pub compounds: &'a [u8],
 }
 
 /// A template selects positions in at most this many distinct ways.
@@ -171,13 +185,13 @@ impl<'a> Template<'a> {
             matches!(*i, Item::Label(l) if l == b)
                 || matches!(*i, Item::Positions(Some((_, Fate::Label(l)))) if l == b)
                 || matches!(*i, Item::Also(_, Fate::Label(l)) if l == b)
-        })
+        }) || self.compounds.contains(&b)
     }
 }
 
 /// Whether a notation text is a template (it uses `@`, `*` or `^`).
 pub fn is_template(source: &str) -> bool {
-    source.contains('@') || source.contains('*') || source.contains('^')
+    source.contains('@') || source.contains('*') || source.contains('^') || source.contains('|')
 }
 
 /// A parsed template that owns its storage; [`OwnedTemplate::template`]
@@ -197,6 +211,7 @@ pub struct OwnedTemplate {
     fixed: u16,
     runs: u16,
     repeats: [Repeat; 2],
+    compounds: Vec<u8>,
 }
 
 impl OwnedTemplate {
@@ -216,7 +231,12 @@ impl OwnedTemplate {
             fixed: self.fixed,
             runs: self.runs,
             repeats: self.repeats,
+            compounds: &self.compounds,
         }
+    }
+    /// The labels of compound dims, as written.
+    pub fn compounds(&self) -> &[u8] {
+        &self.compounds
     }
     /// How many tensors the last input and the last output term stand for.
     pub fn repeats(&self) -> [Repeat; 2] {
@@ -304,6 +324,7 @@ pub fn parse_template(source: &str) -> Result<OwnedTemplate, NotationErrors> {
             fixed: 0,
             runs: 0,
             repeats: [Repeat::Once; 2],
+            compounds: Vec::new(),
         },
         input_labels: AxisSet::EMPTY,
         repeat_at: [None; 2],
@@ -317,14 +338,14 @@ pub fn parse_template(source: &str) -> Result<OwnedTemplate, NotationErrors> {
     if let Some(&(start, len)) = t.terms.first() {
         t.written = t.items[start as usize..(start + len) as usize]
             .iter()
-            .filter(|i| matches!(i, Item::Label(_) | Item::One))
+            .filter(|i| matches!(i, Item::Label(_) | Item::One | Item::Compound { .. }))
             .count() as u16;
     }
     for item in &t.items {
         match *item {
-            Item::Label(_) | Item::One => t.fixed += 1,
+            Item::Label(_) | Item::One | Item::Compound { .. } => t.fixed += 1,
             Item::Positions(_) | Item::Permuted(_) => t.runs += 1,
-            Item::Ones | Item::Also(..) => {}
+            Item::Ones | Item::Also(..) | Item::Or => {}
         }
         // An insertion counts in the output, so it is selected apart.
         if let Item::Positions(Some((sel, fate))) | Item::Also(sel, fate) = *item
@@ -416,6 +437,9 @@ impl TParser<'_> {
             )
         });
         let end = self.src[..arrow].find(',').unwrap_or(arrow);
+        if first.contains(&Item::Or) {
+            self.err(ErrorKind::FirstInputForms, 0..end);
+        }
         if runs != 1 {
             self.err(ErrorKind::FirstInputPositions, 0..end);
         }
@@ -485,9 +509,6 @@ impl TParser<'_> {
                     break;
                 }
                 b'*' => {
-                    if ones_at.is_some() {
-                        self.err(ErrorKind::OnesNotAlone, at..at + 1);
-                    }
                     ones_at = Some(at);
                     self.t.items.push(Item::Ones);
                 }
@@ -513,7 +534,21 @@ impl TParser<'_> {
                     }
                     self.t.items.push(Item::Positions(None));
                 }
-                b'.' | b'(' | b')' | b'+' => {
+                b'(' => {
+                    let Some(close) = text[i..].find(')') else {
+                        self.err(ErrorKind::UnclosedParen, at..at + 1);
+                        break;
+                    };
+                    self.compound(&text[i + 1..i + close], at + 1, output, &mut seen);
+                    i += close + 1;
+                    continue;
+                }
+                b'|' => {
+                    // The next form starts afresh: its labels are its own.
+                    seen = AxisSet::EMPTY;
+                    self.t.items.push(Item::Or);
+                }
+                b'.' | b')' | b'+' => {
                     // A run of dots (`...`) is one error.
                     let run = if c == b'.' {
                         bytes[i..].iter().take_while(|&&b| b == b'.').count()
@@ -534,12 +569,17 @@ impl TParser<'_> {
             i += 1;
         }
         let len = self.t.items.len() - start;
-        // `*` fills what the labels leave; positions would fill it too.
-        let positions = self.t.items[start..]
-            .iter()
-            .any(|i| matches!(i, Item::Positions(_) | Item::Permuted(_)));
+        // `*` fills what the labels leave; positions would fill it too, and
+        // so would a second `*` (in one form).
+        let clash = self.t.items[start..].split(|i| *i == Item::Or).any(|form| {
+            let ones = form.iter().filter(|i| **i == Item::Ones).count();
+            let positions = form
+                .iter()
+                .any(|i| matches!(i, Item::Positions(_) | Item::Permuted(_)));
+            ones > 1 || (ones == 1 && positions)
+        });
         if let Some(at) = ones_at
-            && positions
+            && clash
         {
             self.err(ErrorKind::OnesNotAlone, at..at + 1);
         }
@@ -574,6 +614,48 @@ impl TParser<'_> {
             }
         }
         *seen = seen.with(b);
+    }
+
+    /// `(hg)`: literal labels, at least two, each once.
+    fn compound(&mut self, inner: &str, at: usize, output: bool, seen: &mut AxisSet) {
+        let start = self.t.compounds.len();
+        let mut mine = AxisSet::EMPTY;
+        for (k, c) in inner.bytes().enumerate() {
+            let here = at + k..at + k + 1;
+            match c {
+                b' ' | b'\t' => continue,
+                b'a'..=b'z' | b'A'..=b'Z' => {}
+                b'(' => {
+                    self.err(ErrorKind::NestedParen, here);
+                    return;
+                }
+                b'1' => {
+                    self.err(ErrorKind::OneInCompound, here);
+                    return;
+                }
+                _ => {
+                    self.err(ErrorKind::NotInTemplate(c as char), here);
+                    return;
+                }
+            }
+            let b = label_bit(c).unwrap_or(0);
+            if mine.contains(b) {
+                self.err(ErrorKind::RepeatedInCompound(c as char), here);
+                return;
+            }
+            mine = mine.with(b);
+            self.label(c, output, seen, at + k);
+            self.t.compounds.push(c);
+        }
+        let len = self.t.compounds.len() - start;
+        if len < 2 {
+            self.err(ErrorKind::ShortCompound, at - 1..at + inner.len() + 1);
+            return;
+        }
+        self.t.items.push(Item::Compound {
+            start: start as u8,
+            len: len as u8,
+        });
     }
 
     fn name_ok(&mut self, name: &str, at: usize) -> bool {
@@ -745,8 +827,10 @@ pub enum BindError {
 /// Bound plans hold at most this many dims over all terms (a rank-52
 /// softmax takes 104)...
 pub const MAX_BOUND_DIMS: usize = 128;
-/// ...and this many terms.
+/// ...and this many terms...
 pub const MAX_BOUND_TERMS: usize = 32;
+/// ...and this many axes inside compound dims.
+pub const MAX_BOUND_COMPOUND_AXES: usize = 32;
 
 /// A plan bound from a template, in fixed-capacity storage (no allocation);
 /// [`PlanBuf::plan`] lends the [`Plan`] inference runs on. Its labels are
@@ -764,6 +848,10 @@ pub struct PlanBuf<'t> {
     n_inputs: u16,
     dims: [Dim; MAX_BOUND_DIMS],
     n_dims: u16,
+    compound_axes: [AxisId; MAX_BOUND_COMPOUND_AXES],
+    n_compound_axes: u8,
+    compound_minor: AxisSet,
+    compound_major: AxisSet,
     input_axes: AxisSet,
     output_axes: AxisSet,
     diagonal: AxisSet,
@@ -787,6 +875,10 @@ impl<'t> PlanBuf<'t> {
             n_inputs: 0,
             dims: [Dim::Axis(0); MAX_BOUND_DIMS],
             n_dims: 0,
+            compound_axes: [0; MAX_BOUND_COMPOUND_AXES],
+            n_compound_axes: 0,
+            compound_minor: AxisSet::EMPTY,
+            compound_major: AxisSet::EMPTY,
             input_axes: AxisSet::EMPTY,
             output_axes: AxisSet::EMPTY,
             diagonal: AxisSet::EMPTY,
@@ -807,6 +899,9 @@ impl<'t> PlanBuf<'t> {
         self.n_terms = 0;
         self.n_inputs = 0;
         self.n_dims = 0;
+        self.n_compound_axes = 0;
+        self.compound_minor = AxisSet::EMPTY;
+        self.compound_major = AxisSet::EMPTY;
         self.input_axes = AxisSet::EMPTY;
         self.output_axes = AxisSet::EMPTY;
         self.diagonal = AxisSet::EMPTY;
@@ -827,12 +922,12 @@ impl<'t> PlanBuf<'t> {
             terms: &self.terms[..self.n_terms as usize],
             n_inputs: self.n_inputs,
             dims: &self.dims[..self.n_dims as usize],
-            compound_axes: &[],
+            compound_axes: &self.compound_axes[..self.n_compound_axes as usize],
             input_axes: self.input_axes,
             output_axes: self.output_axes,
             diagonal: self.diagonal,
-            compound_minor: AxisSet::EMPTY,
-            compound_major: AxisSet::EMPTY,
+            compound_minor: self.compound_minor,
+            compound_major: self.compound_major,
             addends: 0,
         }
     }
@@ -848,6 +943,39 @@ impl<'t> PlanBuf<'t> {
     /// term's axes. `bind_into` checked that the labels fit.
     #[inline]
     fn axis(&mut self, label: u8, output: bool, seen: &mut AxisSet, never: bool) {
+        let id = self.intern(label, output, seen, never);
+        self.push(Dim::Axis(id));
+    }
+
+    /// A compound dim of these labels, major first (`bind_into` checked
+    /// that its axes fit).
+    fn compound(
+        &mut self,
+        labels: &[u8],
+        output: bool,
+        seen: &mut AxisSet,
+        never: impl Fn(u8) -> bool,
+    ) {
+        let start = u16::from(self.n_compound_axes);
+        for (k, &l) in labels.iter().enumerate() {
+            let id = self.intern(l, output, seen, never(l));
+            self.compound_axes[usize::from(self.n_compound_axes)] = id;
+            self.n_compound_axes += 1;
+            if k == 0 {
+                self.compound_major = self.compound_major.with(id);
+            } else {
+                self.compound_minor = self.compound_minor.with(id);
+            }
+        }
+        self.push(Dim::Compound {
+            start,
+            len: labels.len() as u8,
+        });
+    }
+
+    /// The axis of `label`, interned on first use.
+    #[inline]
+    fn intern(&mut self, label: u8, output: bool, seen: &mut AxisSet, never: bool) -> AxisId {
         let slot = usize::from(label & 127);
         let id = match self.ids[slot] {
             0 => {
@@ -866,7 +994,7 @@ impl<'t> PlanBuf<'t> {
             self.never = self.never.with(id);
         }
         *seen = seen.with(id);
-        self.push(Dim::Axis(id));
+        id
     }
 }
 
@@ -1024,7 +1152,7 @@ fn ones_count(
 ) -> Result<usize, BindError> {
     let others = items
         .iter()
-        .filter(|i| matches!(i, Item::Label(_) | Item::One))
+        .filter(|i| matches!(i, Item::Label(_) | Item::One | Item::Compound { .. }))
         .count();
     match rank {
         None => Ok(usize::from(others == 0)),
@@ -1054,7 +1182,7 @@ fn positions_from_output(
     let mut runs = 0;
     for i in items {
         match *i {
-            Item::Label(_) | Item::One => {}
+            Item::Label(_) | Item::One | Item::Compound { .. } => {}
             Item::Positions(None) | Item::Permuted(_) => runs += 1,
             Item::Positions(Some((Select::At(k), Fate::Insert))) => {
                 runs += 1;
@@ -1204,12 +1332,12 @@ pub fn bind_into<'t>(
             .last()
             .map(|(_, f)| f)
     };
-    let mut total = 0usize;
-    for inst in instances {
-        let items = t.items_of(usize::from(inst.0));
+    // The dims one form (a term's items between `|`s) writes for a tensor.
+    let form_dims = |items: &[Item], inst: &(u16, Side, u16)| -> Result<usize, BindError> {
+        let mut dims = 0usize;
         for (j, it) in items.iter().enumerate() {
-            let dims = match *it {
-                Item::Label(_) | Item::One => 1,
+            dims = dims.saturating_add(match *it {
+                Item::Label(_) | Item::One | Item::Compound { .. } => 1,
                 Item::Positions(Some(_)) => {
                     let dropped = (0..n_pos)
                         .filter(|&p| fate_at(items, j, p) == Some(Fate::Drop))
@@ -1222,10 +1350,46 @@ pub fn bind_into<'t>(
                 }
                 Item::Positions(None) | Item::Permuted(_) => n_pos,
                 Item::Ones => ones_count(items, rank_of(inst), inst.1, usize::from(inst.2))?,
-                Item::Also(..) => 0,
-            };
-            total = total.saturating_add(dims);
+                Item::Also(..) | Item::Or => 0,
+            });
         }
+        Ok(dims)
+    };
+    // A tensor's form: the first whose dims are its rank (the first when
+    // its rank is unknown, or none fits: the engine then names the
+    // mismatch).
+    let form_of = |inst: &(u16, Side, u16)| -> Result<&[Item], BindError> {
+        let items = t.items_of(usize::from(inst.0));
+        if !items.contains(&Item::Or) {
+            return Ok(items);
+        }
+        let mut forms = items.split(|i| *i == Item::Or);
+        let first = forms.next().unwrap_or(&[]);
+        if let Some(r) = rank_of(inst) {
+            for form in core::iter::once(first).chain(forms) {
+                if form_dims(form, inst).ok() == Some(r) {
+                    return Ok(form);
+                }
+            }
+        }
+        Ok(first)
+    };
+    let mut total = 0usize;
+    let mut compound_axes = 0usize;
+    for inst in instances {
+        let form = form_of(inst)?;
+        total = total.saturating_add(form_dims(form, inst)?);
+        for it in form {
+            if let Item::Compound { len, .. } = *it {
+                compound_axes += usize::from(len);
+            }
+        }
+    }
+    if compound_axes > MAX_BOUND_COMPOUND_AXES {
+        return Err(BindError::TooLarge {
+            what: "compound axes",
+            limit: MAX_BOUND_COMPOUND_AXES,
+        });
     }
     if total > MAX_BOUND_DIMS {
         return Err(BindError::TooLarge {
@@ -1236,14 +1400,19 @@ pub fn bind_into<'t>(
     let is_never = |c: u8| label_bit(c).is_some_and(|b| t.never.contains(b));
     buf.n_inputs = n_inputs as u16;
     for (k, inst) in instances.iter().enumerate() {
-        let term = usize::from(inst.0);
         let output = inst.1 == Side::Output;
         let start = buf.n_dims;
         let mut seen = AxisSet::EMPTY;
-        let items = t.items_of(term);
+        let items = form_of(inst)?;
         for (j, item) in items.iter().enumerate() {
             match *item {
                 Item::Label(c) => buf.axis(c, output, &mut seen, is_never(c)),
+                Item::Compound { start, len } => {
+                    let labels =
+                        &t.compounds[usize::from(start)..usize::from(start) + usize::from(len)];
+                    buf.compound(labels, output, &mut seen, is_never);
+                }
+                Item::Or => {}
                 Item::One => buf.push(Dim::One),
                 Item::Ones => {
                     // Counted in `total` above.

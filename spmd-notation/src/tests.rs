@@ -909,6 +909,34 @@ mod templates {
     }
 
     #[test]
+    fn compounds_and_forms_by_rank() {
+        // Grouped-query attention's heads: q's are the compound of k's and
+        // the group.
+        assert_eq!(
+            bind_with("bs(hg)d,bthd->bs(hg)d", &[], &[4, 4, 4]).unwrap(),
+            "bs(hg)d,bthd->bs(hg)d"
+        );
+        // A placeholder takes the form its rank fits: 4-d, or 0-d (`*`).
+        assert_eq!(
+            bind_with("bshd,bhst|*->bshd", &[], &[4, 4, 4]).unwrap(),
+            "bshd,bhst->bshd"
+        );
+        assert_eq!(
+            bind_with("bshd,bhst|*->bshd", &[], &[4, 0, 4]).unwrap(),
+            "bshd,->bshd"
+        );
+        assert_eq!(
+            bind_with("bshd,1s1d|sd->bshd", &[], &[4, 2, 4]).unwrap(),
+            "bshd,sd->bshd"
+        );
+        // No form fits: the first, whose rank the engine then reports.
+        assert_eq!(
+            bind_with("bshd,bhst|sd->bshd", &[], &[4, 3, 4]).unwrap(),
+            "bshd,bhst->bshd"
+        );
+    }
+
+    #[test]
     fn template_errors() {
         let kinds = |t: &str| -> Vec<ErrorKind> {
             parse_template(t)
@@ -926,6 +954,12 @@ mod templates {
         assert_eq!(kinds("@->@{a:+1; b:+1}"), [ErrorKind::MisplacedInsert]);
         assert_eq!(kinds("@->@{a:+1; b:-}"), [ErrorKind::MisplacedInsert]);
         assert_eq!(kinds("@->@{a..:+1}"), [ErrorKind::MisplacedInsert]);
+        assert_eq!(kinds("@|a->@"), [ErrorKind::FirstInputForms]);
+        assert_eq!(kinds("@,(ab->@"), [ErrorKind::UnclosedParen]);
+        assert_eq!(kinds("@,(a)->@"), [ErrorKind::ShortCompound]);
+        assert_eq!(kinds("@,(aa)->@"), [ErrorKind::RepeatedInCompound('a')]);
+        assert_eq!(kinds("@,(a1)->@"), [ErrorKind::OneInCompound]);
+        assert_eq!(kinds("@,a|**->@"), [ErrorKind::OnesNotAlone]);
         assert_eq!(kinds("@{axis:a->@"), [ErrorKind::UnclosedSelector]);
         assert_eq!(kinds("...@->@"), [ErrorKind::NotInTemplate('.')]);
         assert_eq!(kinds("@{2x:a}->@"), [ErrorKind::BadSelector]);

@@ -41,10 +41,20 @@ const OP: &str = "flash_attention";
 /// heads dim is 1 (broadcast) takes no part in the heads' merge; Paddle
 /// merges that size-1 dim's sharding into the heads, then replicates it on
 /// the mask (docs/semantics.md §3: a size-1 dim holds no part of its axis).
+///
+/// Placeholders take the first form their rank fits (`|`; an absent
+/// tensor, or an output whose shape forward is not given, the first): the
+/// mask is absent (the empty form), `[b, h, s, t]`, or anything else (`*`,
+/// never sharded); the `softmax` output `[b, h, s, t]` or, 0-d when
+/// `return_softmax` is off, `*`; the seed tensors absent or `1`s.
 #[spmd_rule(
     name = "flash_attention",
-    // Not cached: the notation is cheap next to hashing five shapes.
-    build = Self::notation,
+    einsum = "bshd,bthd,bthe,|*,|bhst|*->bshe,bhst|*,bhs,*",
+    case(
+        when = self.grouped(&call),
+        einsum = "bs(hg)d,bthd,bthe,|*,|b(hg)st|*->bs(hg)e,b(hg)st|*,b(hg)s,*"
+    ),
+    validate = Self::check,
     inputs(q, k, v, fixed_seed_offset, attn_mask),
     outputs(out, softmax, softmax_lse, seed_offset),
     optional(fixed_seed_offset, attn_mask),
@@ -64,10 +74,22 @@ const OP: &str = "flash_attention";
 pub struct FlashAttention {}
 
 impl FlashAttention {
-    /// `bshd,bthd,bthe,1,bhst->bshe,bhst,bhs,1`, with `''` for placeholders
-    /// and `1` for a broadcast heads dim of the mask; with grouped-query
-    /// attention `bs(hg)d,bthd,bthe,1,b(hg)st->bs(hg)e,b(hg)st,b(hg)s,1`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+    /// The heads of q and of k or v, when the call gives them.
+    fn heads(call: &Call<'_>, i: usize) -> Option<usize> {
+        call.input_shape(i).and_then(|s| s.get(2).copied())
+    }
+
+    /// Grouped-query attention: k or v has fewer heads than q.
+    fn grouped(&self, call: &Call<'_>) -> bool {
+        let q = Self::heads(call, 0);
+        [1, 2]
+            .into_iter()
+            .any(|i| Self::heads(call, i).is_some_and(|g| Some(g) != q))
+    }
+
+    /// q, k and v are `[batch, seq, heads, head_dim]`, and each kv head
+    /// serves a whole group of query heads (Paddle rejects other counts too).
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
         for (i, name) in ["q", "k", "v"].into_iter().enumerate() {
             let rank = input_rank(call, i).unwrap_or(4);
             if rank != 4 {
@@ -79,47 +101,21 @@ impl FlashAttention {
                 });
             }
         }
-        // Grouped-query attention: each kv head serves a whole group of
-        // query heads (Paddle rejects other counts too).
-        let heads = |i: usize| call.input_shape(i).and_then(|s| s.get(2).copied());
-        let mut grouped = false;
-        if let Some(h) = heads(0) {
+        if let Some(h) = Self::heads(call, 0) {
             for (i, name) in [(1, "k"), (2, "v")] {
-                if let Some(g) = heads(i) {
-                    if g == 0 || h % g != 0 {
-                        return Err(SpmdError::Rejected {
-                            op: OP,
-                            message: format!(
-                                "q's {h} heads are not a multiple of {name}'s {g}: each kv head serves a group of query heads"
-                            ),
-                        });
-                    }
-                    grouped |= g != h;
+                if let Some(g) = Self::heads(call, i)
+                    && (g == 0 || h % g != 0)
+                {
+                    return Err(SpmdError::Rejected {
+                        op: OP,
+                        message: format!(
+                            "q's {h} heads are not a multiple of {name}'s {g}: each kv head serves a group of query heads"
+                        ),
+                    });
                 }
             }
         }
-        let qh = if grouped { "(hg)" } else { "h" };
-        let ones = |n: usize| "1".repeat(n);
-        let seed = ones(input_rank(call, 3).unwrap_or(0));
-        let mask = match call.input_shape(4) {
-            None | Some([]) => String::new(),
-            Some([_, 1, _, _]) => "b1st".to_string(),
-            Some([_, _, _, _]) => format!("b{qh}st"),
-            Some(s) => ones(s.len()),
-        };
-        // Placeholder outputs (backward gives their shapes, the grad op
-        // some of them).
-        let out_rank =
-            |o: usize, default: usize| call.output_shape(o).map_or(default, <[usize]>::len);
-        let softmax = if out_rank(1, 4) == 0 {
-            String::new()
-        } else {
-            format!("b{qh}st")
-        };
-        let seed_out = ones(out_rank(3, 1));
-        Einsum::new(&format!(
-            "bs{qh}d,bthd,bthe,{seed},{mask}->bs{qh}e,{softmax},b{qh}s,{seed_out}"
-        ))
+        Ok(())
     }
 }
 

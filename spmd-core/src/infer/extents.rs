@@ -40,7 +40,7 @@ impl<'r, 'a> Cx<'r, 'a> {
 
     /// Compound dims: a single factor of unknown extent is the quotient of the
     /// dim's size by the others; when all factors are known, their product must
-    /// be the dim's size.
+    /// be the dim's size (or 1: broadcasting).
     #[inline]
     pub(super) fn learn_compound_extents(
         &mut self,
@@ -56,6 +56,11 @@ impl<'r, 'a> Cx<'r, 'a> {
             let Dim::Compound { start, len } = self.slot(term, shape.len(), dim) else {
                 continue;
             };
+            // A size-1 dim broadcasts, as a plain axis's does: it teaches
+            // nothing and holds no part of its axes.
+            if size == 1 {
+                continue;
+            }
             let factors = plan.compound(start, len);
             let mut known = 1usize;
             let mut unknown = None;
