@@ -1,9 +1,9 @@
 //! `flash_attention` and `flash_mask`: fused scaled-dot-product attention
 //! over `[batch, seq, heads, head_dim]` tensors.
 
-use spmd_core::{Call, Einsum, Partial, RuleResult, SpmdError, spmd_rule};
+use spmd_core::{Call, Partial, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, keep_first_grads};
+use crate::notation::input_rank;
 
 const OP: &str = "flash_attention";
 
@@ -131,13 +131,28 @@ impl FlashAttention {
 /// seed_offset; out_grad)`, and returns the grads of `q`, `k` and `v`; as
 /// Paddle does, the given shardings of never-sharded dims are dropped
 /// before the merge there, so the heads can take their mesh dims.
+///
+/// The kv heads are `h` when k has q's heads, else `g` (grouped-query
+/// attention); the mask's heads dim is `h` then (or 1, broadcast), else
+/// never sharded. Placeholders take forms by rank as
+/// [`FlashAttention`]'s do.
 #[spmd_rule(
     name = "flash_mask",
-    build = Self::notation,
+    einsum = "bshd,bthd,bthe,|bh11|*,|*->bshe,bhst|*,bhs,*",
+    case(
+        when = self.grouped(&call),
+        einsum = "bshd,btgd,btge,|b111|*,|*->bshe,bhst|*,bhs,*"
+    ),
+    validate = Self::check,
     merge(never_sharded = "stde", unsharded_claims = "ignore"),
     adjust = Self::finish,
     inputs(q, k, v, startend_row_indices, fixed_seed_offset),
-    outputs(out, softmax, softmax_lse, seed_offset)
+    outputs(out, softmax, softmax_lse, seed_offset),
+    grad(
+        inputs(q, k, v, startend_row_indices, out, softmax_lse, seed_offset),
+        of(out),
+        none(startend_row_indices, fixed_seed_offset)
+    )
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FlashMask {
@@ -148,62 +163,38 @@ pub struct FlashMask {
 }
 
 impl FlashMask {
-    /// `bshd,bthd,bthe,bh11,1->bshe,bhst,bhs,1`; in the grad
-    /// `bshd,bthd,bthe,bh11,bshe,bhs,1->bshe`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        const OP: &str = "flash_mask";
+    /// k has other heads than q.
+    fn grouped(&self, call: &Call<'_>) -> bool {
+        FlashAttention::heads(call, 1) != FlashAttention::heads(call, 0)
+    }
+
+    /// q, k and v are `[batch, seq, heads, head_dim]`.
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
         for (i, name) in ["q", "k", "v"].into_iter().enumerate() {
             let rank = input_rank(call, i).unwrap_or(4);
             if rank != 4 {
                 return Err(SpmdError::Rejected {
-                    op: OP,
+                    op: "flash_mask",
                     message: format!(
                         "input {i} ({name}) has rank {rank}; flash_mask takes [batch, seq, heads, head_dim]"
                     ),
                 });
             }
         }
-        let dim = |i: usize, d: usize| call.input_shape(i).and_then(|s| s.get(d).copied());
-        let kv = if dim(1, 2) == dim(0, 2) { 'h' } else { 'g' };
-        let ones = |n: usize| "1".repeat(n);
-        let mask = match input_rank(call, 3).unwrap_or(0) {
-            0 => String::new(),
-            4 if kv == 'h' && dim(3, 1) == dim(0, 2) => "bh11".to_string(),
-            4 => "b111".to_string(),
-            r => ones(r),
-        };
-        let grad = matches!(call, Call::Grad { .. });
-        let seed = ones(input_rank(call, if grad { 6 } else { 4 }).unwrap_or(0));
-        let qkv = format!("bshd,bt{kv}d,bt{kv}e,{mask}");
-        if grad {
-            return Einsum::new(&format!("{qkv},bshe,bhs,{seed}->bshe"));
-        }
-        let out_rank = |o: usize, default: usize| match *call {
-            Call::Backward { outputs, .. } => outputs.get(o).map_or(default, |s| s.shape.len()),
-            _ => default,
-        };
-        let softmax = if out_rank(1, 4) == 0 { "" } else { "bhst" };
-        let seed_out = ones(out_rank(3, 1));
-        Einsum::new(&format!("{qkv},{seed}->bshe,{softmax},bhs,{seed_out}"))
+        Ok(())
     }
 
     fn finish(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        match *call {
-            Call::Grad { .. } => {
-                keep_first_grads(call, result, 3);
+        // The seed and offset are never partial (as given in backward).
+        let given = match *call {
+            Call::Grad { .. } => return Ok(()),
+            Call::Backward { outputs, .. } => {
+                outputs.get(3).map_or(Partial::NONE, |s| s.attr.partial)
             }
-            _ => {
-                // The seed and offset are never partial (as given in backward).
-                let given = match *call {
-                    Call::Backward { outputs, .. } => {
-                        outputs.get(3).map_or(Partial::NONE, |s| s.attr.partial)
-                    }
-                    _ => Partial::NONE,
-                };
-                if let Some(seed) = result.outputs.get_mut(3) {
-                    seed.partial = given;
-                }
-            }
+            _ => Partial::NONE,
+        };
+        if let Some(seed) = result.outputs.get_mut(3) {
+            seed.partial = given;
         }
         Ok(())
     }
