@@ -2,9 +2,7 @@
 //! normalized axes cannot stay sharded (mean and variance need the whole of
 //! them); the statistics keep the leading axes.
 
-use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
-
-use crate::notation::{input_rank, keep_first_grads};
+use spmd_core::{Call, SpmdError, spmd_rule};
 
 /// Paddle's `layer_norm`: `out = (x - mean) / sqrt(variance + epsilon) * scale
 /// + bias`, with mean and variance taken over the dims from
@@ -152,32 +150,14 @@ impl BatchNorm {
 /// arguments, `(x, scale, bias, saved_mean, saved_variance; y_grad)`.
 #[spmd_rule(
     name = "instance_norm",
-    build = Self::notation,
+    einsum = "nc@{..:1},*,*->nc@{..:1},(nc),(nc)",
     merge(compounds = "absorb"),
-    adjust = Self::grads,
     inputs(x, scale, bias),
-    outputs(y, saved_mean, saved_variance)
+    outputs(y, saved_mean, saved_variance),
+    grad(inputs(x, scale, bias, saved_mean, saved_variance), of(y))
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct InstanceNorm {}
-
-impl InstanceNorm {
-    /// `nc11,1,1->nc11,(nc),(nc)`; in the grad `nc11,1,1,(nc),(nc)->nc11`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
-        let rank = |i: usize, default: usize| input_rank(call, i).unwrap_or(default);
-        let x = format!("nc{}", "1".repeat(rank(0, 4).max(2) - 2));
-        let (scale, bias) = ("1".repeat(rank(1, 1)), "1".repeat(rank(2, 1)));
-        if matches!(call, Call::Grad { .. }) {
-            return Einsum::new(&format!("{x},{scale},{bias},(nc),(nc)->{x}"));
-        }
-        Einsum::new(&format!("{x},{scale},{bias}->{x},(nc),(nc)"))
-    }
-    /// The grad op's arguments after `x`, `scale`, `bias` have no gradient.
-    fn grads(&self, call: &Call<'_>, result: &mut RuleResult) -> Result<(), SpmdError> {
-        keep_first_grads(call, result, 3);
-        Ok(())
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 //! v in one kernel.
 
 use spmd_core::{
-    Call, DimsMapping, DistAttr, Einsum, GradTensor, RuleResult, Sharding, SpmdError, spmd_rule,
+    Call, DimsMapping, DistAttr, GradTensor, RuleResult, Sharding, SpmdError, spmd_rule,
 };
 
 /// Paddle's `fused_rotary_position_embedding` (`q`, `k`, `v`, `sin`, `cos`,
@@ -24,7 +24,25 @@ use spmd_core::{
 ///   grads).
 #[spmd_rule(
     name = "fused_rotary_position_embedding",
-    build = Self::notation,
+    // An absent optional input takes the empty form (Paddle answers it an
+    // empty dist attr); sin and cos are `[1, seq, 1, head_dim]` or `[seq,
+    // head_dim]`.
+    // The grad op gives no q, k or v: an output grad's presence says
+    // whether its tensor was there.
+    einsum = "bshd,|bshd,|bshd,|1s1d|sd,|1s1d|sd,|bs->bshd,bshd,bshd",
+    case(
+        when = self.time_major && matches!(call, Call::Grad { .. }),
+        einsum = "sbhd,sbhd,sbhd,|1s1d|sd,|1s1d|sd,|bs->sbhd,|sbhd,|sbhd"
+    ),
+    case(
+        when = self.time_major,
+        einsum = "sbhd,|sbhd,|sbhd,|1s1d|sd,|1s1d|sd,|bs->sbhd,sbhd,sbhd"
+    ),
+    case(
+        when = matches!(call, Call::Grad { .. }),
+        einsum = "bshd,bshd,bshd,|1s1d|sd,|1s1d|sd,|bs->bshd,|bshd,|bshd"
+    ),
+    validate = Self::check,
     merge(never_sharded = "d", follows(sin, cos, position_ids)),
     partial(backward = "reset"),
     adjust = Self::finish,
@@ -42,12 +60,6 @@ pub struct FusedRotaryPositionEmbedding {
 }
 
 impl FusedRotaryPositionEmbedding {
-    /// Whether q (0), k (1) or v (2) takes part: given as an input, or
-    /// (backward, grad) its output or output grad is.
-    fn has(call: &Call<'_>, i: usize) -> bool {
-        call.input_shape(i).is_some() || call.output_shape(i).is_some()
-    }
-
     /// Whether the sequence stays sharded: `sin` and `cos` given (each
     /// device then holds the angles of its own positions) and no
     /// `position_ids` (gathering angles by position needs the whole
@@ -57,10 +69,9 @@ impl FusedRotaryPositionEmbedding {
         given(3) && given(4) && !given(5)
     }
 
-    /// For `[batch, seq, heads, head_dim]` with 4-d sin/cos and position ids:
-    /// `bshd,bshd,bshd,1s1d,1s1d,bs->bshd,bshd,bshd`; an absent tensor has
-    /// the empty term.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+    /// q (or, in the grad op, its grad) is `[batch, seq, heads, head_dim]`,
+    /// and sin and cos have 4 or 2 dims.
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
         const OP: &str = "fused_rotary_position_embedding";
         let rank = |i: usize| call.input_shape(i).map(<[usize]>::len);
         // q's rank; the grad op has no q: its grad's.
@@ -74,36 +85,17 @@ impl FusedRotaryPositionEmbedding {
                 ),
             });
         }
-        let full = if self.time_major { "sbhd" } else { "bshd" };
-        let qkv = |i: usize| {
-            if Self::has(call, i) {
-                full.to_string()
-            } else {
-                String::new()
+        for i in [3, 4] {
+            if let Some(r) = rank(i).filter(|r| !matches!(r, 2 | 4)) {
+                return Err(SpmdError::Rejected {
+                    op: OP,
+                    message: format!(
+                        "input {i} has rank {r}; sin and cos are [1, seq, 1, head_dim] or [seq, head_dim]"
+                    ),
+                });
             }
-        };
-        let angle = |i: usize| match rank(i) {
-            Some(4) => Ok("1s1d".to_string()),
-            Some(2) => Ok("sd".to_string()),
-            None => Ok(String::new()),
-            Some(r) => Err(SpmdError::Rejected {
-                op: OP,
-                message: format!(
-                    "input {i} has rank {r}; sin and cos are [1, seq, 1, head_dim] or [seq, head_dim]"
-                ),
-            }),
-        };
-        let position = if rank(5).is_some() { "bs" } else { "" };
-        let ins = [
-            qkv(0),
-            qkv(1),
-            qkv(2),
-            angle(3)?,
-            angle(4)?,
-            position.to_string(),
-        ];
-        let outs = [qkv(0), qkv(1), qkv(2)];
-        Einsum::new(&format!("{}->{}", ins.join(","), outs.join(",")))
+        }
+        Ok(())
     }
 
     /// Replicates the sequence where it is not kept, and gives an output
