@@ -295,6 +295,46 @@ fn scatters_never_leave_x_counted_once_per_device() {
     .unwrap();
     assert_eq!(show(&r).0[0], "[-1, -1, -1]");
     assert_eq!(show(&r).1, ["[-1, -1, -1]"]);
+    // A value of x's trailing rank shares those dims, broadcast over the
+    // picked rows: its sharding reaches x and the output.
+    let r = forward(
+        "index_put",
+        Attrs::new(),
+        &[2, 3],
+        &[(&[8, 6, 4], &[-1, -1, -1]), (&[5], &[-1]), (&[4], &[0])],
+    )
+    .unwrap();
+    assert_eq!(show(&r).0, ["[-1, -1, 0]", "[-1]", "[0]"]);
+    assert_eq!(show(&r).1, ["[-1, -1, 0]"]);
+    // Its grad answers x_grad and value_grad, not the indices'.
+    let rule = spmd_ops::builtins()
+        .build("index_put", &Attrs::new())
+        .unwrap();
+    let m = Mesh::new(&[2, 3]).unwrap();
+    let (x, i, v) = (attr(&[-1, -1, 0]), attr(&[-1]), attr(&[0]));
+    let r = rule
+        .grad(
+            &m,
+            &[
+                Spec::new(&[8, 6, 4], &x),
+                Spec::new(&[5], &i),
+                Spec::new(&[4], &v),
+            ],
+            &[Spec::new(&[8, 6, 4], &x)],
+        )
+        .unwrap();
+    assert_eq!(show(&r).1.len(), 2);
+    assert_eq!(show(&r).1[0], "[-1, -1, 0]");
+    // No index, or more indices than x has dims, is an error.
+    assert!(
+        forward(
+            "index_put",
+            Attrs::new(),
+            &[2, 3],
+            &[(&[8], &[-1]), (&[8], &[-1])]
+        )
+        .is_err()
+    );
 }
 
 #[test]

@@ -587,6 +587,7 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
     let literals = t.literals().0;
     let positional = LitByteStr::new(t.positional(), span);
     let compounds = LitByteStr::new(t.compounds(), span);
+    let repeat_terms = t.repeat_terms();
     let written = t.written();
     let never = never_sharded
         .bytes()
@@ -614,6 +615,7 @@ fn template(t: &OwnedTemplate, never_sharded: &str, span: Span) -> TokenStream {
             fixed: #fixed,
             runs: #runs,
             repeats: [#(#repeats),*],
+            repeat_terms: [#(#repeat_terms),*],
             compounds: #compounds,
         }
     }

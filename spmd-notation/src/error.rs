@@ -97,9 +97,10 @@ pub enum ErrorKind {
     BadFate,
     /// More than [`MAX_PICKS`](crate::MAX_PICKS) distinct selections in one template.
     TooManyPicks,
-    /// `^` on a term that is not the last of its side (only the last term
-    /// of the operands, and of the outputs, may stand for several tensors).
-    RepeatNotLast,
+    /// Text after `^` or `^count` (it ends its term).
+    RepeatNotAtEnd,
+    /// Two terms of one side repeat (`^`): which tensors would be whose?
+    RepeatTwice,
     /// A label named by a rule option (never-sharded axes, reduce types, ...)
     /// that the notation does not have.
     UnknownLabel(char),
@@ -166,8 +167,11 @@ impl fmt::Display for ErrorKind {
             ErrorKind::TooManyPicks => f.write_str(
                 "a template selects positions in at most 4 distinct ways (`@{axis:..}`, `@{k..:..}`, ...)",
             ),
-            ErrorKind::RepeatNotLast => f.write_str(
-                "only the last operand and the last output may repeat (`term^` or `term^count`)",
+            ErrorKind::RepeatNotAtEnd => {
+                f.write_str("`^` or `^count` ends its term")
+            }
+            ErrorKind::RepeatTwice => f.write_str(
+                "one operand and one output at most may repeat (`term^` or `term^count`)",
             ),
             ErrorKind::AddendInOutput => {
                 f.write_str("`+` in an output (only an operand can be an addend)")

@@ -157,9 +157,11 @@ pub struct Template<'a> {
     /// (`@`, `@{..}`, `@[..]`): a binding's size before `*` items.
     pub fixed: u16,
     pub runs: u16,
-    /// How many tensors the last input term and the last output term stand
-    /// for.
+    /// How many tensors the repeating input term and output term stand for
+    /// ([`Repeat::Once`]: none repeats)...
     pub repeats: [Repeat; 2],
+    /// ...and which terms they are (indices into `terms`).
+    pub repeat_terms: [u16; 2],
     /// The labels of compound dims ([`Item::Compound`]), as written.
     pub compounds: &'a [u8],
 }
@@ -211,6 +213,7 @@ pub struct OwnedTemplate {
     fixed: u16,
     runs: u16,
     repeats: [Repeat; 2],
+    repeat_terms: [u16; 2],
     compounds: Vec<u8>,
 }
 
@@ -231,6 +234,7 @@ impl OwnedTemplate {
             fixed: self.fixed,
             runs: self.runs,
             repeats: self.repeats,
+            repeat_terms: self.repeat_terms,
             compounds: &self.compounds,
         }
     }
@@ -238,9 +242,13 @@ impl OwnedTemplate {
     pub fn compounds(&self) -> &[u8] {
         &self.compounds
     }
-    /// How many tensors the last input and the last output term stand for.
+    /// How many tensors the repeating input and output term stand for.
     pub fn repeats(&self) -> [Repeat; 2] {
         self.repeats
+    }
+    /// Which terms repeat (indices into [`OwnedTemplate::terms`]).
+    pub fn repeat_terms(&self) -> [u16; 2] {
+        self.repeat_terms
     }
     /// The distinct selections, in order of first use.
     pub fn picks(&self) -> &[Select] {
@@ -324,6 +332,7 @@ pub fn parse_template(source: &str) -> Result<OwnedTemplate, NotationErrors> {
             fixed: 0,
             runs: 0,
             repeats: [Repeat::Once; 2],
+            repeat_terms: [0; 2],
             compounds: Vec::new(),
         },
         input_labels: AxisSet::EMPTY,
@@ -493,7 +502,7 @@ impl TParser<'_> {
                     let name = &rest[..name_len];
                     let trailing = rest[name_len..].trim();
                     if !trailing.is_empty() {
-                        self.err(ErrorKind::RepeatNotLast, at..base + text.len());
+                        self.err(ErrorKind::RepeatNotAtEnd, at..base + text.len());
                         break;
                     }
                     repeat = Some(if name.is_empty() {
@@ -586,17 +595,17 @@ impl TParser<'_> {
         if !output {
             self.input_labels = self.input_labels.union(seen);
         }
-        // A repeat seen on an earlier term of this side: that term was not
-        // the last.
+        // One term per side may repeat: which tensors are its would be
+        // ambiguous with two.
         let side = usize::from(output);
-        if let Some(at) = self.repeat_at[side].take() {
-            self.err(ErrorKind::RepeatNotLast, at..at + 1);
-        }
         if let Some((r, at)) = repeat {
-            self.t.repeats[side] = r;
-            self.repeat_at[side] = Some(at);
-        } else {
-            self.t.repeats[side] = Repeat::Once;
+            if self.repeat_at[side].is_some() {
+                self.err(ErrorKind::RepeatTwice, at..at + 1);
+            } else {
+                self.t.repeats[side] = r;
+                self.t.repeat_terms[side] = self.t.terms.len() as u16;
+                self.repeat_at[side] = Some(at);
+            }
         }
         self.t.terms.push((start as u16, len as u16));
     }
@@ -1249,10 +1258,10 @@ pub fn bind_into<'t>(
         (Side::Output, t.n_inputs()..t.terms.len(), 1usize),
     ];
     for (side, terms, s) in sides {
-        let last = terms.end.checked_sub(1).filter(|&l| l >= terms.start);
+        let repeating = (t.repeats[s] != Repeat::Once).then_some(usize::from(t.repeat_terms[s]));
         let mut index = 0usize;
         for term in terms.clone() {
-            let count = match (Some(term) == last, t.repeats[s]) {
+            let count = match (Some(term) == repeating, t.repeats[s]) {
                 (true, Repeat::Given) => match given[s].saturating_sub(terms.len() - 1) {
                     0 => return Err(BindError::NoneGiven { side }),
                     c => c,

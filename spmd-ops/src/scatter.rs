@@ -12,6 +12,7 @@
 //! replicated index, and the trailing dims sharded alike on `x`, `updates`
 //! and `out`, need no communication after the op.
 
+use spmd_core::notation::Pos;
 use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
 use crate::notation::{input_rank, keep_first_grads, labels, replicate_dims};
@@ -117,9 +118,14 @@ pub struct PutAlongAxis {
 /// dims and the indices are never sharded; `x`'s other dims are shared with
 /// the output and with `value`'s trailing dims. The grad takes `(x,
 /// indices..., value; out_grad)` and returns `x_grad` and `value_grad`.
+///
+/// As a template: `x`'s first `n` dims are `1`, one `*` term per index,
+/// and `value` shares `x`'s last dims that it has, with a leading `1` when
+/// it is `[K, rest...]`.
 #[spmd_rule(
     name = "index_put",
-    build(Self::notation, cache),
+    einsum = "@{..indexed(call):1},*^indexed(call),1@{unshared(call):-}|@{unshared(call):-}->@{..indexed(call):1}",
+    validate = Self::check,
     adjust = Self::grads,
     outputs(out)
 )]
@@ -130,37 +136,49 @@ pub struct IndexPut {
 }
 
 impl IndexPut {
-    /// Two indices into a rank-3 x, value `[K, c]`: `11c,1,1,1c->11c`.
-    fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
+    /// How many index tensors the call gives: the inputs between `x` and
+    /// `value`.
+    fn indexed(&self, call: &Call<'_>) -> i64 {
+        let given = (0..).take_while(|&i| call.input_shape(i).is_some()).count();
+        i64::try_from(given.saturating_sub(2)).unwrap_or(i64::MAX)
+    }
+
+    /// `x`'s dims that `value` does not share, as bits: `value` broadcasts
+    /// against `[K, rest...]` from the right, so it shares the last of
+    /// `x`'s unindexed dims, as many as it has.
+    fn unshared(&self, call: &Call<'_>) -> Pos<'_> {
+        let rank = input_rank(call, 0).unwrap_or(0).min(64);
+        let n = usize::try_from(self.indexed(call)).unwrap_or(0);
+        let v = input_rank(call, n + 1).unwrap_or(0);
+        let shared = v.min(rank.saturating_sub(n));
+        let cut = rank - shared;
+        Pos::Mask(if cut >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << cut) - 1
+        })
+    }
+
+    /// At least one index, and no more than `x` has dims.
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
         const OP: &str = "index_put";
-        let n_inputs = (0..).take_while(|&i| call.input_shape(i).is_some()).count();
-        if n_inputs < 3 {
+        let given = (0..).take_while(|&i| call.input_shape(i).is_some()).count();
+        if given < 3 {
             return Err(SpmdError::Rejected {
                 op: OP,
                 message: format!(
-                    "{n_inputs} inputs given; index_put takes x, at least one index and value"
+                    "{given} inputs given; index_put takes x, at least one index and value"
                 ),
             });
         }
-        let n = n_inputs - 2;
-        let rank = input_rank(call, 0).unwrap_or(0);
+        let (n, rank) = (given - 2, input_rank(call, 0).unwrap_or(0));
         if n > rank {
             return Err(SpmdError::Rejected {
                 op: OP,
                 message: format!("{n} index tensors for input 0 (x) of rank {rank}"),
             });
         }
-        let rest: String = labels(OP, rank)?[n..].iter().collect();
-        let x = format!("{}{rest}", "1".repeat(n));
-        let mut terms = vec![x.clone()];
-        for i in 1..=n {
-            terms.push("1".repeat(input_rank(call, i).unwrap_or(1)));
-        }
-        // `value` broadcasts against `[K, rest...]` from the right.
-        let v = input_rank(call, n + 1).unwrap_or(0);
-        let shared: String = rest.chars().skip(rest.len().saturating_sub(v)).collect();
-        terms.push(format!("{}{shared}", "1".repeat(v - shared.len())));
-        Einsum::new(&format!("{}->{x}", terms.join(",")))
+        Ok(())
     }
 
     /// Only `x` and `value` have gradients, not the indices between them.
