@@ -55,6 +55,38 @@ impl Einsum {
         })
     }
 
+    /// From a plan built dim by dim ([`PlanBuilder`](spmd_notation::PlanBuilder)),
+    /// for rules whose notation depends on shape values: no text is written
+    /// or parsed.
+    ///
+    /// ```
+    /// use spmd_core::notation::PlanBuilder;
+    /// use spmd_core::{DistAttr, Einsum, Mesh, Spec};
+    ///
+    /// // reshape [4, 6] -> [24]: the major factor keeps its sharding.
+    /// let mut b = PlanBuilder::new("reshape");
+    /// b.label(b'a').label(b'b').end_input();
+    /// b.compound(b"ab").end_output();
+    /// let e = Einsum::from_plan("reshape", b)?;
+    /// let x = DistAttr::from_paddle(&[0, -1]).unwrap();
+    /// let r = e.forward(&Mesh::new(&[2])?, &[Spec::new(&[4, 6], &x)])?;
+    /// assert_eq!(r.outputs[0].to_string(), "[0]");
+    /// # Ok::<(), spmd_core::SpmdError>(())
+    /// ```
+    pub fn from_plan(
+        op: &'static str,
+        built: spmd_notation::PlanBuilder<'_>,
+    ) -> Result<Einsum, SpmdError> {
+        let buf = built
+            .finish()
+            .map_err(|e| crate::template::built_plan_error(op, e))?;
+        Ok(Einsum {
+            notation: Notation::from_plan(buf.plan()),
+            policy: Policy::CLASSIC,
+            reduce: None,
+        })
+    }
+
     pub fn with_policy(mut self, policy: Policy) -> Einsum {
         self.policy = policy;
         self

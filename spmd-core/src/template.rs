@@ -145,6 +145,10 @@ pub(crate) fn bind_error(
                 call.input_rank(0).unwrap_or(0)
             ),
         },
+        BindError::Malformed(what) => SpmdError::Rejected {
+            op,
+            message: alloc::format!("the rule built a malformed plan: {what}"),
+        },
         BindError::TermRank {
             side,
             index,
@@ -163,4 +167,19 @@ pub(crate) fn bind_error(
             ),
         },
     }
+}
+
+/// An error of a plan built dim by dim ([`Einsum::from_plan`](crate::Einsum::from_plan)).
+pub(crate) fn built_plan_error(op: &'static str, e: BindError) -> SpmdError {
+    let message = match e {
+        BindError::TooLarge { what, limit } => {
+            alloc::format!("the plan would hold more than {limit} {what}")
+        }
+        BindError::OutputOnly { output } => {
+            alloc::format!("output {output} has an axis no input has")
+        }
+        BindError::Malformed(what) => alloc::format!("the rule built a malformed plan: {what}"),
+        other => alloc::format!("{other:?}"),
+    };
+    SpmdError::Rejected { op, message }
 }

@@ -42,6 +42,7 @@
 
 extern crate alloc;
 
+mod build;
 mod error;
 mod near;
 mod parse;
@@ -50,13 +51,15 @@ mod template;
 #[cfg(test)]
 mod tests;
 
+pub use build::PlanBuilder;
 pub use error::{ErrorKind, NotationError, NotationErrors, Side};
 pub use near::edit_distance;
 pub use parse::{Notation, parse, parse_terms};
 pub use plan::{AxisId, AxisSet, Dim, Plan, Term};
 pub use template::{
-    BindError, Fate, Item, MAX_BOUND_DIMS, MAX_BOUND_TERMS, MAX_PICKS, OwnedTemplate, PlanBuf, Pos,
-    Repeat, Select, Template, bind, bind_into, is_template, label_bit, parse_template,
+    BindError, Fate, Item, MAX_BOUND_COMPOUND_AXES, MAX_BOUND_DIMS, MAX_BOUND_TERMS, MAX_PICKS,
+    OwnedTemplate, PlanBuf, Pos, Repeat, Select, Template, bind, bind_into, is_template, label_bit,
+    parse_template,
 };
 
 /// At most this many distinct labels (`a-z`, `A-Z`).

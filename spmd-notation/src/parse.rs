@@ -47,6 +47,32 @@ impl Notation {
     pub fn source(&self) -> &str {
         &self.source
     }
+
+    /// An owned copy of a plan built by hand ([`PlanBuilder`](crate::PlanBuilder)):
+    /// its source is the plan written out, for messages only.
+    pub fn from_plan(plan: Plan<'_>) -> Notation {
+        let side = |r: core::ops::Range<usize>| {
+            r.map(|i| plan.term_text(plan.terms[i]))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let n_in = plan.n_inputs();
+        let source = alloc::format!("{}->{}", side(0..n_in), side(n_in..plan.terms.len()));
+        Notation {
+            source,
+            labels: plan.labels.to_vec(),
+            terms: plan.terms.to_vec(),
+            n_inputs: plan.n_inputs,
+            dims: plan.dims.to_vec(),
+            compound_axes: plan.compound_axes.to_vec(),
+            input_axes: plan.input_axes,
+            output_axes: plan.output_axes,
+            diagonal: plan.diagonal,
+            compound_minor: plan.compound_minor,
+            compound_major: plan.compound_major,
+            addends: plan.addends,
+        }
+    }
 }
 
 /// Parses and validates a notation, returning every problem found.

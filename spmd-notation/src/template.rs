@@ -823,6 +823,8 @@ pub enum BindError {
     /// An output axis no input has: a position an input writes `1` that an
     /// output keeps (output `o`).
     OutputOnly { output: usize },
+    /// A hand-built plan ([`PlanBuilder`](crate::PlanBuilder)) used wrongly.
+    Malformed(&'static str),
     /// A tensor (`index` on `side`) with fewer dims than its term writes
     /// out beside its `*`.
     TermRank {
@@ -847,24 +849,24 @@ pub const MAX_BOUND_COMPOUND_AXES: usize = 32;
 /// plan is the plan of the notation one would have written out.
 #[derive(Clone, Debug)]
 pub struct PlanBuf<'t> {
-    source: &'t str,
-    labels: [u8; 52],
-    n_labels: u8,
+    pub(crate) source: &'t str,
+    pub(crate) labels: [u8; 52],
+    pub(crate) n_labels: u8,
     /// Label byte (ASCII) -> its axis id + 1; 0: not interned yet.
-    ids: [u8; 128],
-    terms: [Term; MAX_BOUND_TERMS],
-    n_terms: u8,
-    n_inputs: u16,
-    dims: [Dim; MAX_BOUND_DIMS],
-    n_dims: u16,
-    compound_axes: [AxisId; MAX_BOUND_COMPOUND_AXES],
-    n_compound_axes: u8,
-    compound_minor: AxisSet,
-    compound_major: AxisSet,
-    input_axes: AxisSet,
-    output_axes: AxisSet,
-    diagonal: AxisSet,
-    never: AxisSet,
+    pub(crate) ids: [u8; 128],
+    pub(crate) terms: [Term; MAX_BOUND_TERMS],
+    pub(crate) n_terms: u8,
+    pub(crate) n_inputs: u16,
+    pub(crate) dims: [Dim; MAX_BOUND_DIMS],
+    pub(crate) n_dims: u16,
+    pub(crate) compound_axes: [AxisId; MAX_BOUND_COMPOUND_AXES],
+    pub(crate) n_compound_axes: u8,
+    pub(crate) compound_minor: AxisSet,
+    pub(crate) compound_major: AxisSet,
+    pub(crate) input_axes: AxisSet,
+    pub(crate) output_axes: AxisSet,
+    pub(crate) diagonal: AxisSet,
+    pub(crate) never: AxisSet,
 }
 
 impl<'t> PlanBuf<'t> {
@@ -943,7 +945,7 @@ impl<'t> PlanBuf<'t> {
 
     /// Appends a dim (`bind_into` checked the capacity first).
     #[inline]
-    fn push(&mut self, d: Dim) {
+    pub(crate) fn push(&mut self, d: Dim) {
         self.dims[self.n_dims as usize] = d;
         self.n_dims += 1;
     }
@@ -951,14 +953,14 @@ impl<'t> PlanBuf<'t> {
     /// Interns `label` (never sharded when `never`); `seen` is the current
     /// term's axes. `bind_into` checked that the labels fit.
     #[inline]
-    fn axis(&mut self, label: u8, output: bool, seen: &mut AxisSet, never: bool) {
+    pub(crate) fn axis(&mut self, label: u8, output: bool, seen: &mut AxisSet, never: bool) {
         let id = self.intern(label, output, seen, never);
         self.push(Dim::Axis(id));
     }
 
     /// A compound dim of these labels, major first (`bind_into` checked
     /// that its axes fit).
-    fn compound(
+    pub(crate) fn compound(
         &mut self,
         labels: &[u8],
         output: bool,

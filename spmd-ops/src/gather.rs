@@ -4,7 +4,7 @@
 
 use spmd_core::{Call, Einsum, SpmdError, spmd_rule};
 
-use crate::notation::labels;
+use crate::notation::{BuiltDim, built, letters};
 
 /// Paddle's `gather`: `out = x` with dim `axis` replaced by `index`'s dim
 /// (or removed, for a 0-D index). The gathered axis of `x` is never sharded;
@@ -55,21 +55,27 @@ pub struct Gather {
 pub struct GatherNd {}
 
 impl GatherNd {
-    /// For x of rank 3 and index `[i, j, 2]`: `11c,AB1->ABc`.
+    /// For x of rank 3 and index `[i, j, 2]`: `11c,de1->dec`. The tuple
+    /// length `k` is the index's last extent: a shape value, so the plan is
+    /// built per call.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         const OP: &str = "gather_nd";
         let (rank, index, k) = crate::notation::nd_index(OP, call)?;
         let batch = index.len().saturating_sub(1);
-        let names = labels(OP, rank + batch)?;
-        let rest: String = names[k..rank].iter().collect();
-        let tuples: String = names[rank..].iter().collect();
-        let x = format!("{}{rest}", "1".repeat(k));
-        let index = if index.is_empty() {
-            String::new()
+        let names = letters(OP, rank + batch)?;
+        let label = |c: &u8| BuiltDim::Label(*c);
+        let rest = names[k..rank].iter().map(label);
+        let tuples = names[rank..].iter().map(label);
+        let x: Vec<BuiltDim> = std::iter::repeat_n(BuiltDim::One, k)
+            .chain(rest.clone())
+            .collect();
+        let index: Vec<BuiltDim> = if index.is_empty() {
+            Vec::new()
         } else {
-            format!("{tuples}1")
+            tuples.clone().chain([BuiltDim::One]).collect()
         };
-        Einsum::new(&format!("{x},{index}->{tuples}{rest}"))
+        let out: Vec<BuiltDim> = tuples.chain(rest).collect();
+        built(OP, &[&x, &index], &[&out])
     }
 }
 

@@ -101,3 +101,44 @@ pub(crate) fn replicate_dims(
         partial: attr.partial,
     })
 }
+
+/// One dim of a term that a shape-dependent rule builds at run time: a
+/// label, `1`, or a compound of labels (major first). No text is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum BuiltDim {
+    Label(u8),
+    One,
+    Compound(Vec<u8>),
+}
+
+/// The rule over terms built dim by dim ([`spmd_core::notation::PlanBuilder`]).
+pub(crate) fn built(
+    op: &'static str,
+    inputs: &[&[BuiltDim]],
+    outputs: &[&[BuiltDim]],
+) -> Result<spmd_core::Einsum, SpmdError> {
+    let mut b = spmd_core::notation::PlanBuilder::new(op);
+    let dims = |b: &mut spmd_core::notation::PlanBuilder<'_>, term: &[BuiltDim]| {
+        for d in term {
+            match d {
+                BuiltDim::Label(c) => b.label(*c),
+                BuiltDim::One => b.one(),
+                BuiltDim::Compound(cs) => b.compound(cs),
+            };
+        }
+    };
+    for term in inputs {
+        dims(&mut b, term);
+        b.end_input();
+    }
+    for term in outputs {
+        dims(&mut b, term);
+        b.end_output();
+    }
+    spmd_core::Einsum::from_plan(op, b)
+}
+
+/// The labels `a`, `b`, ... for `n` dims (at most 52).
+pub(crate) fn letters(op: &'static str, n: usize) -> Result<Vec<u8>, SpmdError> {
+    Ok(labels(op, n)?.into_iter().map(|c| c as u8).collect())
+}

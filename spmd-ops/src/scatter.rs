@@ -15,7 +15,7 @@
 use spmd_core::notation::Pos;
 use spmd_core::{Call, Einsum, RuleResult, SpmdError, spmd_rule};
 
-use crate::notation::{input_rank, keep_first_grads, labels, replicate_dims};
+use crate::notation::{BuiltDim, built, input_rank, keep_first_grads, letters, replicate_dims};
 
 /// Paddle's `scatter` (`x`, `index`, `updates` → `out`): row `index[i]` of
 /// `x` becomes (or, without `overwrite`, accumulates) row `i` of `updates`.
@@ -80,15 +80,22 @@ impl Scatter {
 pub struct ScatterNdAdd {}
 
 impl ScatterNdAdd {
-    /// For x of rank 3 and index `[i, j, 2]`: `11c,111,11c->11c`.
+    /// For x of rank 3 and index `[i, j, 2]`: `11c,111,11c->11c`. The tuple
+    /// length `k` is the index's last extent: a shape value, so the plan is
+    /// built per call.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         const OP: &str = "scatter_nd_add";
         let (rank, index, k) = crate::notation::nd_index(OP, call)?;
-        let rest: String = labels(OP, rank)?[k..].iter().collect();
-        let x = format!("{}{rest}", "1".repeat(k));
+        let rest: Vec<BuiltDim> = letters(OP, rank)?[k..]
+            .iter()
+            .map(|&c| BuiltDim::Label(c))
+            .collect();
+        let ones = |n: usize| std::iter::repeat_n(BuiltDim::One, n);
+        let x: Vec<BuiltDim> = ones(k).chain(rest.iter().cloned()).collect();
         let batch = index.len().saturating_sub(1);
-        let updates = format!("{}{rest}", "1".repeat(batch));
-        Einsum::new(&format!("{x},{},{updates}->{x}", "1".repeat(index.len())))
+        let updates: Vec<BuiltDim> = ones(batch).chain(rest.iter().cloned()).collect();
+        let index: Vec<BuiltDim> = ones(index.len()).collect();
+        built(OP, &[&x, &index, &updates], &[&x])
     }
 }
 
