@@ -1,7 +1,8 @@
 use spmd_core::spmd_rule;
 
-// `*` is a whole term.
-#[spmd_rule(einsum = "@,*1->@")]
+// `*` fills the dims its term's labels leave: beside `@`, which also fills
+// them, it is ambiguous.
+#[spmd_rule(einsum = "@,@*->@")]
 struct Op {
     #[spmd(default)]
     axis: i64,
