@@ -56,9 +56,9 @@ pub struct FusedRmsNorm {}
 /// the batch's mesh dims.
 #[spmd_rule(
     name = "group_norm",
-    einsum = "n@{..:1},*,*->n@{..:1},n1,n1",
-    // The grad op's statistics may come flattened, `[N * groups]`.
-    case(when = !call.is_forward(), einsum = "n@{..:1},*,*->n@{..:1},n*,n*"),
+    // The statistics are `[N, groups]`, or as given (the grad op's may come
+    // flattened, `[N * groups]`).
+    einsum = "n@{..:1},*,*->n@{..:1},n1|n*,n1|n*",
     inputs(x, scale, bias),
     outputs(y, mean, variance),
     grad(inputs(x, scale, bias, y, mean, variance), of(y))

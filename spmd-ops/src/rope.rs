@@ -27,8 +27,8 @@ use spmd_core::{
     // An absent optional input takes the empty form (Paddle answers it an
     // empty dist attr); sin and cos are `[1, seq, 1, head_dim]` or `[seq,
     // head_dim]`.
-    // The grad op gives no q, k or v: an output grad's presence says
-    // whether its tensor was there.
+    // Paddle's grad op gives no q, k or v (their terms' first forms): an
+    // output grad's presence says whether its tensor was there.
     einsum = "bshd,|bshd,|bshd,|1s1d|sd,|1s1d|sd,|bs->bshd,bshd,bshd",
     case(
         when = self.time_major && matches!(call, Call::Grad { .. }),
@@ -146,6 +146,15 @@ impl FusedRotaryPositionEmbedding {
             }
         }
         let absent = call.absent();
+        // An absent input is answered an empty dist attr (Paddle's), whatever
+        // form its term took.
+        for k in 0..call.n_inputs() {
+            if absent.input(k)
+                && let Some(r) = result.inputs.get_mut(k)
+            {
+                *r = DistAttr::default();
+            }
+        }
         for o in 1..3 {
             let gone = match *call {
                 Call::Forward { .. } => call.input_absent(o),
