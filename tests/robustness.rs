@@ -17,7 +17,7 @@ mod common;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::{Rng, load};
-use spmd_core::json::{Direction, Parts};
+use spmd_conformance::{Direction, Parts};
 use spmd_core::{
     Attrs, DimsMapping, DistAttr, Mesh, Partial, ReduceType, RuleResult, Sharding, Spec, SpmdError,
     SpmdRule,

@@ -23,10 +23,8 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use spmd_check::{Direction as Dir, LocalCall, Tensor, Values, check_answer};
-use spmd_core::json::{self, Case, Direction};
-use spmd_core::{
-    Attrs, DimsMapping, DistAttr, Einsum, Mesh, Partial, ReduceType, RuleResult, Spec, SpmdRule,
-};
+use spmd_conformance::{Case, Direction, parse_cases};
+use spmd_core::{DimsMapping, DistAttr, Mesh, Partial, ReduceType, RuleResult};
 
 const FILES: [&str; 2] = ["paddle-suite.json", "paddle-3.3.1-random.json"];
 /// Elements of all inputs and outputs of one simulated case, at most (the
@@ -40,7 +38,7 @@ fn dir() -> PathBuf {
 fn load(file: &str) -> Vec<Case> {
     let text =
         std::fs::read_to_string(dir().join(file)).expect("the vectors are in the repository");
-    json::parse_cases(&text).expect("the vectors parse")
+    parse_cases(&text).expect("the vectors parse")
 }
 
 // ---------------------------------------------------------------- tensors
@@ -1165,60 +1163,10 @@ fn paddle_answer(case: &Case) -> Option<RuleResult> {
     })
 }
 
+/// Our answer to a case, through the runner the conformance test and the
+/// CLI use; `None` when the rule rejects the call.
 fn our_answer(case: &Case, registry: &spmd_core::Registry) -> Option<RuleResult> {
-    let rule: Box<dyn SpmdRule> = if case.op == "einsum" {
-        Box::new(Einsum::new(case.attr_str("equation")?).ok()?)
-    } else {
-        let attrs = Attrs::from_json("soundness", &Value::Object(case.attrs.clone())).ok()?;
-        registry.build(&case.op, &attrs).ok()?
-    };
-    let mesh = Mesh::new(&case.mesh_shape).ok()?;
-    let ins = case.input_slots().ok()?;
-    let outs = case.output_slots().ok()?;
-    fn specs(parts: &[Option<(Vec<usize>, DistAttr)>]) -> Vec<Option<Spec<'_>>> {
-        parts
-            .iter()
-            .map(|p| p.as_ref().map(|(s, a)| Spec::new(s, a)))
-            .collect()
-    }
-    let absent = ins.iter().chain(&outs).any(Option::is_none);
-    match case.direction {
-        Direction::Forward if absent => rule.forward_optional(&mesh, &specs(&ins)).ok(),
-        Direction::Forward => {
-            let specs: Vec<Spec<'_>> = specs(&ins).into_iter().flatten().collect();
-            let shapes: Vec<&[usize]> = outs.iter().flatten().map(|(s, _)| s.as_slice()).collect();
-            rule.forward_with_output_shapes(&mesh, &specs, &shapes).ok()
-        }
-        Direction::Backward => {
-            let shapes: Vec<Option<&[usize]>> = ins
-                .iter()
-                .map(|p| p.as_ref().map(|(s, _)| s.as_slice()))
-                .collect();
-            rule.backward_optional(&mesh, &shapes, &specs(&outs)).ok()
-        }
-        Direction::Grad if absent => None,
-        Direction::Grad => {
-            let xs: Vec<Spec<'_>> = specs(&ins).into_iter().flatten().collect();
-            let dys: Vec<Spec<'_>> = specs(&outs).into_iter().flatten().collect();
-            match rule.grad(&mesh, &xs, &dys) {
-                Ok(r) => Some(r),
-                // The grad op also takes the forward outputs (elu's `(x, out,
-                // out_grad)`) that the rule does not declare: run without
-                // them; each is required as its grad is (as the conformance
-                // runner does).
-                Err(spmd_core::SpmdError::Arity { .. }) if xs.len() > dys.len() => {
-                    let n = xs.len() - dys.len();
-                    let mut r = rule.grad(&mesh, &xs[..n], &dys).ok()?;
-                    let dy: Vec<DistAttr> = r.inputs[n..].to_vec();
-                    r.inputs.truncate(n);
-                    r.inputs.extend(dy.iter().cloned());
-                    r.inputs.extend(dy);
-                    Some(r)
-                }
-                Err(_) => None,
-            }
-        }
-    }
+    spmd_conformance::run_case(case, registry).1?.ok()
 }
 
 /// Kinds of DEVIATIONS.md whose reason says Paddle's answer is unsound.

@@ -5,10 +5,10 @@ use std::io::Read as _;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use spmd_core::json::{Agreement, Alternative, Direction, Expected, Mismatch, Tensor};
+use spmd_conformance::{Agreement, Alternative, Direction, Expected, Mismatch};
+use spmd_core::json::Tensor;
 use spmd_core::{
-    AttrValue, Attrs, Einsum, Mesh, NoTrace, Registry, RuleInfo, RuleResult, Spec, SpmdError,
-    SpmdRule, Trace,
+    AttrValue, Attrs, Einsum, Mesh, Registry, RuleInfo, RuleResult, SpmdError, SpmdRule, Trace,
 };
 
 use crate::cli::CallArgs;
@@ -51,7 +51,7 @@ impl Expectation {
         &self,
         got: &std::result::Result<RuleResult, SpmdError>,
     ) -> std::result::Result<Agreement, Mismatch> {
-        spmd_core::json::check_against(&self.expected, &self.alternatives, got)
+        spmd_conformance::check_against(&self.expected, &self.alternatives, got)
     }
 }
 
@@ -338,84 +338,8 @@ impl Request {
     }
 }
 
-/// Runs a rule in a direction over owned tensors. For grad, when the rule
-/// takes fewer inputs than given and more inputs than output grads were
-/// given, the extra inputs are read as Paddle's forward outputs (some Paddle
-/// grad ops take them): the rule runs without them, and each gets its grad's
-/// requirement, as the project's conformance test does.
-pub fn run_parts(
-    rule: &dyn SpmdRule,
-    mesh: &Mesh,
-    direction: Direction,
-    ins: &[(Vec<usize>, spmd_core::DistAttr)],
-    outs: &[(Vec<usize>, spmd_core::DistAttr)],
-) -> std::result::Result<RuleResult, SpmdError> {
-    run_traced(rule, mesh, direction, ins, outs, &mut NoTrace)
-}
-
-/// As [`run_parts`], where `None` tensors are absent optional ones (run
-/// through the rule's `*_optional` entry points, untraced).
-pub fn run_optional(
-    rule: &dyn SpmdRule,
-    mesh: &Mesh,
-    direction: Direction,
-    ins: &[Option<(Vec<usize>, spmd_core::DistAttr)>],
-    outs: &[Option<(Vec<usize>, spmd_core::DistAttr)>],
-) -> std::result::Result<RuleResult, SpmdError> {
-    let (inputs, outputs) = (optional_specs(ins), optional_specs(outs));
-    match direction {
-        Direction::Forward => rule.forward_optional(mesh, &inputs),
-        Direction::Backward => {
-            let shapes: Vec<Option<&[usize]>> = ins
-                .iter()
-                .map(|p| p.as_ref().map(|(s, _)| s.as_slice()))
-                .collect();
-            rule.backward_optional(mesh, &shapes, &outputs)
-        }
-        Direction::Grad => rule.grad_optional(mesh, &inputs, &outputs),
-    }
-}
-
-/// [`run_parts`], reporting each step of the inference to `trace`.
-pub fn run_traced(
-    rule: &dyn SpmdRule,
-    mesh: &Mesh,
-    direction: Direction,
-    ins: &[(Vec<usize>, spmd_core::DistAttr)],
-    outs: &[(Vec<usize>, spmd_core::DistAttr)],
-    trace: &mut dyn Trace,
-) -> std::result::Result<RuleResult, SpmdError> {
-    let inputs: Vec<Spec<'_>> = ins.iter().map(|(s, a)| Spec::new(s, a)).collect();
-    let outputs: Vec<Spec<'_>> = outs.iter().map(|(s, a)| Spec::new(s, a)).collect();
-    match direction {
-        // A rule that reads the outputs' shapes (a variadic fallback) runs
-        // untraced with them.
-        Direction::Forward => match rule.forward_traced(mesh, &inputs, trace) {
-            Err(SpmdError::OutputShapesNeeded { .. }) if !outs.is_empty() => {
-                let shapes: Vec<&[usize]> = outs.iter().map(|(s, _)| s.as_slice()).collect();
-                rule.forward_with_output_shapes(mesh, &inputs, &shapes)
-            }
-            other => other,
-        },
-        Direction::Backward => {
-            let shapes: Vec<&[usize]> = ins.iter().map(|(s, _)| s.as_slice()).collect();
-            rule.backward_traced(mesh, &shapes, &outputs, trace)
-        }
-        // An arity error comes before any step, so the retry's trace is the only one.
-        Direction::Grad => match rule.grad_traced(mesh, &inputs, &outputs, trace) {
-            Err(SpmdError::Arity { .. }) if ins.len() > outs.len() => {
-                let n = ins.len() - outs.len();
-                let mut r = rule.grad_traced(mesh, &inputs[..n], &outputs, trace)?;
-                let dy: Vec<_> = r.inputs[n..].to_vec();
-                r.inputs.truncate(n);
-                r.inputs.extend(dy.iter().cloned());
-                r.inputs.extend(dy);
-                Ok(r)
-            }
-            other => other,
-        },
-    }
-}
+// One runner for the CLI and the project's tests.
+pub use spmd_conformance::{run_optional, run_parts, run_traced};
 
 /// A built rule: a registered op (with its registry entry) or an einsum.
 pub enum Built {
@@ -517,12 +441,4 @@ pub fn read_input(path: &str) -> Result<String> {
 
 pub fn display_path(path: &str) -> &str {
     if path == "-" { "<stdin>" } else { path }
-}
-
-/// Specs borrowing `parts`, `None` where a tensor is absent.
-fn optional_specs(parts: &[Option<(Vec<usize>, spmd_core::DistAttr)>]) -> Vec<Option<Spec<'_>>> {
-    parts
-        .iter()
-        .map(|p| p.as_ref().map(|(s, a)| Spec::new(s, a)))
-        .collect()
 }

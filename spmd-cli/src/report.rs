@@ -4,7 +4,8 @@
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use spmd_core::json::{Agreement, Direction, Expect, Mismatch, Outcome};
+use spmd_conformance::{Agreement, Direction, Mismatch};
+use spmd_core::json::{Expect, Outcome};
 use spmd_core::{DistAttr, Mesh, RuleResult};
 
 use crate::call::{Built, Request, Slot};

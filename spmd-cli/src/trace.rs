@@ -2,7 +2,7 @@
 //! for each step.
 
 use serde_json::{Value, json};
-use spmd_core::json::Direction;
+use spmd_conformance::Direction;
 use spmd_core::{
     AxisName, MeshDim, MeshSet, ReduceType, Role, RuleInfo, Sharding, TensorRef, Trace,
 };

@@ -258,7 +258,7 @@ fn conformance_case_loaders_and_runs() {
     let strategy = (0..n, edits("0123456789-,[]{}\":truefalsnul abxyz"));
     fuzz("conformance case", strategy, |(k, e)| {
         let text = apply(&case_texts()[k], &e);
-        let _ = spmd_core::json::parse_cases(&format!("[{text}]"));
+        let _ = spmd_conformance::parse_cases(&format!("[{text}]"));
         let Ok(requests) = spmd_cli::call::Request::from_json_text(&text, "fuzz", registry())
         else {
             return false;

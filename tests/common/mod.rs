@@ -57,10 +57,10 @@ pub fn call_frame(rng: &mut Rng, info: &spmd_core::RuleInfo) -> (Vec<usize>, usi
 }
 
 /// The cases of one vector file of `tests/conformance/`.
-pub fn load(file: &str) -> Vec<spmd_core::json::Case> {
+pub fn load(file: &str) -> Vec<spmd_conformance::Case> {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/conformance")
         .join(file);
     let text = std::fs::read_to_string(&path).expect("the vectors are in the repository");
-    spmd_core::json::parse_cases(&text).expect("the vectors parse")
+    spmd_conformance::parse_cases(&text).expect("the vectors parse")
 }

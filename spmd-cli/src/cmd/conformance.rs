@@ -5,124 +5,18 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use spmd_core::json::{self, Agreement, Case};
-use spmd_core::{Attrs, Einsum, Mesh, Registry, RuleResult, SpmdError, SpmdRule};
+use spmd_conformance::{Agreement, Case, Status, parse_cases, run_case};
+use spmd_core::{RuleResult, SpmdError};
 
 use crate::Output;
-use crate::call::{display_path, read_input, run_optional, run_parts};
+use crate::call::{display_path, read_input};
 use crate::cli::ConformanceArgs;
 use crate::error::{CliError, Result};
 use crate::style::{BAD, COMM, DIM, HEADER, OK, Table, paint};
 
-/// What happened to one case.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Status {
-    Passed(Agreement),
-    Failed(String),
-    /// Failed, and listed in the deviations file with this reason.
-    Deviation {
-        reason: String,
-        why: String,
-    },
-    /// The op, or this direction of it, has no rule here.
-    NotCovered(String),
-}
-
-impl Status {
-    fn name(&self) -> &'static str {
-        match self {
-            Status::Passed(_) => "passed",
-            Status::Failed(_) => "failed",
-            Status::Deviation { .. } => "deviation",
-            Status::NotCovered(_) => "not_covered",
-        }
-    }
-}
-
-/// The rule a case runs through: `einsum` from its `equation`, any other op
-/// from the registry with the case's attributes. `None`: not covered.
-fn rule_for(case: &Case, registry: &Registry) -> Option<Result<Box<dyn SpmdRule>, SpmdError>> {
-    if case.op == "einsum" && !registry.contains("einsum") {
-        let equation = case.attr_str("equation")?;
-        return Some(Einsum::new(equation).map(|e| Box::new(e) as Box<dyn SpmdRule>));
-    }
-    if !registry.contains(&case.op) {
-        return None;
-    }
-    let attrs = Value::Object(case.attrs.clone());
-    Some(Attrs::from_json("conformance", &attrs).and_then(|a| registry.build(&case.op, &a)))
-}
-
-/// Runs one case: its status and what the rule answered (when it ran).
-pub fn run_case(
-    case: &Case,
-    registry: &Registry,
-) -> (Status, Option<Result<RuleResult, SpmdError>>) {
-    let rule = match rule_for(case, registry) {
-        None if case.op == "einsum" => {
-            return (
-                Status::NotCovered("an einsum case without an `equation` attribute".into()),
-                None,
-            );
-        }
-        None => {
-            return (
-                Status::NotCovered(format!("no rule named `{}`", case.op)),
-                None,
-            );
-        }
-        Some(Ok(rule)) => rule,
-        Some(Err(e)) => {
-            // Building the rule failed: that is the answer when an error is expected.
-            let got = Err(e);
-            return (verdict(case, &got), Some(got));
-        }
-    };
-    let mesh = match Mesh::new(&case.mesh_shape) {
-        Ok(m) => m,
-        Err(e) => {
-            let got = Err(e);
-            return (verdict(case, &got), Some(got));
-        }
-    };
-    if case.has_absent() {
-        let got = match (case.input_slots(), case.output_slots()) {
-            (Ok(ins), Ok(outs)) => run_optional(rule.as_ref(), &mesh, case.direction, &ins, &outs),
-            (Err(e), _) | (_, Err(e)) => {
-                return (Status::Failed(format!("cannot run: {e}")), None);
-            }
-        };
-        return (verdict(case, &got), Some(got));
-    }
-    let ins = match case.input_parts() {
-        Ok(p) => p,
-        Err(e) => return (Status::Failed(format!("cannot run: inputs: {e}")), None),
-    };
-    // Forward cases may list outputs: their shapes, for rules that read them.
-    let outs = match case.output_parts() {
-        Ok(p) => p,
-        Err(e) => return (Status::Failed(format!("cannot run: outputs: {e}")), None),
-    };
-    let got = run_parts(rule.as_ref(), &mesh, case.direction, &ins, &outs);
-    if let Err(SpmdError::NoGradRule { .. }) = &got {
-        return (
-            Status::NotCovered(format!("`{}` has no grad rule", case.op)),
-            Some(got),
-        );
-    }
-    (verdict(case, &got), Some(got))
-}
-
-fn verdict(case: &Case, got: &Result<RuleResult, SpmdError>) -> Status {
-    match case.check(got) {
-        Ok(a) => Status::Passed(a),
-        Err(m) => Status::Failed(m.to_string()),
-    }
-}
-
-/// The deviations table (see [`spmd_core::json::parse_deviations`]).
+/// The deviations table (see [`spmd_conformance::parse_deviations`]).
 pub fn parse_deviations(text: &str, path: &str) -> Result<BTreeMap<String, String>> {
-    spmd_core::json::parse_deviations(text).map_err(|e| CliError::usage(format!("{path} {e}")))
+    spmd_conformance::parse_deviations(text).map_err(|e| CliError::usage(format!("{path} {e}")))
 }
 
 #[derive(Default)]
@@ -171,7 +65,7 @@ pub fn conformance(args: &ConformanceArgs) -> Result<Output> {
     let mut files = Vec::new();
     for path in &args.files {
         let text = read_input(path)?;
-        let cases = json::parse_cases(&text)
+        let cases = parse_cases(&text)
             .map_err(|e| CliError::usage(format!("{}: {e}", display_path(path))))?;
         files.push((display_path(path).to_string(), cases));
     }

@@ -3,7 +3,7 @@
 //! which every registered rule and einsum implement.
 
 use serde_json::{Value, json};
-use spmd_core::json::Direction;
+use spmd_conformance::Direction;
 use spmd_core::{Registry, Role, TensorRef};
 
 use crate::Output;

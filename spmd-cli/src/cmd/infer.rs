@@ -2,7 +2,7 @@
 //! file) and report requirements, outputs and reshards.
 
 use serde_json::Value;
-use spmd_core::json::Direction;
+use spmd_conformance::Direction;
 use spmd_core::{Einsum, Mesh, Registry, RuleInfo, RuleResult, SpmdError};
 
 use crate::Output;
