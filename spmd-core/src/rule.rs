@@ -463,8 +463,10 @@ impl EinsumRule<'_> {
 }
 
 /// Runs `f` on a fresh result and returns it: the by-value form of the
-/// engine's `_into` entry points.
-#[inline]
+/// engine's `_into` entry points. The by-value entry points call it
+/// directly (not through [`SpmdRule::infer`]): each layer between the
+/// result and the caller is one more copy of it.
+#[inline(always)]
 fn answer(
     f: impl FnOnce(&mut RuleResult) -> Result<(), SpmdError>,
 ) -> Result<RuleResult, SpmdError> {
@@ -538,7 +540,7 @@ pub trait SpmdRule: Send + Sync {
     /// Forward inference (see [`EinsumRule::forward`]).
     #[inline]
     fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        self.infer(&Call::forward(mesh, inputs), None)
+        answer(|r| self.infer_into(&Call::forward(mesh, inputs), None, r))
     }
 
     /// Forward inference into the caller's `result`: what a search that
@@ -561,7 +563,7 @@ pub trait SpmdRule: Send + Sync {
         input_shapes: &[&[usize]],
         outputs: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
-        self.infer(&Call::backward(mesh, input_shapes, outputs), None)
+        answer(|r| self.infer_into(&Call::backward(mesh, input_shapes, outputs), None, r))
     }
 
     /// Grad inference (see [`EinsumRule::grad`]): the tensors in the rule's
@@ -573,7 +575,7 @@ pub trait SpmdRule: Send + Sync {
         inputs: &[Spec<'_>],
         output_grads: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
-        self.infer(&Call::grad(mesh, inputs, output_grads), None)
+        answer(|r| self.infer_into(&Call::grad(mesh, inputs, output_grads), None, r))
     }
 
     /// Forward inference when the caller also knows the outputs' shapes
