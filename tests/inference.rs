@@ -1011,13 +1011,22 @@ fn mesh_dim_out_of_range_error() {
     let msg = err.to_string();
     assert!(msg.contains("input 1 dim 1"), "{msg}");
     assert!(msg.contains("mesh dim 2"), "{msg}");
-    // Far out of range (beyond any mesh rank) is the same error, no panic.
-    let err = matmul_fwd((&[8, 16], &attr(&[200, -1])), (&[16, 12], &attr(&[-1, -1])));
+    // Beyond any mesh (a mesh has at most 8 dims): Paddle's form is refused
+    // where it is parsed...
+    assert!(DistAttr::from_paddle(&[200, -1]).is_none());
+    assert!(DistAttr::from_paddle(&[8, -1]).is_none());
+    // ...and a sharding built with such a dim (it stores at most 14) is
+    // still out of range of every mesh: the same error, no panic.
+    let far = DistAttr::new(DimsMapping::from_shardings(&[
+        Sharding::on(200),
+        Sharding::REPLICATED,
+    ]));
+    let err = matmul_fwd((&[8, 16], &far), (&[16, 12], &attr(&[-1, -1])));
     assert!(
         matches!(
             err,
             SpmdError::MeshDimOutOfRange {
-                mesh_dim: 200,
+                mesh_dim: 14,
                 dim: 0,
                 ..
             }

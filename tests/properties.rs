@@ -462,7 +462,7 @@ fn well_formed(what: &str, a: &DistAttr, rank: usize, mesh_rank: usize) -> Resul
     }
     let mut seen = [false; 256];
     for s in m.as_slice() {
-        for &d in s.as_slice() {
+        for d in s.iter() {
             if d as usize >= mesh_rank {
                 return Err(format!("{what} {a}: mesh dim {d} out of range"));
             }
@@ -519,7 +519,7 @@ fn plain(a: &DistAttr) -> Plain {
         a.dims_mapping
             .as_slice()
             .iter()
-            .map(|s| s.as_slice().to_vec())
+            .map(|s| s.iter().collect::<Vec<_>>())
             .collect(),
         a.partial.iter().collect(),
     )
@@ -846,7 +846,7 @@ proptest! {
             for (d, ax) in w.input_axes(i).into_iter().enumerate() {
                 let (fs, bs) = (fa.dims_mapping[d], ba.dims_mapping[d]);
                 if out_axes.contains(&ax) {
-                    prop_assert_eq!(fs.as_slice(), bs.as_slice(), "{} input {} dim {}: forward {:?} backward {:?}", src, i, d, f, b);
+                    prop_assert_eq!(fs, bs, "{} input {} dim {}: forward {:?} backward {:?}", src, i, d, f, b);
                 } else {
                     prop_assert!(bs.mesh_set().minus(f_partial).is_empty(), "{} input {} dim {} ({:?}) not in any output, sharded beyond the partial dims: {}", src, i, d, ax, ba);
                 }
@@ -895,7 +895,7 @@ proptest! {
             let mut lacks: Vec<MeshDim> = Vec::new();
             for a in &all_out {
                 if *a != Ax::One && !mine.contains(a) {
-                    lacks.extend_from_slice(w.project(&[*a], &table).dims_mapping[0].as_slice());
+                    lacks.extend(w.project(&[*a], &table).dims_mapping[0].iter());
                 }
             }
             lacks.sort_unstable();

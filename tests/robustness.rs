@@ -231,7 +231,7 @@ fn attr_problem(a: &DistAttr, rank: Option<usize>, mesh_rank: usize) -> Option<S
     }
     let mut seen = 0u32;
     for s in a.dims_mapping.as_slice() {
-        for &d in s.as_slice() {
+        for d in s.iter() {
             if d as usize >= mesh_rank {
                 return Some(format!("mesh dim {d} out of range"));
             }

@@ -56,7 +56,7 @@ pub fn split_range(extent: usize, parts: usize, index: usize) -> Range<usize> {
 pub fn dim_range(extent: usize, sharding: &Sharding, mesh: &Mesh, coord: &[usize]) -> Range<usize> {
     let mut parts = 1;
     let mut index = 0;
-    for &m in sharding.as_slice() {
+    for m in sharding.iter() {
         let n = mesh.dim(m);
         parts *= n;
         index = index * n + coord[m as usize];
@@ -94,7 +94,7 @@ pub(crate) fn validate(
     }
     let mut used = vec![false; mesh.rank()];
     for s in attr.dims_mapping.as_slice() {
-        for &m in s.as_slice() {
+        for m in s.iter() {
             if m as usize >= mesh.rank() {
                 return bad(format!("names mesh dim {m} of a rank-{} mesh", mesh.rank()));
             }

@@ -198,7 +198,7 @@ fn well_formed(mesh: &Mesh, h: &Held<'_>) -> Result<(), String> {
         ));
     }
     let mut used = vec![false; mesh.shape().len()];
-    for &m in mapping.iter().flat_map(Sharding::as_slice) {
+    for m in mapping.iter().flat_map(Sharding::iter) {
         match used.get_mut(usize::from(m)) {
             None => return bad(format!("names mesh dim {m}")),
             Some(u) if *u => return bad(format!("uses mesh dim {m} twice")),
@@ -389,7 +389,7 @@ fn class_parallel(
     let logits = &reads[0];
     let class = logits.class.expect("the logits have the class axis");
     let class_dims = logits.attr.dims_mapping[class];
-    let split = class_dims.as_slice();
+    let split: Vec<MeshDim> = class_dims.iter().collect();
     let devs = devices(mesh);
     let mut results: Vec<Vec<Tensor>> = claims.iter().map(|_| Vec::new()).collect();
     for dev in &devs {

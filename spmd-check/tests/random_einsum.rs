@@ -527,7 +527,7 @@ fn uneven(case: &Case, policy: Policy, reduce: ReduceType, dir: &str) -> bool {
             .iter()
             .zip(s.iter())
             .any(|(sh, &e)| {
-                let p: usize = sh.as_slice().iter().map(|&m| mesh.dim(m)).product();
+                let p: usize = sh.iter().map(|m| mesh.dim(m)).product();
                 e % p != 0
             })
     })

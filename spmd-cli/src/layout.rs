@@ -76,7 +76,7 @@ impl Layout {
                 let mesh_dims: Vec<MeshDim> = attr
                     .dims_mapping
                     .get(d)
-                    .map(|s| s.as_slice().to_vec())
+                    .map(|s| s.iter().collect::<Vec<_>>())
                     .unwrap_or_default();
                 let blocks = mesh_dims.iter().map(|&m| mesh.dim(m)).product();
                 DimSplit {

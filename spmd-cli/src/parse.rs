@@ -146,7 +146,7 @@ impl TensorArg {
         }
         let mut used: [Option<usize>; 8] = [None; 8];
         for (dim, s) in m.as_slice().iter().enumerate() {
-            for &d in s.as_slice() {
+            for d in s.iter() {
                 if d as usize >= mesh.rank() {
                     return err(format!(
                         "dim {dim} is sharded on mesh dim {d}, but mesh {mesh} has {} ({})",
@@ -370,7 +370,7 @@ impl Cursor<'_> {
                 if !self.eat(']') {
                     loop {
                         let d = self.mesh_dim(&format!("the co-shard list of dim {dim}"))?;
-                        if s.as_slice().contains(&d) {
+                        if s.contains(d) {
                             return err(format!(
                                 "mesh dim {d} is listed twice in the co-shard list of dim {dim}"
                             ));

@@ -235,7 +235,7 @@ impl Event {
                 now,
             } => {
                 let tensor = labels.tensor(*tensor);
-                let what = mesh_dims_text(given.as_slice());
+                let what = mesh_dims_text(&given.iter().collect::<Vec<_>>());
                 if before.is_replicated() {
                     format!("{tensor} dim {dim}: axis {axis} takes {what}")
                 } else if before == now && given == now {
@@ -251,7 +251,7 @@ impl Event {
             Event::Unsharded { tensor, dim, given } => format!(
                 "{} dim {dim}: {} is dropped: this dim never carries a sharding (a `1`, a broadcast size-1 dim, a diagonal, a minor factor of a compound, or an axis the rule keeps whole); it is replicated, but its mesh dims stay claimed against later axes",
                 labels.tensor(*tensor),
-                mesh_dims_text(given.as_slice())
+                mesh_dims_text(&given.iter().collect::<Vec<_>>())
             ),
             Event::MissingAxis { tensor, dim, axis } => format!(
                 "{} dim {dim}: axis {axis} is in no output, so no output says how to shard it: it is replicated",
@@ -299,7 +299,7 @@ impl Event {
     /// The step as JSON.
     pub fn json(&self, labels: &Labels) -> Value {
         let axis = |a: &AxisName| a.to_string().trim_matches('`').to_string();
-        let dims = |s: &Sharding| s.as_slice().to_vec();
+        let dims = |s: &Sharding| s.iter().collect::<Vec<_>>();
         let mut v = match self {
             Event::Merged {
                 axis: a,

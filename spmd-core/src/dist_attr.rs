@@ -7,26 +7,37 @@ use smallvec::SmallVec;
 use crate::mesh::{MAX_MESH_RANK, MeshDim, MeshSet};
 
 /// How one tensor dim is split: the mesh dims that split it, major to minor.
-/// Empty means replicated; two or more is co-sharding. Spare storage is
-/// always zero, so equality compares two words rather than two slices.
-#[derive(Clone, Copy, Default)]
-pub struct Sharding {
-    len: u8,
-    dims: [MeshDim; MAX_MESH_RANK],
+/// Empty means replicated; two or more is co-sharding.
+///
+/// Packed in one `u32`: four bits per mesh dim (the dim plus one, `0` ending
+/// the list), major first from the low bits, so a dims mapping of rank 8 is
+/// 32 bytes and comparing two shardings compares two words. A mesh dim is
+/// below [`MAX_MESH_RANK`] on any mesh; the parsers reject larger ones, and
+/// the constructors store a larger one as 14, which no mesh has either, so
+/// inference still reports it out of range.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sharding(u32);
+
+/// The nibble of mesh dim `d`.
+const fn nibble(d: MeshDim) -> u32 {
+    (if d > 14 { 14 } else { d }) as u32 + 1
+}
+
+/// The low `n` nibbles.
+const fn low(n: usize) -> u32 {
+    if n >= 8 {
+        u32::MAX
+    } else {
+        (1u32 << (4 * n)) - 1
+    }
 }
 
 impl Sharding {
-    pub const REPLICATED: Sharding = Sharding {
-        len: 0,
-        dims: [0; MAX_MESH_RANK],
-    };
+    pub const REPLICATED: Sharding = Sharding(0);
 
     /// Split over a single mesh dim.
     pub const fn on(d: MeshDim) -> Sharding {
-        let mut s = Sharding::REPLICATED;
-        s.dims[0] = d;
-        s.len = 1;
-        s
+        Sharding(nibble(d))
     }
 
     /// Split over several mesh dims, major first. `None` when there are more
@@ -36,86 +47,128 @@ impl Sharding {
             return None;
         }
         let mut s = Sharding::REPLICATED;
-        s.dims[..dims.len()].copy_from_slice(dims);
-        s.len = dims.len() as u8;
+        for &d in dims {
+            s.push(d);
+        }
         Some(s)
     }
 
+    /// The mesh dims, major first.
     #[inline]
-    pub fn as_slice(&self) -> &[MeshDim] {
-        &self.dims[..self.len as usize]
+    pub fn iter(&self) -> MeshDims {
+        MeshDims(self.0)
+    }
+    /// The `i`-th mesh dim, major first.
+    #[inline]
+    pub const fn get(&self, i: usize) -> Option<MeshDim> {
+        if i >= 8 {
+            return None;
+        }
+        match (self.0 >> (4 * i)) & 15 {
+            0 => None,
+            n => Some((n - 1) as MeshDim),
+        }
+    }
+    /// The major mesh dim.
+    #[inline]
+    pub const fn first(&self) -> Option<MeshDim> {
+        self.get(0)
+    }
+    /// The most minor mesh dim.
+    #[inline]
+    pub const fn last(&self) -> Option<MeshDim> {
+        match self.len() {
+            0 => None,
+            n => self.get(n - 1),
+        }
     }
     #[inline]
     pub const fn is_replicated(&self) -> bool {
-        self.len == 0
+        self.0 == 0
     }
     #[inline]
     pub const fn len(&self) -> usize {
-        self.len as usize
+        (32 - self.0.leading_zeros() as usize).div_ceil(4)
     }
     #[inline]
     pub const fn is_empty(&self) -> bool {
-        self.len == 0
+        self.0 == 0
+    }
+    /// Whether mesh dim `d` splits this dim.
+    #[inline]
+    pub fn contains(&self, d: MeshDim) -> bool {
+        self.iter().any(|x| x == d)
     }
     /// The mesh dims as a set (order lost).
     #[inline]
     pub fn mesh_set(&self) -> MeshSet {
-        let mut m = MeshSet::EMPTY;
-        for &d in self.as_slice() {
-            m = m.with(d);
-        }
-        m
+        self.iter().fold(MeshSet::EMPTY, MeshSet::with)
     }
     /// Whether `prefix` lists the same leading mesh dims.
     #[inline]
-    pub fn starts_with(&self, prefix: &Sharding) -> bool {
-        // Element by element: at most 8 bytes, cheaper than a memcmp call.
-        prefix.len <= self.len && (0..prefix.len as usize).all(|i| self.dims[i] == prefix.dims[i])
+    pub const fn starts_with(&self, prefix: &Sharding) -> bool {
+        let n = prefix.len();
+        n <= self.len() && self.0 & low(n) == prefix.0
+    }
+    /// Its first `n` mesh dims, when it has that many.
+    #[inline]
+    pub const fn prefix(&self, n: usize) -> Option<Sharding> {
+        if n <= self.len() {
+            Some(Sharding(self.0 & low(n)))
+        } else {
+            None
+        }
     }
     /// This sharding without mesh dim `d` (order of the rest kept).
     pub fn without(&self, d: MeshDim) -> Sharding {
         let mut s = Sharding::REPLICATED;
-        for &x in self.as_slice() {
-            if x != d {
-                s.dims[s.len as usize] = x;
-                s.len += 1;
-            }
+        for x in self.iter().filter(|&x| x != d) {
+            s.push(x);
         }
         s
     }
     /// This sharding with its last (most minor) mesh dim removed.
-    pub fn without_last(&self) -> Sharding {
-        let mut s = *self;
-        if s.len > 0 {
-            s.len -= 1;
-            s.dims[s.len as usize] = 0;
+    #[inline]
+    pub const fn without_last(&self) -> Sharding {
+        match self.len() {
+            0 => *self,
+            n => Sharding(self.0 & low(n - 1)),
         }
-        s
     }
     /// Appends a mesh dim (ignored when full).
+    #[inline]
     pub fn push(&mut self, d: MeshDim) {
-        if (self.len as usize) < MAX_MESH_RANK {
-            self.dims[self.len as usize] = d;
-            self.len += 1;
+        let n = self.len();
+        if n < MAX_MESH_RANK {
+            self.0 |= nibble(d) << (4 * n);
         }
     }
 }
 
-impl PartialEq for Sharding {
+/// The mesh dims of a [`Sharding`], major first.
+#[derive(Clone, Copy, Debug)]
+pub struct MeshDims(u32);
+
+impl Iterator for MeshDims {
+    type Item = MeshDim;
     #[inline]
-    fn eq(&self, other: &Sharding) -> bool {
-        // Spare storage is zero (every constructor keeps it so).
-        self.len == other.len && self.dims == other.dims
+    fn next(&mut self) -> Option<MeshDim> {
+        match self.0 & 15 {
+            0 => None,
+            n => {
+                self.0 >>= 4;
+                Some((n - 1) as MeshDim)
+            }
+        }
+    }
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = Sharding(self.0).len();
+        (n, Some(n))
     }
 }
 
-impl Eq for Sharding {}
-
-impl core::hash::Hash for Sharding {
-    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
-        self.as_slice().hash(state)
-    }
-}
+impl ExactSizeIterator for MeshDims {}
 
 impl fmt::Debug for Sharding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -126,12 +179,12 @@ impl fmt::Debug for Sharding {
 /// Paddle's notation: `-1` replicated, `d` one mesh dim, `[d0,d1]` co-sharded.
 impl fmt::Display for Sharding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.as_slice() {
-            [] => f.write_str("-1"),
-            [d] => write!(f, "{d}"),
-            ds => {
+        match self.len() {
+            0 => f.write_str("-1"),
+            1 => write!(f, "{}", self.0 - 1),
+            _ => {
                 f.write_str("[")?;
-                for (i, d) in ds.iter().enumerate() {
+                for (i, d) in self.iter().enumerate() {
                     if i > 0 {
                         f.write_str(",")?;
                     }
@@ -180,12 +233,14 @@ impl DimsMapping {
     }
 
     /// Paddle's integer form at a parse boundary: `-1` is replicated, `d >= 0`
-    /// is mesh dim `d`. `None` for a value below -1 or above 255.
+    /// is mesh dim `d`. `None` for a value below -1 or above 7 (a mesh has at
+    /// most 8 dims).
     pub fn from_paddle(dims: &[i64]) -> Option<DimsMapping> {
         dims.iter()
             .map(|&d| match d {
                 -1 => Some(Sharding::REPLICATED),
-                0..=255 => Some(Sharding::on(d as MeshDim)),
+                // A mesh has at most MAX_MESH_RANK dims.
+                0..=7 => Some(Sharding::on(d as MeshDim)),
                 _ => None,
             })
             .collect::<Option<SmallVec<_>>>()
@@ -222,9 +277,9 @@ impl DimsMapping {
     pub fn to_paddle(&self) -> Option<SmallVec<[i64; 8]>> {
         self.0
             .iter()
-            .map(|s| match s.as_slice() {
-                [] => Some(-1),
-                [d] => Some(*d as i64),
+            .map(|s| match (s.len(), s.first()) {
+                (0, _) => Some(-1),
+                (1, Some(d)) => Some(i64::from(d)),
                 _ => None,
             })
             .collect()
@@ -314,19 +369,16 @@ impl fmt::Display for ReduceType {
 }
 
 /// The mesh dims over which a tensor holds partial values, each with its
-/// reduce type. Iteration is in increasing mesh-dim order. Equality and
-/// hashing look at the partial mesh dims and their reduce types only.
-#[derive(Clone, Copy, Default)]
-pub struct Partial {
-    dims: MeshSet,
-    reduce: [ReduceType; MAX_MESH_RANK],
-}
+/// reduce type. Iteration is in increasing mesh-dim order.
+///
+/// Packed in one `u32`: the low byte is the set of partial mesh dims, then
+/// three bits per mesh dim for its reduce type (zero where a dim is not
+/// partial), so equality and hashing compare one word.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Partial(u32);
 
 impl Partial {
-    pub const NONE: Partial = Partial {
-        dims: MeshSet::EMPTY,
-        reduce: [ReduceType::Sum; MAX_MESH_RANK],
-    };
+    pub const NONE: Partial = Partial(0);
 
     /// Partial over `dims`, all with reduce type `r`.
     pub fn over(dims: MeshSet, r: ReduceType) -> Partial {
@@ -337,42 +389,41 @@ impl Partial {
         p
     }
 
+    /// Marks mesh dim `d` partial with reduce type `r` (a dim beyond any
+    /// mesh, `d >= MAX_MESH_RANK`, is ignored).
+    #[inline]
     pub fn set(&mut self, d: MeshDim, r: ReduceType) {
         if (d as usize) < MAX_MESH_RANK {
-            self.dims = self.dims.with(d);
-            self.reduce[d as usize] = r;
+            let shift = 8 + 3 * u32::from(d);
+            self.0 = (self.0 & !(7 << shift)) | (r as u32) << shift | 1 << d;
         }
     }
+    #[inline]
     pub fn remove(&mut self, dims: MeshSet) {
-        self.dims = self.dims.minus(dims);
+        for d in dims.iter() {
+            if (d as usize) < MAX_MESH_RANK {
+                self.0 &= !(1 << d | 7 << (8 + 3 * u32::from(d)));
+            }
+        }
     }
+    #[inline]
     pub fn dims(&self) -> MeshSet {
-        self.dims
+        MeshSet(self.0 as u8)
     }
+    #[inline]
     pub fn is_partial(&self) -> bool {
-        !self.dims.is_empty()
+        self.0 & 0xff != 0
     }
+    #[inline]
     pub fn reduce_type(&self, d: MeshDim) -> Option<ReduceType> {
-        self.dims.contains(d).then(|| self.reduce[d as usize])
+        self.dims()
+            .contains(d)
+            .then(|| ReduceType::ALL[((self.0 >> (8 + 3 * u32::from(d))) & 7) as usize])
     }
     pub fn iter(&self) -> impl Iterator<Item = (MeshDim, ReduceType)> + '_ {
-        self.dims.iter().map(|d| (d, self.reduce[d as usize]))
-    }
-}
-
-impl PartialEq for Partial {
-    fn eq(&self, other: &Partial) -> bool {
-        self.dims == other.dims && self.iter().eq(other.iter())
-    }
-}
-
-impl Eq for Partial {}
-
-impl core::hash::Hash for Partial {
-    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
-        for entry in self.iter() {
-            entry.hash(state);
-        }
+        self.dims()
+            .iter()
+            .filter_map(|d| Some((d, self.reduce_type(d)?)))
     }
 }
 

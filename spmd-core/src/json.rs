@@ -52,10 +52,10 @@ pub enum JsonError {
     #[error("malformed conformance JSON: {0}")]
     Parse(#[from] serde_json::Error),
 
-    /// A dims-mapping value that is neither `-1` nor a mesh dim `0..=255`
+    /// A dims-mapping value that is neither `-1` nor a mesh dim `0..=7` (a mesh has at most 8 dims)
     /// (inside a nested co-shard list, `-1` is not allowed either: write `[]`).
     #[error(
-        "dims mapping entry {dim}: {value} is not a mesh dim (expected -1 or 0..=255, or a list of 0..=255)"
+        "dims mapping entry {dim}: {value} is not a mesh dim (expected -1 or 0..=7, or a list of 0..=7: a mesh has at most 8 dims)"
     )]
     BadMeshDim { dim: usize, value: i64 },
 
@@ -147,7 +147,7 @@ impl Mapping {
             None => Mapping(
                 m.as_slice()
                     .iter()
-                    .map(|s| MappingEntry::Co(s.as_slice().iter().map(|&d| d as i64).collect()))
+                    .map(|s| MappingEntry::Co(s.iter().map(|d| d as i64).collect()))
                     .collect(),
             ),
         }
@@ -155,7 +155,10 @@ impl Mapping {
 }
 
 fn mesh_dim(dim: usize, v: i64) -> Result<MeshDim, JsonError> {
-    MeshDim::try_from(v).map_err(|_| JsonError::BadMeshDim { dim, value: v })
+    match MeshDim::try_from(v) {
+        Ok(d) if (d as usize) < MAX_MESH_RANK => Ok(d),
+        _ => Err(JsonError::BadMeshDim { dim, value: v }),
+    }
 }
 
 impl From<&DimsMapping> for Mapping {

@@ -65,7 +65,7 @@ impl AxisMap {
             return Err(AxisClash { existing: cur });
         };
         // Mesh dims new to this axis are claimed now: that moment orders them.
-        for &m in &merged.as_slice()[cur.len()..] {
+        for m in merged.iter().skip(cur.len()) {
             let m = m as usize;
             if self.first[m] == NOBODY {
                 self.first[m] = a;
@@ -79,7 +79,7 @@ impl AxisMap {
     /// Records the claims of a dim that carries no sharding (see [`UNSHARDED`]).
     #[inline]
     pub(crate) fn claim_unsharded(&mut self, given: Sharding) {
-        for &m in given.as_slice() {
+        for m in given.iter() {
             let m = m as usize;
             if self.first[m] == NOBODY {
                 self.first[m] = UNSHARDED;

@@ -664,7 +664,7 @@ fn check_attr(mesh: &Mesh, name: &str, shape: &[usize], attr: &DistAttr) -> Resu
         .as_slice()
         .iter()
         .enumerate()
-        .flat_map(|(dim, s)| s.as_slice().iter().map(move |&m| (Some(dim), m)))
+        .flat_map(|(dim, s)| s.iter().map(move |m| (Some(dim), m)))
         .chain(attr.partial.dims().iter().map(|m| (None, m)));
     for (dim, m) in dims {
         let place = dim.map_or("partial".to_string(), |d| format!("dim {d}"));

@@ -223,7 +223,7 @@ pub fn volumes(
         .map(|d| {
             from.dims_mapping
                 .get(d)
-                .map_or(1, |s| group(mesh, s.as_slice()))
+                .map_or(1, |s| group(mesh, s.iter()))
         })
         .collect();
     let local = |split: &[usize]| -> f64 {
@@ -240,13 +240,15 @@ pub fn volumes(
         .map(|step| {
             let l = local(&split);
             let b = match step {
-                Step::AllReduce { mesh_dims, .. } => 2.0 * frac(group(mesh, mesh_dims)) * l,
+                Step::AllReduce { mesh_dims, .. } => {
+                    2.0 * frac(group(mesh, mesh_dims.iter().copied())) * l
+                }
                 Step::ReduceScatter {
                     tensor_dim,
                     mesh_dims,
                     ..
                 } => {
-                    let n = group(mesh, mesh_dims);
+                    let n = group(mesh, mesh_dims.iter().copied());
                     scale(&mut split, *tensor_dim, n, true);
                     frac(n) * l
                 }
@@ -264,7 +266,7 @@ pub fn volumes(
                     tensor_dim,
                     mesh_dims,
                 } => {
-                    let n = group(mesh, mesh_dims);
+                    let n = group(mesh, mesh_dims.iter().copied());
                     scale(&mut split, *tensor_dim, n, false);
                     frac(n) * local(&split)
                 }
@@ -273,7 +275,12 @@ pub fn volumes(
                     tensor_dim,
                     mesh_dims,
                 } => {
-                    scale(&mut split, *tensor_dim, group(mesh, mesh_dims), true);
+                    scale(
+                        &mut split,
+                        *tensor_dim,
+                        group(mesh, mesh_dims.iter().copied()),
+                        true,
+                    );
                     0.0
                 }
                 Step::MakePartial { .. } => 0.0,
@@ -284,10 +291,9 @@ pub fn volumes(
 }
 
 /// The number of devices along these mesh dims.
-fn group(mesh: &Mesh, dims: &[MeshDim]) -> usize {
-    dims.iter()
-        .filter(|&&d| (d as usize) < mesh.rank())
-        .map(|&d| mesh.dim(d))
+fn group(mesh: &Mesh, dims: impl Iterator<Item = MeshDim>) -> usize {
+    dims.filter(|&d| (d as usize) < mesh.rank())
+        .map(|d| mesh.dim(d))
         .product()
 }
 
@@ -313,7 +319,7 @@ pub fn local_shape(shape: &[usize], attr: &DistAttr, mesh: &Mesh) -> Vec<usize> 
                 .get(d)
                 .copied()
                 .unwrap_or(Sharding::REPLICATED);
-            e.div_ceil(group(mesh, s.as_slice()).max(1))
+            e.div_ceil(group(mesh, s.iter()).max(1))
         })
         .collect()
 }

@@ -177,11 +177,11 @@ enum Place {
 
 fn place(a: &DistAttr, other: &DistAttr, m: MeshDim) -> Place {
     for (dim, s) in a.dims_mapping.as_slice().iter().enumerate() {
-        if let Some(pos) = s.as_slice().iter().position(|&x| x == m) {
+        if let Some(pos) = s.iter().position(|x| x == m) {
             let kept = other
                 .dims_mapping
                 .get(dim)
-                .is_some_and(|o| o.as_slice().get(..=pos) == s.as_slice().get(..=pos));
+                .is_some_and(|o| o.prefix(pos + 1) == s.prefix(pos + 1));
             return Place::Splits { dim, kept };
         }
     }
@@ -195,7 +195,7 @@ fn mesh_dims_of(a: &DistAttr) -> impl Iterator<Item = MeshDim> + '_ {
     a.dims_mapping
         .as_slice()
         .iter()
-        .flat_map(|s| s.as_slice().iter().copied())
+        .flat_map(|s| s.iter())
         .chain(a.partial.dims().iter())
 }
 
@@ -256,7 +256,7 @@ pub fn classify(from: &DistAttr, to: &DistAttr) -> Vec<Step> {
     // to major in the source's, so that each step is a contiguous one.
     let order = |a: &DistAttr, dim: usize, ms: &mut Vec<MeshDim>, rev: bool| {
         if let Some(s) = a.dims_mapping.get(dim) {
-            ms.sort_by_key(|m| s.as_slice().iter().position(|x| x == m));
+            ms.sort_by_key(|m| s.iter().position(|x| x == *m));
             if rev {
                 ms.reverse();
             }

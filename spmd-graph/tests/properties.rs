@@ -197,7 +197,7 @@ fn valid(graph: &Graph, t: TensorId, a: &DistAttr) -> Result<(), String> {
         .dims_mapping
         .as_slice()
         .iter()
-        .flat_map(|s| s.as_slice().iter().copied())
+        .flat_map(|s| s.iter())
         .chain(a.partial.dims().iter())
     {
         if m as usize >= graph.mesh().rank() || used.contains(m) {
@@ -206,7 +206,7 @@ fn valid(graph: &Graph, t: TensorId, a: &DistAttr) -> Result<(), String> {
         used = used.with(m);
     }
     for (d, s) in a.dims_mapping.as_slice().iter().enumerate() {
-        let n: usize = s.as_slice().iter().map(|&m| graph.mesh().dim(m)).product();
+        let n: usize = s.iter().map(|m| graph.mesh().dim(m)).product();
         if shape[d] > 1 && !shape[d].is_multiple_of(n) {
             return Err(format!("dim {d} of {shape:?} not divisible by {n} in {a}"));
         }

@@ -388,7 +388,7 @@ fn for_each_carrying_run(from: &[usize], to: &[usize], mut f: impl FnMut(Carryin
 /// extent of `extents`.
 fn divisible(mesh: &Mesh, mut s: Sharding, extents: &[usize]) -> Sharding {
     while !s.is_empty() {
-        let product: usize = s.as_slice().iter().map(|&m| mesh.dim(m)).product();
+        let product: usize = s.iter().map(|m| mesh.dim(m)).product();
         if extents.iter().all(|e| e.is_multiple_of(product)) {
             break;
         }

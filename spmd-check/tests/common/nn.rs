@@ -65,7 +65,7 @@ pub fn shard_on(attr: &DistAttr, dim: usize, m: MeshDim) -> DistAttr {
         .map(|s| s.without(m))
         .collect();
     let mut major = Sharding::on(m);
-    for &d in dims[dim].as_slice() {
+    for d in dims[dim].iter() {
         major.push(d);
     }
     dims[dim] = major;
@@ -112,8 +112,8 @@ pub fn splits(r: &RuleResult, mesh: &Mesh) -> bool {
         a.dims_mapping
             .as_slice()
             .iter()
-            .flat_map(Sharding::as_slice)
-            .any(|&m| big(m))
+            .flat_map(Sharding::iter)
+            .any(big)
             || a.partial.iter().any(|(m, _)| big(m))
     })
 }

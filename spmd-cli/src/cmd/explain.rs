@@ -125,8 +125,8 @@ fn changes(req: &Request, result: &spmd_core::RuleResult, labels: &Labels) -> Ve
                 lines.push(format!(
                     "{} dim {d}: given {}, required {} (read off the answer)",
                     labels.input(i),
-                    mesh_dims_text(g.as_slice()),
-                    mesh_dims_text(q.as_slice())
+                    mesh_dims_text(&g.iter().collect::<Vec<_>>()),
+                    mesh_dims_text(&q.iter().collect::<Vec<_>>())
                 ));
             }
         }

@@ -69,7 +69,7 @@ pub(super) fn validate(
     }
     let mut used = [usize::MAX; MAX_MESH_RANK];
     for (dim, s) in mapping.as_slice().iter().enumerate() {
-        for &m in s.as_slice() {
+        for m in s.iter() {
             if m as usize >= mesh.rank() {
                 return Err(SpmdError::MeshDimOutOfRange {
                     op,

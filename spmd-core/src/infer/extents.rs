@@ -159,20 +159,14 @@ impl<'r, 'a> Cx<'r, 'a> {
             for &f in &factors[1..] {
                 let Some(fd) = dim_of(f) else { break };
                 let minor = current(&mapping, fd);
-                if minor.is_replicated()
-                    || s.as_slice().len() + minor.as_slice().len() > MAX_MESH_RANK
-                {
+                if minor.is_replicated() || s.len() + minor.len() > MAX_MESH_RANK {
                     break;
                 }
                 let mut joined = s;
-                for &m in minor.as_slice() {
+                for m in minor.iter() {
                     joined.push(m);
                 }
-                let product: usize = joined
-                    .as_slice()
-                    .iter()
-                    .map(|&m| self.mesh.dim(m))
-                    .product();
+                let product: usize = joined.iter().map(|m| self.mesh.dim(m)).product();
                 if !spec.shape[major].is_multiple_of(product) {
                     break;
                 }

@@ -46,7 +46,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                 if fitted != given {
                     if self.rule.policy.unsharded_claims == UnshardedClaims::Count {
                         let mut dropped = Sharding::REPLICATED;
-                        for &m in &given.as_slice()[fitted.len()..] {
+                        for m in given.iter().skip(fitted.len()) {
                             dropped.push(m);
                         }
                         self.map.claim_unsharded(dropped);
@@ -177,9 +177,9 @@ impl<'r, 'a> Cx<'r, 'a> {
         trace: &mut T,
     ) -> Sharding {
         let extent = self.extent[a as usize];
-        while let Some(&last) = s.as_slice().last() {
+        while let Some(last) = s.last() {
             // Mesh::new guarantees the whole mesh's product fits in a usize.
-            let product: usize = s.as_slice().iter().map(|&m| self.mesh.dim(m)).product();
+            let product: usize = s.iter().map(|m| self.mesh.dim(m)).product();
             if extent != UNKNOWN && extent.is_multiple_of(product) {
                 break;
             }
@@ -198,8 +198,8 @@ impl<'r, 'a> Cx<'r, 'a> {
         trace: &mut T,
     ) -> Sharding {
         let extent = self.extent[a as usize];
-        while let Some(&last) = s.as_slice().last() {
-            let product: usize = s.as_slice().iter().map(|&m| self.mesh.dim(m)).product();
+        while let Some(last) = s.last() {
+            let product: usize = s.iter().map(|m| self.mesh.dim(m)).product();
             if extent != UNKNOWN && extent >= product {
                 break;
             }
@@ -309,7 +309,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                 };
                 let before = cx.map.sharding[a as usize];
                 let mut s = before;
-                for &m in given.as_slice() {
+                for m in given.iter() {
                     match owner[m as usize] {
                         u8::MAX => {
                             owner[m as usize] = a;
@@ -459,7 +459,7 @@ impl<'r, 'a> Cx<'r, 'a> {
         // A co-sharded dim's mesh dims are ordered (major first): each axis
         // takes the ones every operand agrees on in the first operand's order.
         for &(a, dim) in &order {
-            for &m in spec0.attr.dims_mapping[dim].as_slice() {
+            for m in spec0.attr.dims_mapping[dim].iter() {
                 if agreed.contains(m) {
                     self.map.sharding[a as usize].push(m);
                 }

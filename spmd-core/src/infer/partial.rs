@@ -75,7 +75,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                     let s = self.map.sharding[a as usize];
                     self.rule.reduce_of(a) == r
                         && !self.never.contains(a)
-                        && self.divides(a, s.as_slice().iter().copied().chain([d]))
+                        && self.divides(a, s.iter().chain([d]))
                 });
                 if let Some(a) = axis {
                     let mut s = self.map.sharding[a as usize];
