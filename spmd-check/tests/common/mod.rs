@@ -4,14 +4,53 @@
 
 #![allow(dead_code)]
 
+pub mod einsum_check;
+pub mod kernel_check;
+pub mod kernels;
 pub mod nn;
+pub mod op_check;
+pub mod slot_check;
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
 use proptest::test_runner::{RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use spmd_check::Report;
-use spmd_core::{DimsMapping, DistAttr, MeshDim, Partial, ReduceType, Sharding};
+use spmd_core::{
+    Attrs, DimsMapping, DistAttr, MeshDim, Partial, ReduceType, Registry, Sharding, Spec, SpmdRule,
+};
+
+/// Cases per property of most families (`SPMD_CHECK_CASES` overrides).
+pub const CASES: u32 = 48;
+/// Cases per property of the core ops (matmul, embedding, softmax, the
+/// plain reductions and elementwise ops), which are cheap to simulate.
+pub const CORE_CASES: u32 = 64;
+
+/// The library's registry, built once per test binary.
+pub fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(spmd_ops::builtins)
+}
+
+/// A library rule built with `attrs`.
+pub fn build(name: &str, attrs: &Attrs) -> Box<dyn SpmdRule> {
+    registry().build(name, attrs).unwrap()
+}
+
+/// Tensor specs of `shapes` with `attrs`, pairwise.
+pub fn specs<'a>(shapes: &'a [Vec<usize>], attrs: &'a [DistAttr]) -> Vec<Spec<'a>> {
+    shapes
+        .iter()
+        .zip(attrs)
+        .map(|(s, a)| Spec::new(s, a))
+        .collect()
+}
+
+/// A shape of rank in `ranks`, extents 1–4.
+pub fn shape(ranks: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1usize..=4, ranks)
+}
 
 /// Cases per property: `SPMD_CHECK_CASES` (default `default`).
 pub fn cases(default: u32) -> u32 {

@@ -1,5 +1,5 @@
 //! Helpers of the properties that check ops against hand-written reference
-//! kernels (`builtins_nn.rs`, `builtins_loss.rs`): small meshes, mappings
+//! kernels (`common::kernel_check`, `common::slot_check`, `loss.rs`): small meshes, mappings
 //! forced to split work, counts of the answers that do, and gradients by
 //! central differences.
 
@@ -33,7 +33,7 @@ pub fn small_mesh() -> impl Strategy<Value = Vec<usize>> {
     ])
 }
 
-pub fn specs(inputs: &[Input]) -> Vec<Spec<'_>> {
+pub fn input_specs(inputs: &[Input]) -> Vec<Spec<'_>> {
     inputs
         .iter()
         .map(|x| Spec::new(x.value.shape(), &x.attr))

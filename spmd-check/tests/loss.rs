@@ -1,5 +1,4 @@
-//! Property tests of `cross_entropy_with_softmax`, built through the
-//! registry and checked against a hand-written reference kernel on random
+//! `cross_entropy_with_softmax` against its reference kernel on random
 //! shapes, meshes of at most 4 devices and random mappings: forward,
 //! backward and the (derived) grad, with hard or soft labels, with or
 //! without the softmax, on any axis.
@@ -11,169 +10,24 @@
 //! sharded are therefore run by a simulation of that kernel
 //! ([`class_parallel`]), which one property exercises on purpose. Besides
 //! the checked/refused tallies, every property counts the answers that
-//! split work and fails when too few do. A unit test checks the grad kernel
-//! against central differences.
+//! split work and fails when too few do.
 //!
 //! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
 
 mod common;
 
-use std::ops::Range;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use proptest::prelude::*;
 use spmd_check::{
     Device, Input, Tensor, Values, block_of, check_backward, check_forward, check_grad, devices,
 };
-use spmd_core::{Attrs, DistAttr, Mesh, MeshDim, ReduceType, Registry, RuleResult, Sharding, Spec};
+use spmd_core::{Attrs, DistAttr, Mesh, MeshDim, ReduceType, RuleResult, Sharding, Spec};
+use std::ops::Range;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{atomic::AtomicUsize, atomic::Ordering};
 
-use common::attrs;
-use common::nn::{
-    Counts, assert_gradient, complete, force, force_split, numeric_grad, small, small_mesh, specs,
-};
-use common::run;
-
-const CASES: u32 = 48;
-
-fn registry() -> &'static Registry {
-    static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(spmd_ops::builtins)
-}
-
-// ------------------------------------------------ cross_entropy_with_softmax
-
-/// `cross_entropy_with_softmax`'s attributes, as its kernel reads them.
-#[derive(Clone, Copy, Debug)]
-struct CrossEntropy {
-    soft: bool,
-    use_softmax: bool,
-    axis: usize,
-    ignore_index: i64,
-}
-
-impl CrossEntropy {
-    /// The values of `x` along the class axis through `at`.
-    fn line(&self, x: &Tensor, at: &[usize]) -> Vec<f64> {
-        let mut i = at.to_vec();
-        (0..x.shape()[self.axis])
-            .map(|k| {
-                i[self.axis] = k;
-                x.get(&i)
-            })
-            .collect()
-    }
-
-    /// `at` on the loss (class axis of size 1).
-    fn row(&self, at: &[usize]) -> Vec<usize> {
-        let mut i = at.to_vec();
-        i[self.axis] = 0;
-        i
-    }
-
-    /// The log-probabilities of a line of logits: its log-softmax, or (the
-    /// logits being probabilities already) their logs.
-    fn log_probs(&self, line: &[f64]) -> Vec<f64> {
-        if !self.use_softmax {
-            return line.iter().map(|p| p.ln()).collect();
-        }
-        let max = line.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let lse = max + line.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
-        line.iter().map(|v| v - lse).collect()
-    }
-
-    /// The hard label at `row`, or `None` when it is `ignore_index`.
-    fn class(&self, label: &Tensor, row: &[usize], classes: usize) -> Option<usize> {
-        let c = label.get(row);
-        if c as i64 == self.ignore_index {
-            return None;
-        }
-        assert!(
-            (0.0..classes as f64).contains(&c),
-            "label {c} out of the {classes} classes this device holds"
-        );
-        Some(c as usize)
-    }
-
-    /// The kernel: `softmax` (the logits themselves without `use_softmax`)
-    /// and `loss`, of size 1 on the class axis: `-log p[label]` (0 for
-    /// `ignore_index`), or `-Σ label·log p` for a soft label.
-    fn forward(&self, logits: &Tensor, label: &Tensor) -> Vec<Tensor> {
-        let shape = logits.shape();
-        let mut loss_shape = shape.to_vec();
-        loss_shape[self.axis] = 1;
-        let want = if self.soft { shape } else { &loss_shape[..] };
-        assert_eq!(label.shape(), want, "label and logits blocks differ");
-        let classes = shape[self.axis];
-        let softmax = Tensor::from_fn(shape, |i| {
-            let line = self.line(logits, i);
-            if self.use_softmax {
-                self.log_probs(&line)[i[self.axis]].exp()
-            } else {
-                line[i[self.axis]]
-            }
-        });
-        let loss = Tensor::from_fn(&loss_shape, |i| {
-            let lp = self.log_probs(&self.line(logits, i));
-            if self.soft {
-                -self
-                    .line(label, i)
-                    .iter()
-                    .zip(&lp)
-                    .map(|(l, p)| l * p)
-                    .sum::<f64>()
-            } else {
-                self.class(label, i, classes).map_or(0.0, |c| -lp[c])
-            }
-        });
-        vec![softmax, loss]
-    }
-
-    /// The grads of `logits` and `label` from the softmax value `y` and
-    /// the grads of both outputs (the derived grad form: Paddle's grad op
-    /// takes only the loss's). A hard label is an index: its grad is zero.
-    fn grad(&self, label: &Tensor, y: &Tensor, dsoftmax: &Tensor, dloss: &Tensor) -> Vec<Tensor> {
-        assert_eq!(
-            dsoftmax.shape(),
-            y.shape(),
-            "softmax and its grad blocks differ"
-        );
-        let classes = y.shape()[self.axis];
-        let dlogits = Tensor::from_fn(y.shape(), |i| {
-            let u = i[self.axis];
-            let row = self.row(i);
-            let (ys, ds) = (self.line(y, i), self.line(dsoftmax, i));
-            let g = dloss.get(&row);
-            let through_softmax = if self.use_softmax {
-                ys[u] * (ds[u] - ds.iter().zip(&ys).map(|(a, b)| a * b).sum::<f64>())
-            } else {
-                ds[u]
-            };
-            let through_loss = if self.soft {
-                let l = self.line(label, i);
-                if self.use_softmax {
-                    g * (ys[u] * l.iter().sum::<f64>() - l[u])
-                } else {
-                    -g * l[u] / ys[u]
-                }
-            } else {
-                match self.class(label, &row, classes) {
-                    None => 0.0,
-                    Some(c) if self.use_softmax => g * (ys[u] - f64::from(c == u)),
-                    Some(c) => -g * f64::from(c == u) / ys[u],
-                }
-            };
-            through_softmax + through_loss
-        });
-        let dlabel = if self.soft {
-            Tensor::from_fn(y.shape(), |i| -dloss.get(&self.row(i)) * y.get(i).ln())
-        } else {
-            Tensor::full(label.shape(), 0.0)
-        };
-        vec![dlogits, dlabel]
-    }
-}
+use common::kernels::loss::CrossEntropy;
+use common::nn::{Counts, complete, force, force_split, input_specs, small, small_mesh};
+use common::{CASES, attrs, registry, run};
 
 // -------------------------------------- the vocab-parallel kernel, simulated
 
@@ -675,7 +529,7 @@ fn check_cross_entropy(
         Input::new(logits.clone(), c.attrs[0].clone()),
         Input::new(label.clone(), c.attrs[1].clone()),
     ];
-    let answer = rule.forward(&mesh, &specs(&inputs));
+    let answer = rule.forward(&mesh, &input_specs(&inputs));
     match &answer {
         Ok(r) if class_split(r, 2) => {
             parallel[0].fetch_add(1, Ordering::Relaxed);
@@ -732,7 +586,7 @@ fn check_cross_entropy(
         Spec::new(&shape, &c.attrs[2]),
         Spec::new(&row_shape, &c.attrs[3]),
     ];
-    let answer = rule.grad(&mesh, &specs(&inputs), &dy_specs);
+    let answer = rule.grad(&mesh, &input_specs(&inputs), &dy_specs);
     match &answer {
         Ok(r) if class_split(r, 4) => {
             parallel[2].fetch_add(1, Ordering::Relaxed);
@@ -818,52 +672,5 @@ fn cross_entropy_vocab_parallel() {
             4 * p >= CASES as usize,
             "{what}: only {p} answers shard the class axis"
         );
-    }
-}
-
-// ------------------------------------ the reference grad is the gradient
-
-/// The hand-written grad kernel the properties check layouts of must be
-/// the op's true gradient (else they would check the layout of some other
-/// function).
-#[test]
-fn reference_grad_matches_central_differences() {
-    // cross_entropy_with_softmax, [3, 4] on either axis, every label form.
-    for (soft, use_softmax, axis) in [
-        (false, true, 1),
-        (false, false, 0),
-        (true, true, 0),
-        (true, false, 1),
-    ] {
-        let op = CrossEntropy {
-            soft,
-            use_softmax,
-            axis,
-            ignore_index: 2,
-        };
-        let mut row = vec![3, 4];
-        row[axis] = 1;
-        let logits = if use_softmax {
-            small(&[3, 4], 1).map(|v| 3.0 * v)
-        } else {
-            small(&[3, 4], 1).map(|v| v.abs() + 0.1)
-        };
-        // Hard labels 0, 1, 2 (ignored), 0.
-        let label = if soft {
-            small(&[3, 4], 2).map(f64::abs)
-        } else {
-            Tensor::from_fn(&row, |i| ((i[0] + i[1]) % 3) as f64)
-        };
-        let f = move |t: &[Tensor]| op.forward(&t[0], &t[1]);
-        let inputs = [logits, label.clone()];
-        let y = f(&inputs).swap_remove(0);
-        let dys = [small(&[3, 4], 3), small(&row, 4)];
-        let g = op.grad(&label, &y, &dys[0], &dys[1]);
-        let what = format!("cross entropy grad, {op:?}");
-        assert_gradient(&what, &g[0], &numeric_grad(&f, &inputs, &dys, 0));
-        // A hard label is an index: no differences to take.
-        if soft {
-            assert_gradient(&what, &g[1], &numeric_grad(&f, &inputs, &dys, 1));
-        }
     }
 }
