@@ -87,6 +87,10 @@ pub struct EinsumOp {
 }
 
 impl EinsumOp {
+    /// The notation is the op's `equation` attribute itself: the one rule
+    /// whose text is data given at run time, so it is parsed on each call
+    /// (declare a rule with a literal `einsum = ".."` where the notation is
+    /// known ahead: it is compiled once, at macro time).
     fn notation(&self, _call: &Call<'_>) -> Result<Einsum, SpmdError> {
         Einsum::new(&self.equation)
     }

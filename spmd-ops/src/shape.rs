@@ -191,7 +191,9 @@ pub struct Flatten {
 }
 
 impl Flatten {
-    /// For rank 4, `start_axis = 1`, `stop_axis = 2`: `abcd->a(bc)d`.
+    /// For rank 4, `start_axis = 1`, `stop_axis = 2`: `abcd->a(bc)d`. Built
+    /// per call: Paddle's grad gives no axes, so the grouping is read off
+    /// the shapes of `x` and `out_grad` (shape values no template can see).
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         let shape = input_shape("flatten", call, 0)?;
         if let (None, None, Call::Grad { output_grads, .. }) =
@@ -430,6 +432,9 @@ pub struct Reshape {
 }
 
 impl Reshape {
+    /// The plan pairs runs of dims whose products agree (`[6, 4] -> [24]`:
+    /// `ab->(ab)`): it depends on the extents of both shapes, so it is built
+    /// per call, as a plan, never as text.
     fn notation(&self, call: &Call<'_>) -> Result<Einsum, SpmdError> {
         let from = input_shape("reshape", call, 0)?;
         let given: Option<&[usize]> = match call {
