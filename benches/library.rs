@@ -91,3 +91,25 @@ fn library_into(bencher: Bencher, name: &str) {
         })
     });
 }
+
+/// The seven calls `../shared/tools/paddle-cpp-bench` times Paddle 3.3.1's
+/// C++ rules on (`cases::paddle()`); `benches/vs_paddle.sh` runs both sides
+/// in one session and prints the ratios.
+const PADDLE_CASES: &[&str] = &[
+    "paddle_matmul_forward",
+    "paddle_matmul_reverse",
+    "paddle_add_forward_broadcast",
+    "paddle_embedding_forward",
+    "paddle_sum_forward",
+    "paddle_softmax_forward",
+    "paddle_layer_norm_forward",
+];
+
+#[divan::bench(
+    sample_count = SAMPLES,
+    sample_size = SIZE,
+    args = PADDLE_CASES
+)]
+fn paddle_cases(bencher: Bencher, name: &str) {
+    bench(bencher, name);
+}

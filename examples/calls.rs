@@ -13,7 +13,7 @@ use std::hint::black_box;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--list") {
-        for c in cases::all() {
+        for c in cases::all().into_iter().chain(cases::paddle()) {
             println!("{}", c.name);
         }
         return;

@@ -259,7 +259,76 @@ pub fn all() -> Vec<Case> {
     ]
 }
 
-/// The case called `name`.
+/// The seven calls `../shared/tools/paddle-cpp-bench` times Paddle 3.3.1's
+/// C++ rules on (its README's table, same shapes, mappings and attributes,
+/// mesh 2x4), named `paddle_` and its key, so that `examples/vs_paddle.rs`
+/// can time both sides alike. Each expectation is Paddle's own answer.
+pub fn paddle() -> Vec<Case> {
+    let big: &[usize] = &[64, 32, 48];
+    vec![
+        forward(
+            "paddle_matmul_forward",
+            "matmul",
+            Attrs::new(),
+            &[(&[64, 32], &[1, 0]), (&[32, 48], &[-1, -1])],
+            "[1, -1] partial{0: SUM}",
+        ),
+        backward(
+            "paddle_matmul_reverse",
+            "matmul",
+            Attrs::new(),
+            &[&[64, 32], &[32, 48]],
+            &[(&[64, 48], &[1, -1])],
+            "[1, -1]",
+        ),
+        forward(
+            "paddle_add_forward_broadcast",
+            "add",
+            Attrs::new(),
+            &[(&[64, 36, 12], &[0, 1, -1]), (&[12], &[-1])],
+            "[0, 1, -1]",
+        ),
+        forward(
+            "paddle_embedding_forward",
+            "embedding",
+            Attrs::new()
+                .with("padding_idx", -1_i64)
+                .with("sparse", false),
+            &[(&[4, 1024], &[1, -1]), (&[512, 768], &[0, -1])],
+            "[1, -1, -1] partial{0: SUM}",
+        ),
+        forward(
+            "paddle_sum_forward",
+            "sum",
+            Attrs::new()
+                .with("axis", vec![1_i64, 2])
+                .with("keep_dim", false),
+            &[(big, &[0, 1, -1])],
+            "[0] partial{1: SUM}",
+        ),
+        forward(
+            "paddle_softmax_forward",
+            "softmax",
+            Attrs::new().with("axis", -1_i64),
+            &[(&[8, 16, 48], &[1, -1, -1])],
+            "[1, -1, -1]",
+        ),
+        forward(
+            "paddle_layer_norm_forward",
+            "layer_norm",
+            Attrs::new()
+                .with("epsilon", 1e-5_f64)
+                .with("begin_norm_axis", 2_i64),
+            &[(big, &[0, 1, -1]), (&[48], &[-1]), (&[48], &[-1])],
+            "[0, 1, -1]",
+        ),
+    ]
+}
+
+/// The case called `name`, of [`all`] or [`paddle`].
 pub fn by_name(name: &str) -> Option<Case> {
-    all().into_iter().find(|c| c.name == name)
+    all()
+        .into_iter()
+        .chain(paddle())
+        .find(|c| c.name == name)
 }

@@ -1,0 +1,122 @@
+//! The seven Paddle cases (`benches/common/cases.rs`'s `paddle()`), timed
+//! exactly as `../shared/tools/paddle-cpp-bench` times Paddle 3.3.1's C++
+//! rules: `warmup` calls of every rule, then `batches` batches of `calls`
+//! calls, interleaved across the rules (batch b of every rule, then b + 1),
+//! each rule's median ns per call over its batches. Results are dropped
+//! inside the loop, as Paddle's `SpmdInfo` is.
+//!
+//! `cargo run --release --example vs_paddle -- [calls] [batches] [warmup] [--paddle FILE]`
+//! prints JSON; with `--paddle FILE` (the Paddle bench's JSON output, taken
+//! in the same session) it prints a Markdown table of both medians and the
+//! ratio instead. `benches/vs_paddle.sh` runs both sides.
+
+#[path = "../benches/common/cases.rs"]
+mod cases;
+
+use std::hint::black_box;
+use std::time::Instant;
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let paddle = match args.iter().position(|a| a == "--paddle") {
+        Some(i) if i + 1 < args.len() => {
+            let file = args.remove(i + 1);
+            args.remove(i);
+            let text = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| fail(&format!("cannot read {file}: {e}")));
+            Some(
+                serde_json::from_str::<serde_json::Value>(&text)
+                    .unwrap_or_else(|e| fail(&format!("{file} is not the Paddle bench's JSON: {e}"))),
+            )
+        }
+        Some(_) => fail("--paddle needs a file"),
+        None => None,
+    };
+    let number = |i: usize, default: u64| -> u64 {
+        args.get(i).map_or(default, |a| {
+            a.parse()
+                .unwrap_or_else(|_| fail(&format!("{a:?} is not a count")))
+        })
+    };
+    let (calls, batches, warmup) = (number(0, 20_000), number(1, 30), number(2, 20_000));
+    if calls == 0 || batches == 0 {
+        fail("calls and batches must be positive");
+    }
+
+    let mesh = cases::mesh();
+    let cases = cases::paddle();
+    for case in &cases {
+        case.check();
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    for (case, _) in cases.iter().zip(&times) {
+        run(case, &mesh, warmup);
+    }
+    for _ in 0..batches {
+        for (case, t) in cases.iter().zip(&mut times) {
+            let start = Instant::now();
+            run(case, &mesh, calls);
+            t.push(start.elapsed().as_nanos() as f64 / calls as f64);
+        }
+    }
+    let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+
+    match paddle {
+        None => {
+            println!("{{\n  \"calls_per_batch\": {calls},\n  \"batches\": {batches},\n  \"warmup_calls\": {warmup},\n  \"rules\": {{");
+            for (i, (case, m)) in cases.iter().zip(&medians).enumerate() {
+                let comma = if i + 1 < cases.len() { "," } else { "" };
+                println!("    \"{}\": {{\"median_ns\": {m:.1}}}{comma}", key(case.name));
+            }
+            println!("  }}\n}}");
+        }
+        Some(p) => {
+            println!("| case | Paddle 3.3.1 C++ | spmd | ratio |");
+            println!("|---|--:|--:|--:|");
+            for (case, m) in cases.iter().zip(&medians) {
+                let theirs = p["rules"][key(case.name)]["median_ns"]
+                    .as_f64()
+                    .unwrap_or_else(|| fail(&format!("no {} in the Paddle JSON", key(case.name))));
+                println!(
+                    "| {} | {:.0} ns | {m:.0} ns | {:.1}× |",
+                    key(case.name),
+                    theirs,
+                    theirs / m
+                );
+            }
+        }
+    }
+}
+
+/// `n` calls of `case`, each result dropped.
+fn run(case: &cases::Case, mesh: &spmd_core::Mesh, n: u64) {
+    case.with_specs(|specs, shapes| {
+        for _ in 0..n {
+            drop(black_box(case.call(
+                black_box(mesh),
+                black_box(specs),
+                black_box(shapes),
+            )));
+        }
+    });
+}
+
+fn median(t: &mut [f64]) -> f64 {
+    t.sort_by(f64::total_cmp);
+    let n = t.len();
+    if n % 2 == 1 {
+        t[n / 2]
+    } else {
+        (t[n / 2 - 1] + t[n / 2]) / 2.0
+    }
+}
+
+/// The Paddle bench's key of one of our case names.
+fn key(name: &str) -> &str {
+    name.strip_prefix("paddle_").unwrap_or(name)
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("vs_paddle: {message}");
+    std::process::exit(2);
+}
