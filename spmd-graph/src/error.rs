@@ -27,6 +27,13 @@ pub enum GraphError {
         tensor: String,
         producer: String,
     },
+    #[error(
+        "no rule for {} op kind(s) ({} ops): {}",
+        missing.len(),
+        missing.iter().map(|m| m.ops).sum::<usize>(),
+        missing.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    MissingRules { missing: Vec<MissingRule> },
     #[error("op `{op}`: {source}")]
     Rule {
         op: String,
@@ -73,4 +80,25 @@ pub enum GraphError {
     Core(#[from] SpmdError),
     #[error("graph JSON: {0}")]
     Json(String),
+}
+
+/// An op kind the registry has no rule for, as a graph uses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MissingRule {
+    /// The rule name the ops ask for (`aten.any.dim`).
+    pub rule: String,
+    /// How many ops of the graph ask for it.
+    pub ops: usize,
+    /// The first of them, in graph order.
+    pub first_op: String,
+}
+
+impl std::fmt::Display for MissingRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` ({} op(s), first `{}`)",
+            self.rule, self.ops, self.first_op
+        )
+    }
 }

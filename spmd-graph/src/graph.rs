@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use spmd_core::{Attrs, DistAttr, Mesh, Registry, Spec, SpmdError, SpmdRule};
 
-use crate::error::GraphError;
+use crate::error::{GraphError, MissingRule};
 
 /// A tensor of a graph: its index in [`Graph::tensors`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -523,6 +523,22 @@ impl GraphBuilder {
     /// runs once on replicated inputs, which checks its shapes, its arity
     /// and its outputs' ranks against the declared tensors.
     pub fn build(self, registry: &Registry) -> Result<Graph, GraphError> {
+        // Every op kind without a rule, named at once: an exported model
+        // meets several, and one at a time would take as many runs.
+        let mut missing: Vec<MissingRule> = Vec::new();
+        for op in self.ops.iter().filter(|op| !registry.contains(&op.rule)) {
+            match missing.iter_mut().find(|m| m.rule == op.rule) {
+                Some(m) => m.ops += 1,
+                None => missing.push(MissingRule {
+                    rule: op.rule.clone(),
+                    ops: 1,
+                    first_op: op.name.clone(),
+                }),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(GraphError::MissingRules { missing });
+        }
         let mut rules = Vec::with_capacity(self.ops.len());
         let mut stages = Vec::with_capacity(self.ops.len());
         for (i, op) in self.ops.iter().enumerate() {

@@ -20,9 +20,12 @@
 //!   form, or nested lists for co-sharding) and `partial_dims` annotate it,
 //!   `priority` ranks the annotation (0, the default, propagates first);
 //!   `param` marks a trainable weight (it gets a gradient in the backward
-//!   graph).
-//! - `ops`: in a topological order; `op` is a registry name, `attrs` Paddle's
-//!   attributes; `name` is optional. A grad op has `"forward_inputs": n`
+//!   graph); `dtype` is the element type as the producer named it
+//!   (informational).
+//! - `ops`: in a topological order; `op` is a registry name, `attrs` the
+//!   rule's attributes; `name` is optional. Every op whose name has no rule
+//!   is reported at once ([`GraphError::MissingRules`]), never replicated
+//!   silently. A grad op has `"forward_inputs": n`
 //!   (its first `n` inputs are the forward op's, the rest output grads).
 //! - `outputs` (optional): where the backward graph is seeded; by default
 //!   every produced tensor no op reads.
@@ -65,6 +68,11 @@ pub struct TensorEntry {
     pub priority: Option<u32>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub param: bool,
+    /// The element type as the producer wrote it (`float32`, `int64`,
+    /// `bool`: torch's names, from `tools/torch_export`). Informational:
+    /// volumes are counted in the graph's `dtype`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
 }
 
 /// One op of a [`GraphFile`].
@@ -226,6 +234,8 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
                     .unwrap_or_default(),
                 priority: (t.annotation.is_some() && t.priority != 0).then_some(t.priority),
                 param: t.param,
+                // The graph keeps no element type per tensor.
+                dtype: None,
             })
             .collect(),
         ops: graph

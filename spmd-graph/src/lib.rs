@@ -103,7 +103,7 @@ pub mod reshard;
 pub mod steps;
 
 pub use backward::{Backward, backward_graph};
-pub use error::GraphError;
+pub use error::{GraphError, MissingRule};
 pub use graph::{Graph, GraphBuilder, OpId, OpInfo, OpKind, Stage, TensorId, TensorInfo};
 pub use propagate::{Origin, Propagation, Stats, propagate};
 pub use reshard::{DType, Edge, Reshard, ReshardPlan, plan};
