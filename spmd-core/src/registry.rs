@@ -24,6 +24,11 @@ pub struct RuleInfo {
     /// (Paddle's `epsilon`, `dtype`, `is_test`, ...): accepted and dropped.
     /// Any other attribute is an error (docs/semantics.md §9).
     pub ignored: &'static [&'static str],
+    /// Attributes given under another name than the rule reads, as
+    /// `(given, read)` pairs: one rule under two frameworks' conventions
+    /// (ATen's `aten.view` passes `size` where the reshape rule reads
+    /// `shape`).
+    pub aliases: &'static [(&'static str, &'static str)],
     /// Tensor names, when the rule declares them (else empty).
     pub inputs: &'static [&'static str],
     pub outputs: &'static [&'static str],
@@ -53,6 +58,7 @@ impl RuleInfo {
             notations: O::NOTATIONS,
             attrs: O::ATTRS,
             ignored: &[],
+            aliases: &[],
             inputs: O::INPUTS,
             outputs: O::OUTPUTS,
             no_grad: O::NO_GRAD,
@@ -97,6 +103,28 @@ impl RuleInfo {
         self
     }
 
+    /// The same entry, reading attribute `read` from the attribute given as
+    /// `given`, for each `(given, read)` pair: one rule under another
+    /// framework's argument names.
+    ///
+    /// ```
+    /// use spmd_core::{Attrs, Registry, RuleInfo, spmd_rule};
+    ///
+    /// #[spmd_rule(einsum = "@->@{axis:1}")]
+    /// struct Cumsum { axis: i64 }
+    ///
+    /// let mut r = Registry::new();
+    /// r.insert(RuleInfo::of::<Cumsum>().renamed("aten.cumsum").reading(&[("dim", "axis")]))?;
+    /// assert!(r.build("aten.cumsum", &Attrs::new().with("dim", -1_i64)).is_ok());
+    /// // The rule's own name is not ATen's.
+    /// assert!(r.build("aten.cumsum", &Attrs::new().with("axis", -1_i64)).is_err());
+    /// # Ok::<(), spmd_core::SpmdError>(())
+    /// ```
+    pub fn reading(mut self, aliases: &'static [(&'static str, &'static str)]) -> RuleInfo {
+        self.aliases = aliases;
+        self
+    }
+
     /// The same entry, marked as passing shardings through unchanged
     /// ([`RuleInfo::pass_through`]).
     pub fn passing_through(mut self) -> RuleInfo {
@@ -107,7 +135,13 @@ impl RuleInfo {
     /// Every attribute the op takes: the ones its rule reads, then the
     /// ignored ones.
     pub fn all_attrs(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.attrs.iter().chain(self.ignored).copied()
+        let aliased = |a: &&str| self.aliases.iter().any(|(_, read)| read == a);
+        self.attrs
+            .iter()
+            .filter(move |a| !aliased(a))
+            .chain(self.aliases.iter().map(|(given, _)| given))
+            .chain(self.ignored)
+            .copied()
     }
 }
 
@@ -151,11 +185,19 @@ impl Registry {
     /// the op's attributes; the ones the op ignores are dropped first.
     pub fn build(&self, name: &str, attrs: &Attrs) -> Result<Box<dyn SpmdRule>, SpmdError> {
         let info = self.get(name)?;
-        let mut ignored_given = false;
+        let read_as = |attr: &str| -> Option<&'static str> {
+            match info.aliases.iter().find(|(given, _)| *given == attr) {
+                Some(&(_, read)) => Some(read),
+                // A name an alias reads is not given as itself.
+                None if info.aliases.iter().any(|(_, read)| *read == attr) => None,
+                None => info.attrs.iter().copied().find(|a| *a == attr),
+            }
+        };
+        let mut rebuild = !info.aliases.is_empty();
         for (attr, _) in attrs.iter() {
             if info.ignored.contains(&attr) {
-                ignored_given = true;
-            } else if !info.attrs.contains(&attr) {
+                rebuild = true;
+            } else if read_as(attr).is_none() {
                 return Err(SpmdError::UnknownAttr {
                     op: info.name,
                     attr: attr.to_string(),
@@ -164,10 +206,12 @@ impl Registry {
                 });
             }
         }
-        let rule = if ignored_given {
+        let rule = if rebuild {
             let mut read = Attrs::new();
-            for (attr, value) in attrs.iter().filter(|(a, _)| !info.ignored.contains(a)) {
-                read.set(attr, value.clone());
+            for (attr, value) in attrs.iter() {
+                if let Some(name) = read_as(attr).filter(|_| !info.ignored.contains(&attr)) {
+                    read.set(name, value.clone());
+                }
             }
             (info.build)(&read)
         } else {
