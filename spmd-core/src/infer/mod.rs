@@ -539,7 +539,11 @@ pub(crate) fn grad<T: Trace + ?Sized>(
             ));
         }
     }
-    let read = |input: Option<usize>| input.is_none_or(|i| !has_bit(rule.grad_ignores, i));
+    // What the grad op reads: not the inputs the rule says it ignores, nor
+    // an addend (`d bias = Σ dy`, and no other grad reads a bias).
+    let read = |input: Option<usize>| {
+        input.is_none_or(|i| !has_bit(rule.grad_ignores, i) && !plan.is_addend(i))
+    };
     // Inputs that follow the others are read but do not merge.
     let merges =
         |input: Option<usize>| read(input) && input.is_none_or(|i| !has_bit(rule.follows, i));
@@ -574,15 +578,35 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     // The caller's result, reused: no large value moves on the way out.
     result.inputs.clear();
     result.outputs.clear();
+    // Whose values a grad reads: an input's own grad does not read it (the
+    // derivative of a product by one factor is the others), so in an op
+    // linear in each input, an input no other input's grad reads is read
+    // for its layout only (a reshape's `x`).
+    let linear = rule.policy.partial_inputs == PartialInputs::Linear;
+    let factors = (0..plan.n_inputs())
+        .filter(|&i| read(Some(i)) && present(TensorRef::input(i)))
+        .count();
+    let values_read = |input: Option<usize>| read(input) && !(linear && factors <= 1);
     for (t, term, input, spec) in every() {
-        let mapping = if !present(t) {
-            absent_mapping(term)
+        let attr = if !present(t) {
+            DistAttr::new(absent_mapping(term))
         } else if !read(input) {
-            spec.attr.dims_mapping.clone()
+            // Not read: as given, a partial status included (no value of it
+            // is used, so nothing needs reducing first).
+            spec.attr.clone()
         } else {
-            cx.project(term, spec.shape.len(), Some(spec.shape), given)
+            let mapping = cx.project(term, spec.shape.len(), Some(spec.shape), given);
+            match input {
+                // Read for its layout only: its partial status may stay.
+                Some(_) if !values_read(input) => {
+                    let mut partial = spec.attr.partial;
+                    partial.remove(mapping.mesh_set());
+                    DistAttr::new(mapping).with_partial(partial)
+                }
+                _ => DistAttr::new(mapping),
+            }
         };
-        result.inputs.push(DistAttr::new(mapping));
+        result.inputs.push(attr);
     }
     for j in 0..plan.n_inputs() {
         if has_bit(rule.no_grad, j) {
@@ -642,7 +666,11 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         // shape of its input's block, so x_j is required laid out as its
         // grad (even where the grad reads x_j only for its shape).
         if let Some((t, _)) = given_as {
-            result.inputs[t.index].dims_mapping = mapping.clone();
+            let required = &mut result.inputs[t.index];
+            required.dims_mapping = mapping.clone();
+            // A partial status it keeps is not over a mesh dim that now
+            // shards it.
+            required.partial.remove(mapping.mesh_set());
         }
         result.outputs.push(DistAttr {
             dims_mapping: mapping,
