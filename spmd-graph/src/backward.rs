@@ -11,6 +11,11 @@
 //!   gets an unannotated zero gradient: zeros can be made in any layout.
 //! - A tensor read by several ops gets one gradient per reader, summed by
 //!   `add` ops: the gradient accumulation.
+//! - Only tensors that depend on a parameter take gradients (autograd's
+//!   `requires_grad`): an op none of whose inputs does (the positions and
+//!   masks a model computes from its input ids) has no grad op, and a grad
+//!   op's gradient for such an input is computed (the rule's arity says so)
+//!   but read by nobody, so it costs no communication.
 //! - Each parameter's final gradient is annotated with the parameter's own
 //!   layout without partial status: the optimizer needs it so. A gradient
 //!   that comes out partial (over a data-parallel mesh dim, say) therefore
@@ -40,6 +45,16 @@ pub fn backward_graph(
     outputs: &[TensorId],
 ) -> Result<Backward, GraphError> {
     let mut b = GraphBuilder::new(forward.mesh().clone());
+    // Which forward tensors depend on a parameter (in graph order).
+    let mut needs_grad: Vec<bool> = forward.tensors().iter().map(|t| t.param).collect();
+    for o in forward.op_ids() {
+        let op = forward.op(o);
+        if op.inputs.iter().any(|t| needs_grad[t.index()]) {
+            for t in &op.outputs {
+                needs_grad[t.index()] = true;
+            }
+        }
+    }
     // Gradient contributions per forward tensor.
     let mut contributions: Vec<Vec<TensorId>> = vec![Vec::new(); forward.tensors().len()];
     for &t in outputs {
@@ -62,8 +77,10 @@ pub fn backward_graph(
             .outputs
             .iter()
             .all(|t| contributions[t.index()].is_empty())
+            || !op.inputs.iter().any(|t| needs_grad[t.index()])
         {
-            // Nothing downstream needs a gradient from this op.
+            // Nothing downstream needs a gradient from this op, or nothing
+            // upstream takes one.
             continue;
         }
         let seen = forward
@@ -107,7 +124,9 @@ pub fn backward_graph(
                 &fresh(&b, format!("d{}@{}", info.name, op.name)),
                 &info.shape,
             )?;
-            contributions[t.index()].push(g);
+            if needs_grad[t.index()] {
+                contributions[t.index()].push(g);
+            }
             outputs.push(g);
         }
         b.op(

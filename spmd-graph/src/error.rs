@@ -91,14 +91,20 @@ pub struct MissingRule {
     pub ops: usize,
     /// The first of them, in graph order.
     pub first_op: String,
+    /// Registered names near it (a typo's correction).
+    pub suggestions: Vec<String>,
 }
 
 impl std::fmt::Display for MissingRule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "`{}` ({} op(s), first `{}`)",
+            "`{}` ({} op(s), first op `{}`",
             self.rule, self.ops, self.first_op
-        )
+        )?;
+        match self.suggestions.as_slice() {
+            [] => f.write_str(")"),
+            names => write!(f, "; did you mean `{}`?)", names.join("`, `")),
+        }
     }
 }

@@ -264,7 +264,25 @@ impl Graph {
             .collect();
         let rule = &*self.rules[o.index()];
         match op.kind {
-            OpKind::Forward => rule.forward(&self.mesh, &specs),
+            // The graph declares every output's shape: rules that read them
+            // (a replicated fallback, a creation-like op) need them, the
+            // others check them.
+            OpKind::Forward => {
+                let output_shapes: smallvec::SmallVec<[&[usize]; 4]> = op
+                    .outputs
+                    .iter()
+                    .map(|t| self.tensors[t.index()].shape.as_slice())
+                    .collect();
+                rule.infer(
+                    &spmd_core::Call::Forward {
+                        mesh: &self.mesh,
+                        inputs: &specs,
+                        output_shapes: &output_shapes,
+                        absent: spmd_core::Absent::NONE,
+                    },
+                    None,
+                )
+            }
             OpKind::Grad { forward_inputs } => {
                 let (ins, grads) = specs.split_at(forward_inputs.min(specs.len()));
                 rule.grad(&self.mesh, ins, grads)
@@ -533,6 +551,10 @@ impl GraphBuilder {
                     rule: op.rule.clone(),
                     ops: 1,
                     first_op: op.name.clone(),
+                    suggestions: match registry.get(&op.rule) {
+                        Err(SpmdError::UnknownRule { suggestions, .. }) => suggestions,
+                        _ => Vec::new(),
+                    },
                 }),
             }
         }
