@@ -10,6 +10,8 @@
 //! in the same session) it prints a Markdown table of both medians and the
 //! ratio instead. `benches/vs_paddle.sh` runs both sides.
 
+// Shared with the benchmarks; this example times the Paddle cases only.
+#[allow(dead_code)]
 #[path = "../benches/common/cases.rs"]
 mod cases;
 
@@ -25,8 +27,9 @@ fn main() {
             let text = std::fs::read_to_string(&file)
                 .unwrap_or_else(|e| fail(&format!("cannot read {file}: {e}")));
             Some(
-                serde_json::from_str::<serde_json::Value>(&text)
-                    .unwrap_or_else(|e| fail(&format!("{file} is not the Paddle bench's JSON: {e}"))),
+                serde_json::from_str::<serde_json::Value>(&text).unwrap_or_else(|e| {
+                    fail(&format!("{file} is not the Paddle bench's JSON: {e}"))
+                }),
             )
         }
         Some(_) => fail("--paddle needs a file"),
@@ -63,10 +66,15 @@ fn main() {
 
     match paddle {
         None => {
-            println!("{{\n  \"calls_per_batch\": {calls},\n  \"batches\": {batches},\n  \"warmup_calls\": {warmup},\n  \"rules\": {{");
+            println!(
+                "{{\n  \"calls_per_batch\": {calls},\n  \"batches\": {batches},\n  \"warmup_calls\": {warmup},\n  \"rules\": {{"
+            );
             for (i, (case, m)) in cases.iter().zip(&medians).enumerate() {
                 let comma = if i + 1 < cases.len() { "," } else { "" };
-                println!("    \"{}\": {{\"median_ns\": {m:.1}}}{comma}", key(case.name));
+                println!(
+                    "    \"{}\": {{\"median_ns\": {m:.1}}}{comma}",
+                    key(case.name)
+                );
             }
             println!("  }}\n}}");
         }

@@ -327,8 +327,5 @@ pub fn paddle() -> Vec<Case> {
 
 /// The case called `name`, of [`all`] or [`paddle`].
 pub fn by_name(name: &str) -> Option<Case> {
-    all()
-        .into_iter()
-        .chain(paddle())
-        .find(|c| c.name == name)
+    all().into_iter().chain(paddle()).find(|c| c.name == name)
 }

@@ -1,15 +1,22 @@
 //! The Hugging Face models exported by `tools/torch_export` (Llama, OPT,
 //! GPT-NeoX, GPT-2; 2 layers, small sizes) and committed under
-//! `graphs/hf/`: the loader reads every one, and names every ATen op kind
-//! the registry has no rule for, with its count and first op, all at once;
-//! a graph whose every op has a rule propagates from its annotations.
+//! `graphs/hf/`:
 //!
-//! The expected report is computed here from the file itself (every op name
-//! the registry does not hold), so the test stays true as rules are added.
+//! - the loader reads every one, and would name every ATen op kind the
+//!   registry has no rule for, with its count and first op, all at once
+//!   (the expected report is computed here from the file itself, so the
+//!   test stays true as rules are added);
+//! - under PyTorch's tensor-parallel plan (`graphs/hf/dtensor_counts.json`,
+//!   recorded by `tools/torch_export/dtensor_counts.py` with DTensor's
+//!   `CommDebugMode` on a fake 4-rank process group), spmd's forward and
+//!   backward reshard plans have the collectives DTensor runs.
 
 use std::collections::BTreeMap;
 
-use spmd_graph::{GraphError, MissingRule};
+use spmd_graph::json::GraphFile;
+use spmd_graph::{DType, GraphError, MissingRule, backward_graph, plan, propagate};
+
+const DTENSOR: &str = include_str!("../graphs/hf/dtensor_counts.json");
 
 const MODELS: &[(&str, &str)] = &[
     ("llama", include_str!("../graphs/hf/llama.json")),
@@ -41,6 +48,10 @@ fn without_rules(text: &str, registry: &spmd_core::Registry) -> Vec<MissingRule>
         .map(|rule| {
             let (ops, first_op) = seen[&rule].clone();
             MissingRule {
+                suggestions: match registry.get(&rule) {
+                    Err(spmd_core::SpmdError::UnknownRule { suggestions, .. }) => suggestions,
+                    _ => Vec::new(),
+                },
                 rule,
                 ops,
                 first_op,
@@ -98,6 +109,68 @@ fn exported_files_carry_params_dtypes_and_outputs() {
             logits.map(|t| t.shape.clone()),
             Some(vec![2, 16, 128]),
             "{model}"
+        );
+    }
+}
+
+/// The model's graph with DTensor's plan as annotations: each planned
+/// weight laid out as `spmd_plan` says, the input ids replicated.
+fn with_plan(text: &str, model: &str) -> GraphFile {
+    let counts: serde_json::Value = serde_json::from_str(DTENSOR).unwrap();
+    let mut file: GraphFile = serde_json::from_str(text).unwrap();
+    let spmd_plan = counts[model]["spmd_plan"].as_object().unwrap();
+    let mut planned = 0;
+    for t in &mut file.tensors {
+        if let Some(m) = spmd_plan.get(&t.name) {
+            t.dims_mapping = Some(serde_json::from_value(m.clone()).unwrap());
+            planned += 1;
+        } else if t.name == "input_ids" {
+            t.dims_mapping = Some(serde_json::from_str("[-1, -1]").unwrap());
+        }
+    }
+    assert_eq!(
+        planned,
+        spmd_plan.len(),
+        "{model}: a planned weight is not in the graph"
+    );
+    file
+}
+
+/// DTensor's counts in one direction: all-reduces, and collectives of any
+/// kind.
+fn dtensor(model: &str, direction: &str) -> (usize, usize) {
+    let counts: serde_json::Value = serde_json::from_str(DTENSOR).unwrap();
+    let kinds = counts[model][direction].as_object().unwrap();
+    let count = |v: &serde_json::Value| v.as_u64().unwrap() as usize;
+    (
+        kinds.get("all_reduce").map_or(0, count),
+        kinds.values().map(count).sum(),
+    )
+}
+
+#[test]
+fn tensor_parallel_plans_run_dtensors_collectives() {
+    let registry = spmd_ops::builtins();
+    for (model, text) in MODELS.iter().filter(|(m, _)| *m != "gpt2") {
+        let loaded = spmd_graph::json::from_file(&with_plan(text, model), &registry)
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        let p = propagate(&loaded.graph).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let forward = plan(&loaded.graph, &p, DType::F32).unwrap();
+        assert_eq!(
+            (forward.count("all-reduce"), forward.collectives()),
+            dtensor(model, "forward"),
+            "{model} forward: {}",
+            spmd_graph::report::plan_text(&loaded.graph, &forward)
+        );
+        let bw = backward_graph(&loaded.graph, &p, &registry, &loaded.outputs)
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        let bp = propagate(&bw.graph).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let backward = plan(&bw.graph, &bp, DType::F32).unwrap();
+        assert_eq!(
+            (backward.count("all-reduce"), backward.collectives()),
+            dtensor(model, "backward"),
+            "{model} backward: {}",
+            spmd_graph::report::plan_text(&bw.graph, &backward)
         );
     }
 }

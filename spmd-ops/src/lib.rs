@@ -13,6 +13,7 @@
 //! # Ok::<(), spmd_core::SpmdError>(())
 //! ```
 
+mod aten;
 mod attention;
 mod conv;
 mod elementwise;
@@ -32,6 +33,10 @@ mod softmax;
 mod split;
 mod swiglu;
 
+pub use aten::{
+    AtenAddmm, AtenEmbedding, AtenExpand, AtenMeanDim, AtenNativeLayerNorm,
+    AtenScaledDotProductAttention, AtenSlice,
+};
 pub use attention::{FlashAttention, FlashMask};
 pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
 pub use elementwise::{
@@ -65,8 +70,77 @@ use spmd_core::{Registry, RuleInfo, SpmdError};
 /// Paddle's cross entropy attributes that do not change its sharding.
 const CROSS_ENTROPY_IGNORED: &[&str] = &["ignore_index", "numeric_stable_mode"];
 
+/// ATen's pointwise ops with one tensor operand, each with the arguments
+/// that do not change a layout (a number operand, a dtype, a rounding mode).
+const ATEN_UNARY: &[(&str, &[&str])] = &[
+    ("aten.abs", &[]),
+    ("aten.alias", &[]),
+    ("aten.bitwise_not", &[]),
+    ("aten.clone", &["memory_format"]),
+    ("aten.cos", &[]),
+    ("aten.erf", &[]),
+    ("aten.exp", &[]),
+    ("aten.gelu", &["approximate"]),
+    ("aten.log", &[]),
+    ("aten.logical_not", &[]),
+    ("aten.neg", &[]),
+    ("aten.pow.Tensor_Scalar", &["exponent"]),
+    ("aten.reciprocal", &[]),
+    ("aten.relu", &[]),
+    ("aten.rsqrt", &[]),
+    ("aten.sigmoid", &[]),
+    ("aten.sin", &[]),
+    ("aten.sqrt", &[]),
+    ("aten.tanh", &[]),
+    (
+        "aten._to_copy",
+        &[
+            "dtype",
+            "layout",
+            "device",
+            "pin_memory",
+            "non_blocking",
+            "memory_format",
+        ],
+    ),
+    // A number operand (`torch_export` writes `aten.add.Tensor(x, 2.0)` as
+    // ATen's `aten.add.Scalar`).
+    ("aten.add.Scalar", &["other", "alpha"]),
+    ("aten.sub.Scalar", &["other", "alpha"]),
+    ("aten.mul.Scalar", &["other"]),
+    ("aten.div.Scalar", &["other"]),
+    ("aten.eq.Scalar", &["other"]),
+    ("aten.ne.Scalar", &["other"]),
+    ("aten.lt.Scalar", &["other"]),
+    ("aten.le.Scalar", &["other"]),
+    ("aten.gt.Scalar", &["other"]),
+    ("aten.ge.Scalar", &["other"]),
+];
+
+/// ATen's pointwise ops of two tensors (numpy broadcasting), but
+/// `aten.mul.Tensor`, which is the library's `multiply`.
+const ATEN_BINARY: &[(&str, &[&str])] = &[
+    ("aten.add.Tensor", &["alpha"]),
+    ("aten.sub.Tensor", &["alpha"]),
+    ("aten.div.Tensor", &[]),
+    ("aten.pow.Tensor_Tensor", &[]),
+    ("aten.maximum", &[]),
+    ("aten.minimum", &[]),
+    ("aten.eq.Tensor", &[]),
+    ("aten.ne.Tensor", &[]),
+    ("aten.lt.Tensor", &[]),
+    ("aten.le.Tensor", &[]),
+    ("aten.gt.Tensor", &[]),
+    ("aten.ge.Tensor", &[]),
+    ("aten.bitwise_and.Tensor", &[]),
+    ("aten.bitwise_or.Tensor", &[]),
+    ("aten.logical_and", &[]),
+    ("aten.logical_or", &[]),
+];
+
 /// Registers every built-in rule under Paddle's names: the one list of the
-/// library's ops, by family. `renamed` registers a rule under a second
+/// library's ops, by family, then ATen's names (`aten.*`, core ATen IR as
+/// `torch.export` writes it) for the ATen ops that are library ops. `renamed` registers a rule under a second
 /// Paddle name; `ignoring` lists attributes Paddle passes that do not change
 /// a layout (any other unknown attribute is an error).
 pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
@@ -232,6 +306,119 @@ pub fn register_builtins(registry: &mut Registry) -> Result<(), SpmdError> {
         registry.insert(
             RuleInfo::of::<ElementwiseBinary>()
                 .renamed(name)
+                .passing_through(),
+        )?;
+    }
+    register_aten(registry)
+}
+
+/// ATen's names, in `register_builtins`' order of families: the library's
+/// rules again where the ATen op is a library op (reading ATen's argument
+/// names), the `aten` module's where it differs.
+fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
+    registry
+        // Contractions.
+        .insert(RuleInfo::of::<Matmul>().renamed("aten.mm"))?
+        .insert(RuleInfo::of::<Bmm>().renamed("aten.bmm"))?
+        .register::<AtenAddmm>()?
+        .register::<AtenEmbedding>()?
+        // Pointwise: `aten.mul.Tensor` is linear in each operand, like
+        // `multiply`; `where` has ATen's operand order.
+        .insert(
+            RuleInfo::of::<Multiply>()
+                .renamed("aten.mul.Tensor")
+                .passing_through(),
+        )?
+        .insert(RuleInfo::of::<Where>().renamed("aten.where.self"))?
+        // Reductions.
+        .insert(
+            RuleInfo::of::<Sum>()
+                .renamed("aten.sum.dim_IntList")
+                .reading(&[("dim", "axis"), ("keepdim", "keep_dim")])
+                .ignoring(&["dtype"]),
+        )?
+        .insert(RuleInfo::of::<AtenMeanDim>().ignoring(&["dtype"]))?
+        // Along an axis.
+        .insert(
+            RuleInfo::of::<Softmax>()
+                .renamed("aten._softmax")
+                .reading(&[("dim", "axis")])
+                .ignoring(&["half_to_float"]),
+        )?
+        .insert(
+            RuleInfo::of::<Softmax>()
+                .renamed("aten._log_softmax")
+                .reading(&[("dim", "axis")])
+                .ignoring(&["half_to_float"]),
+        )?
+        .insert(
+            RuleInfo::of::<Cumsum>()
+                .renamed("aten.cumsum")
+                .reading(&[("dim", "axis")])
+                .ignoring(&["dtype"]),
+        )?
+        // Views.
+        .insert(
+            RuleInfo::of::<Transpose>()
+                .renamed("aten.permute")
+                .reading(&[("dims", "perm")])
+                .passing_through(),
+        )?
+        .insert(
+            RuleInfo::of::<Unsqueeze>()
+                .renamed("aten.unsqueeze")
+                .reading(&[("dim", "axis")])
+                .passing_through(),
+        )?
+        .insert(
+            RuleInfo::of::<Reshape>()
+                .renamed("aten.view")
+                .reading(&[("size", "shape")])
+                .passing_through(),
+        )?
+        .insert(
+            RuleInfo::of::<Reshape>()
+                .renamed("aten._unsafe_view")
+                .reading(&[("size", "shape")])
+                .passing_through(),
+        )?
+        .insert(
+            RuleInfo::of::<Reshape>()
+                .renamed("aten.reshape")
+                .passing_through(),
+        )?
+        .insert(RuleInfo::of::<AtenExpand>().passing_through())?
+        // Cuts and joins.
+        .register::<AtenSlice>()?
+        .insert(
+            RuleInfo::of::<Split>()
+                .renamed("aten.split_with_sizes")
+                .reading(&[("split_sizes", "sections"), ("dim", "axis")]),
+        )?
+        .insert(
+            RuleInfo::of::<Concat>()
+                .renamed("aten.cat")
+                .reading(&[("dim", "axis")]),
+        )?
+        // Normalizations and attention.
+        .insert(RuleInfo::of::<AtenNativeLayerNorm>().ignoring(&["eps"]))?
+        .register::<AtenScaledDotProductAttention>()?
+        // Advanced indexing by index tensors: every tensor replicated, until
+        // the op has a rule of its own (a whole-tensor answer is always sound).
+        .insert(RuleInfo::of::<Replicated>().renamed("aten.index.Tensor"))?;
+    for (name, ignored) in ATEN_UNARY {
+        registry.insert(
+            RuleInfo::of::<ElementwiseUnary>()
+                .renamed(name)
+                .ignoring(ignored)
+                .passing_through(),
+        )?;
+    }
+    for (name, ignored) in ATEN_BINARY {
+        registry.insert(
+            RuleInfo::of::<ElementwiseBinary>()
+                .renamed(name)
+                .ignoring(ignored)
                 .passing_through(),
         )?;
     }

@@ -6,8 +6,10 @@ random weights, with torch.export, and write its graph in spmd-graph's JSON.
     python export.py --config-class MistralConfig --layers 2 -o mistral.json
 
 The graph is core ATen IR after the default decompositions
-(`ExportedProgram.run_decompositions()`): a small, stable operator set that
-every model lowers to, so one set of rules covers any architecture. Nothing
+(`ExportedProgram.run_decompositions()`), but for
+`aten.scaled_dot_product_attention`, kept as one op: a small, stable
+operator set that every model lowers to, so one set of rules covers any
+architecture. Nothing
 is downloaded: the model is built from a config class with random weights.
 
 What the JSON holds (see spmd-graph's `json` module for the format):
@@ -20,9 +22,14 @@ What the JSON holds (see spmd-graph's `json` module for the format):
   `inputs` its tensor arguments in schema order (a tensor list, as
   `aten.cat`'s, gives one input per element), `attrs` its other arguments
   by schema name; an op with several results names them `<node>.0`, ...
+  A `.Tensor` overload called with a number operand (`aten.add.Tensor(x,
+  2.0)`) is written as ATen's `.Scalar` overload of the same arguments, so
+  that every name has one arity.
 - outputs: the user outputs (the logits).
 Calls that compute nothing (`aten._assert_tensor_metadata`, ...) are left
-out and counted on stderr.
+out, and calls that read no tensor (`aten.arange`, `aten.full`, ...) are
+written as constant tensors without a producer (a device can create its
+block of a constant in any layout); both are counted on stderr.
 """
 
 import argparse
@@ -39,8 +46,9 @@ SMALL = dict(
     hidden_size=64,
     intermediate_size=128,
     num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
+    # Heads a 4-way tensor-parallel plan divides (head dim 8).
+    num_attention_heads=8,
+    num_key_value_heads=4,
     max_position_embeddings=64,
     # OPT
     ffn_dim=128,
@@ -48,7 +56,7 @@ SMALL = dict(
     # GPT-2, GPT-NeoX under other names
     n_embd=64,
     n_layer=2,
-    n_head=4,
+    n_head=8,
     n_positions=64,
     n_inner=128,
 )
@@ -71,23 +79,31 @@ SKIPPED = {
 }
 
 
-def build(config_class, layers, batch, seq):
+def config_of(config_class, layers):
+    """The config class with the small sizes and `layers` layers."""
     cls = getattr(transformers, config_class, None)
     if cls is None:
         sys.exit(f"transformers has no config class {config_class}")
     sizes = dict(SMALL)
     for key in ("num_hidden_layers", "n_layer"):
         sizes[key] = layers
-    config = cls(**sizes)
-    # The eager attention lowers to matmuls and a softmax in every
-    # architecture, the same ops a fused kernel computes.
-    config._attn_implementation = "eager"
+    return cls(**sizes)
+
+
+def build(config_class, layers, batch, seq):
+    config = config_of(config_class, layers)
+    # Attention as one op, `aten.scaled_dot_product_attention`, kept whole
+    # by the decompositions (below): its layout is the heads', which a
+    # lowering to batched matmuls over merged batch and heads would lose.
+    config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     ids = torch.randint(0, config.vocab_size, (batch, seq))
     with torch.no_grad():
         program = torch.export.export(model, (), {"input_ids": ids, "use_cache": False})
-    return program.run_decompositions()
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    return program.run_decompositions(table)
 
 
 def op_name(target):
@@ -117,7 +133,7 @@ def to_json(program, mesh):
         if spec.target is not None:
             names[spec.arg.name] = spec.target
     params = {s.arg.name for s in sig.input_specs if s.kind.name == "PARAMETER"}
-    tensors, ops, skipped = [], [], {}
+    tensors, ops, skipped, created = [], [], {}, {}
     # Results of multi-output calls, read through operator.getitem.
     items = {}
 
@@ -140,6 +156,15 @@ def to_json(program, mesh):
             skipped[str(node.target)] = skipped.get(str(node.target), 0) + 1
             continue
         schema = node.target._schema
+        if not any(isinstance(a, torch.fx.Node) or (isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a)) for a in list(node.args) + list(node.kwargs.values())):
+            # A creation op (`aten.arange`, `aten.full`, ...) reads no
+            # tensor: its result is a constant, which every device can make
+            # in whatever layout its readers want. It is written as a tensor
+            # without a producer, as the parameters are.
+            if isinstance(val, torch.Tensor):
+                tensors.append(tensor_entry(node.name, val))
+                created[op_name(node.target)] = created.get(op_name(node.target), 0) + 1
+                continue
         inputs, attrs = [], {}
         for i, arg in enumerate(schema.arguments):
             if i < len(node.args):
@@ -165,13 +190,20 @@ def to_json(program, mesh):
                     tensors.append(tensor_entry(f"{node.name}.{k}", v))
         else:
             continue
-        op = dict(name=node.name, op=op_name(node.target), inputs=inputs, outputs=outputs)
+        name = op_name(node.target)
+        # `aten.add.Tensor(x, 2.0)`: a number operand is ATen's `.Scalar`
+        # overload (same arguments), so each name has one arity.
+        if name.endswith(".Tensor") and "other" in attrs:
+            name = name.removesuffix(".Tensor") + ".Scalar"
+        op = dict(name=node.name, op=name, inputs=inputs, outputs=outputs)
         if attrs:
             op["attrs"] = attrs
         ops.append(op)
     outputs = [tensor_name(a) for a in program.graph.output_node().args[0] if isinstance(a, torch.fx.Node)]
     for name, n in sorted(skipped.items()):
         print(f"left out {n} x {name} (computes nothing)", file=sys.stderr)
+    for name, n in sorted(created.items()):
+        print(f"wrote {n} x {name} as a constant tensor (reads no tensor)", file=sys.stderr)
     return dict(mesh=mesh, tensors=tensors, ops=ops, outputs=outputs)
 
 

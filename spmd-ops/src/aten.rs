@@ -1,0 +1,228 @@
+//! ATen's operators as `torch.export` lowers a model to core ATen IR
+//! (`tools/torch_export`), under ATen's names and argument names.
+//!
+//! Where an ATen op is a library op under another name, `lib.rs` registers
+//! that rule again under the ATen name, reading ATen's argument names
+//! (`RuleInfo::reading`): `aten.permute` is `transpose` reading `dims` as
+//! `perm`. This module declares the ones whose operands or results differ:
+//! the table comes first in `aten.embedding`, `aten.native_layer_norm`'s
+//! statistics keep the normalized dims as `1`s, `aten.addmm` adds its
+//! first operand, `aten.mean.dim` averages.
+//!
+//! A binary pointwise op whose `other` is a Python number is exported as
+//! the ATen overload for that, `aten.add.Scalar` (one tensor operand), so
+//! each ATen name has one arity.
+
+use spmd_core::notation::Pos;
+use spmd_core::{Call, SpmdError, spmd_rule};
+
+/// `aten.embedding(weight, indices, padding_idx, scale_grad_by_freq,
+/// sparse)`: `out[..., k] = weight[indices[...], k]`, the one-hot einsum
+/// with the table first. A table sharded by rows leaves the output partial
+/// (each device contributes the rows it holds, zeros elsewhere).
+#[spmd_rule(
+    name = "aten.embedding",
+    einsum = "jk,...->...k",
+    merge(conflicts = "strict"),
+    inputs(weight, indices),
+    outputs(out),
+    // The ids have no gradient; the table's scatters the output grad by the
+    // ids and never reads the table.
+    grad(none(indices), ignores(weight))
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AtenEmbedding {
+    #[spmd(default = -1)]
+    pub padding_idx: i64,
+    #[spmd(default)]
+    pub scale_grad_by_freq: bool,
+    #[spmd(default)]
+    pub sparse: bool,
+}
+
+/// `aten.mean.dim(self, dim, keepdim, dtype)`: the average over `dim`
+/// (every dim when it is empty or absent); a sharded averaged dim leaves the
+/// output partial `Avg`.
+#[spmd_rule(
+    name = "aten.mean.dim",
+    einsum = "@->@{reduced():-}",
+    case(when = self.keepdim, einsum = "@->@{reduced():1}"),
+    partial(reduce = "avg"),
+    inputs(input),
+    outputs(out),
+    // The grad spreads the output grad evenly and never reads the input.
+    grad(ignores(input))
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenMeanDim {
+    #[spmd(default)]
+    pub dim: Vec<i64>,
+    #[spmd(default)]
+    pub keepdim: bool,
+}
+
+impl AtenMeanDim {
+    fn reduced(&self) -> Pos<'_> {
+        if self.dim.is_empty() {
+            Pos::All
+        } else {
+            Pos::List(&self.dim)
+        }
+    }
+}
+
+/// `aten.native_layer_norm(input, normalized_shape, weight, bias, eps)` →
+/// `(out, mean, rstd)`: normalizes over the last `len(normalized_shape)`
+/// dims, which are never sharded; the statistics keep them as `1`s.
+#[spmd_rule(
+    name = "aten.native_layer_norm",
+    einsum = "@{normalized()..:1},*,*->@{normalized()..:1},@{normalized()..:1},@{normalized()..:1}",
+    inputs(input, weight, bias),
+    outputs(out, mean, rstd),
+    optional(weight, bias),
+    grad(inputs(input, weight, bias, mean, rstd), of(out))
+)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AtenNativeLayerNorm {
+    pub normalized_shape: Vec<i64>,
+}
+
+impl AtenNativeLayerNorm {
+    /// The first normalized dim, counted from the end.
+    fn normalized(&self) -> Pos<'_> {
+        Pos::Int(-(self.normalized_shape.len() as i64))
+    }
+}
+
+/// `aten.addmm(self, mat1, mat2, beta, alpha)`: `beta·self + alpha·(mat1 @
+/// mat2)`, `self` a bias added to the product (`[n]` or `[m, n]`): with the
+/// contraction sharded the product is partial, and so must the bias be.
+#[spmd_rule(
+    name = "aten.addmm",
+    einsum = "+n,mk,kn->mn",
+    case(when = call.input_rank(0) == Some(2), einsum = "+mn,mk,kn->mn"),
+    inputs(input, mat1, mat2),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AtenAddmm {
+    #[spmd(default)]
+    pub beta: Option<f64>,
+    #[spmd(default)]
+    pub alpha: Option<f64>,
+}
+
+/// `aten.slice.Tensor(self, dim, start, end, step)`: the sliced dim counts
+/// global positions, so it is never sharded; the others pass through.
+#[spmd_rule(
+    name = "aten.slice.Tensor",
+    einsum = "@{dim:1}->@{dim:1}",
+    partial(backward = "reset"),
+    inputs(input),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenSlice {
+    #[spmd(default)]
+    pub dim: i64,
+    #[spmd(default)]
+    pub start: Option<i64>,
+    #[spmd(default)]
+    pub end: Option<i64>,
+    #[spmd(default)]
+    pub step: Option<i64>,
+}
+
+/// `aten.expand(self, size, implicit)`: broadcasts `self` to `size`, new
+/// dims in front. The new dims and the expanded size-1 dims are written `1`
+/// (never sharded: every device holds the whole broadcast), the other dims
+/// pass through.
+#[spmd_rule(
+    name = "aten.expand",
+    einsum = "@{ones(call):1}->@{ones(call):1; leading(call):+1}",
+    validate = Self::check,
+    partial(backward = "reset"),
+    inputs(input),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenExpand {
+    pub size: Vec<i64>,
+    #[spmd(default)]
+    pub implicit: bool,
+}
+
+impl AtenExpand {
+    /// The input's size-1 dims (those `size` may expand).
+    fn ones(&self, call: &Call<'_>) -> Pos<'_> {
+        let shape = call.input_shape(0).unwrap_or(&[]);
+        Pos::Mask(
+            shape
+                .iter()
+                .enumerate()
+                .filter(|&(d, &n)| n == 1 && d < 64)
+                .fold(0, |m, (d, _)| m | 1 << d),
+        )
+    }
+
+    /// The new leading dims, counted in the output.
+    fn leading(&self, call: &Call<'_>) -> Pos<'_> {
+        let rank = call.input_rank(0).unwrap_or(0);
+        let new = self.size.len().saturating_sub(rank).min(63);
+        Pos::Mask((1u64 << new) - 1)
+    }
+
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+        let rank = call.input_rank(0).unwrap_or(0);
+        if self.size.len() < rank {
+            return Err(SpmdError::InvalidAttr {
+                op: "aten.expand",
+                attr: "size".into(),
+                message: format!(
+                    "expands a tensor of rank {rank} to {} dims: it cannot drop dims",
+                    self.size.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `aten.scaled_dot_product_attention(query, key, value, attn_mask,
+/// dropout_p, is_causal, scale, enable_gqa)`: `softmax(q·kᵀ·scale + mask)·v`
+/// over `[batch, heads, seq, head_dim]` tensors. Batch and heads split work;
+/// the sequences and head dims are never sharded (each row's softmax reads
+/// all of `t`). With fewer key/value heads (`enable_gqa`), each serves a
+/// group of query heads: the query heads are the compound `(hg)`, and only
+/// the key/value head `h` may be sharded. The mask (`[b, h, s, t]`, or with
+/// size-1 dims that broadcast) follows the others.
+#[spmd_rule(
+    name = "aten.scaled_dot_product_attention",
+    einsum = "bhsd,bhtd,bhte,|bhst|*->bhse",
+    case(
+        when = grouped(&call),
+        einsum = "b(hg)sd,bhtd,bhte,|b(hg)st|*->b(hg)se"
+    ),
+    inputs(query, key, value, attn_mask),
+    outputs(out),
+    optional(attn_mask),
+    merge(never_sharded = "stde", unsharded_claims = "ignore", follows(attn_mask)),
+    partial(backward = "reset")
+)]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AtenScaledDotProductAttention {
+    #[spmd(default)]
+    pub dropout_p: f64,
+    #[spmd(default)]
+    pub is_causal: bool,
+    #[spmd(default)]
+    pub scale: Option<f64>,
+    #[spmd(default)]
+    pub enable_gqa: bool,
+}
+
+/// Key/value heads fewer than the query's (dim 1 of `[b, h, s, d]`).
+fn grouped(call: &Call<'_>) -> bool {
+    let heads = |i: usize| call.input_shape(i).and_then(|s| s.get(1).copied());
+    heads(1).is_some() && heads(1) != heads(0)
+}
