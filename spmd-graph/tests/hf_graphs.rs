@@ -9,7 +9,10 @@
 //! - under PyTorch's tensor-parallel plan (`graphs/hf/dtensor_counts.json`,
 //!   recorded by `tools/torch_export/dtensor_counts.py` with DTensor's
 //!   `CommDebugMode` on a fake 4-rank process group), spmd's forward and
-//!   backward reshard plans have the collectives DTensor runs.
+//!   backward reshard plans have the collectives DTensor runs;
+//! - with data parallelism added on a second mesh dim (`[2, 4]`, the batch
+//!   split over mesh dim 0), the backward gains exactly one gradient
+//!   all-reduce over mesh dim 0 per parameter, and nothing else.
 
 use std::collections::BTreeMap;
 
@@ -116,16 +119,31 @@ fn exported_files_carry_params_dtypes_and_outputs() {
 /// The model's graph with DTensor's plan as annotations: each planned
 /// weight laid out as `spmd_plan` says, the input ids replicated.
 fn with_plan(text: &str, model: &str) -> GraphFile {
+    with_plans(text, model, false)
+}
+
+/// [`with_plan`], or with `data_parallel` on a `[2, 4]` mesh: the tensor
+/// parallelism on mesh dim 1, the input ids' batch split over mesh dim 0.
+fn with_plans(text: &str, model: &str, data_parallel: bool) -> GraphFile {
     let counts: serde_json::Value = serde_json::from_str(DTENSOR).unwrap();
     let mut file: GraphFile = serde_json::from_str(text).unwrap();
     let spmd_plan = counts[model]["spmd_plan"].as_object().unwrap();
     let mut planned = 0;
+    if data_parallel {
+        file.mesh = vec![2, 4];
+    }
     for t in &mut file.tensors {
         if let Some(m) = spmd_plan.get(&t.name) {
-            t.dims_mapping = Some(serde_json::from_value(m.clone()).unwrap());
+            let mut m: Vec<i64> = serde_json::from_value(m.clone()).unwrap();
+            if data_parallel {
+                // The tensor-parallel mesh dim is 1 now.
+                m = m.iter().map(|&d| if d == 0 { 1 } else { d }).collect();
+            }
+            t.dims_mapping = Some(serde_json::from_value(m.into()).unwrap());
             planned += 1;
         } else if t.name == "input_ids" {
-            t.dims_mapping = Some(serde_json::from_str("[-1, -1]").unwrap());
+            let ids = if data_parallel { "[0, -1]" } else { "[-1, -1]" };
+            t.dims_mapping = Some(serde_json::from_str(ids).unwrap());
         }
     }
     assert_eq!(
@@ -170,6 +188,37 @@ fn tensor_parallel_plans_run_dtensors_collectives() {
             (backward.count("all-reduce"), backward.collectives()),
             dtensor(model, "backward"),
             "{model} backward: {}",
+            spmd_graph::report::plan_text(&bw.graph, &backward)
+        );
+    }
+}
+
+#[test]
+fn data_parallelism_adds_one_gradient_all_reduce_per_parameter() {
+    use spmd_graph::steps::Step;
+    let registry = spmd_ops::builtins();
+    for (model, text) in MODELS.iter().filter(|(m, _)| *m != "gpt2") {
+        let file = with_plans(text, model, true);
+        let params = file.tensors.iter().filter(|t| t.param).count();
+        let loaded = spmd_graph::json::from_file(&file, &registry).unwrap();
+        let p = propagate(&loaded.graph).unwrap();
+        let bw = backward_graph(&loaded.graph, &p, &registry, &loaded.outputs).unwrap();
+        let bp = propagate(&bw.graph).unwrap();
+        let backward = plan(&bw.graph, &bp, DType::F32).unwrap();
+        let over = |dims: &[u8]| {
+            backward
+                .steps()
+                .filter(|s| matches!(s, Step::AllReduce { mesh_dims, .. } if mesh_dims.as_slice() == dims))
+                .count()
+        };
+        assert_eq!(
+            (over(&[0]), over(&[1]), backward.collectives()),
+            (
+                params,
+                dtensor(model, "backward").0,
+                params + dtensor(model, "backward").1
+            ),
+            "{model}: {}",
             spmd_graph::report::plan_text(&bw.graph, &backward)
         );
     }
