@@ -77,6 +77,7 @@ Examples:
   spmd propagate spmd-graph/graphs/gpt_layer.json
   spmd propagate spmd-graph/graphs/gpt_layer.json --backward
   spmd propagate graph.json --dtype bf16 --json
+  spmd propagate spmd-graph/graphs/hf/llama.json --plan spmd-graph/graphs/hf/llama_tp_dp.json --backward
 
 The graph file lists the mesh, every tensor (name, shape, optional dims_mapping /
 partial_dims annotation with a priority, param flag) and the ops in a topological order (registry
@@ -285,6 +286,12 @@ pub struct PropagateArgs {
     /// parameter's gradient in its parameter's layout) and print its plan.
     #[arg(long)]
     pub backward: bool,
+
+    /// Annotate the graph from a plan file first: tensor-name patterns
+    /// (`*` = any run of characters) and their layouts, optionally a mesh
+    /// (see `spmd_graph::annotations`).
+    #[arg(long, value_name = "PLAN.json")]
+    pub plan: Option<String>,
 
     /// Print the report as JSON.
     #[arg(long)]

@@ -2117,3 +2117,45 @@ fn every_op_shows_its_signature() {
     let v = json(&["ops", "embedding", "--json"]);
     assert_eq!(v["inputs"], serde_json::json!(["x", "weight"]));
 }
+
+fn hf(file: &str) -> String {
+    format!(
+        "{}/../spmd-graph/graphs/hf/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// An exported Llama with a plan file of name patterns: Megatron's tensor
+/// parallelism on mesh dim 1 (DTensor's 4 forward and 10 backward
+/// all-reduces, `graphs/hf/dtensor_counts.json`) and data parallelism on
+/// mesh dim 0 (one gradient all-reduce per parameter: 21).
+#[test]
+fn propagate_takes_a_plan_of_name_patterns() {
+    let (code, out, err) = run(&[
+        "propagate",
+        &hf("llama.json"),
+        "--plan",
+        &hf("llama_tp_dp.json"),
+        "--backward",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("on mesh 2x4"), "{out}");
+    let totals: Vec<&str> = out.lines().filter(|l| l.contains("total:")).collect();
+    assert_eq!(totals.len(), 2, "{out}");
+    assert!(totals[0].contains("4 all-reduce;"), "{}", totals[0]);
+    assert!(totals[1].contains("31 all-reduce;"), "{}", totals[1]);
+    // A pattern that annotates nothing is an error naming it.
+    let plan = temp_file(
+        "typo_plan.json",
+        r#"{"annotations": [{"tensors": "model.layers.*.q_prj.weight", "dims_mapping": [0, -1]}]}"#,
+    );
+    bad(
+        &[
+            "propagate",
+            &hf("llama.json"),
+            "--plan",
+            plan.to_str().unwrap(),
+        ],
+        "plan pattern `model.layers.*.q_prj.weight`: matches no tensor",
+    );
+}

@@ -34,6 +34,8 @@ pub enum GraphError {
         missing.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
     )]
     MissingRules { missing: Vec<MissingRule> },
+    #[error("plan pattern `{pattern}`: {message}")]
+    BadPlan { pattern: String, message: String },
     #[error("op `{op}`: {source}")]
     Rule {
         op: String,

@@ -92,6 +92,7 @@
 //! the builder (a GPT with Megatron-LM's annotations) live in `spmd-models`.
 #![forbid(unsafe_code)]
 
+pub mod annotations;
 mod backward;
 mod error;
 mod graph;

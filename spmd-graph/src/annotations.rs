@@ -1,0 +1,186 @@
+//! Annotation files: a sharding plan written apart from the graph, as
+//! tensor-name patterns and the layouts they get, so a user can try plans
+//! on an exported model without editing it.
+//!
+//! ```json
+//! {
+//!   "mesh": [2, 4],
+//!   "annotations": [
+//!     {"tensors": "model.layers.*.self_attn.q_proj.weight", "dims_mapping": [1, -1]},
+//!     {"tensors": "input_ids", "dims_mapping": [0, -1]}
+//!   ]
+//! }
+//! ```
+//!
+//! - `mesh` (optional) replaces the graph's mesh.
+//! - `annotations`: in `tensors`, `*` stands for any run of characters
+//!   (dots included), everything else for itself; `dims_mapping`,
+//!   `partial_dims` and `priority` are a graph tensor's annotation fields.
+//!   Every pattern must match a tensor, and no tensor may match two
+//!   patterns: a plan that silently annotates nothing, or annotates one
+//!   tensor twice, is an error that names the pattern.
+
+use serde::{Deserialize, Serialize};
+use spmd_core::json::Mapping;
+
+use crate::error::GraphError;
+use crate::json::GraphFile;
+
+/// A plan file (see the module docs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnnotationFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mesh: Option<Vec<usize>>,
+    pub annotations: Vec<Annotation>,
+}
+
+/// The tensors one pattern names, and their annotation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Annotation {
+    pub tensors: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dims_mapping: Option<Mapping>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partial_dims: Vec<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+}
+
+/// Annotates `graph` as `plan` says; how many tensors it annotated.
+///
+/// ```
+/// use spmd_graph::annotations::{AnnotationFile, apply};
+/// use spmd_graph::json::GraphFile;
+///
+/// let mut graph: GraphFile = serde_json::from_str(r#"{"mesh": [4],
+///   "tensors": [{"name": "l.0.w", "shape": [8, 8]}, {"name": "l.1.w", "shape": [8, 8]},
+///               {"name": "x", "shape": [2, 8]}],
+///   "ops": []}"#)?;
+/// let plan: AnnotationFile = serde_json::from_str(r#"{"mesh": [2, 2],
+///   "annotations": [{"tensors": "l.*.w", "dims_mapping": [-1, 1]}]}"#)?;
+/// assert_eq!(apply(&mut graph, &plan)?, 2);
+/// assert_eq!(graph.mesh, [2, 2]);
+/// assert!(graph.tensors[2].dims_mapping.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn apply(graph: &mut GraphFile, plan: &AnnotationFile) -> Result<usize, GraphError> {
+    if let Some(mesh) = &plan.mesh {
+        graph.mesh = mesh.clone();
+    }
+    // Which pattern annotated each tensor, to refuse a second.
+    let mut by: Vec<Option<usize>> = vec![None; graph.tensors.len()];
+    for (k, a) in plan.annotations.iter().enumerate() {
+        let mut matched = 0;
+        for (t, tensor) in graph.tensors.iter_mut().enumerate() {
+            if !matches(&a.tensors, &tensor.name) {
+                continue;
+            }
+            if let Some(first) = by[t] {
+                return Err(GraphError::BadPlan {
+                    pattern: a.tensors.clone(),
+                    message: format!(
+                        "tensor `{}` is annotated already, by pattern `{}`",
+                        tensor.name, plan.annotations[first].tensors
+                    ),
+                });
+            }
+            by[t] = Some(k);
+            tensor.dims_mapping = a.dims_mapping.clone();
+            tensor.partial_dims = a.partial_dims.clone();
+            tensor.priority = a.priority;
+            matched += 1;
+        }
+        if matched == 0 {
+            return Err(GraphError::BadPlan {
+                pattern: a.tensors.clone(),
+                message: "matches no tensor of the graph".into(),
+            });
+        }
+    }
+    Ok(by.iter().filter(|b| b.is_some()).count())
+}
+
+/// Whether `name` is `pattern`, each `*` standing for any run of characters.
+fn matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No `*`: the whole name.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stars_match_any_run_and_the_rest_itself() {
+        assert!(matches("input_ids", "input_ids"));
+        assert!(!matches("input_ids", "input_ids2"));
+        assert!(matches(
+            "*.q_proj.weight",
+            "model.layers.0.self_attn.q_proj.weight"
+        ));
+        assert!(matches(
+            "model.*.q_proj.*",
+            "model.layers.1.self_attn.q_proj.weight"
+        ));
+        assert!(!matches(
+            "model.*.q_proj.*",
+            "model.layers.1.self_attn.k_proj.weight"
+        ));
+        assert!(matches("*", "anything"));
+        assert!(matches("a*b*c", "abc"));
+        assert!(!matches("a*bc*c", "abc"));
+        // The last part must fit after the middle ones.
+        assert!(!matches("ab*b", "ab"));
+    }
+
+    fn graph() -> GraphFile {
+        serde_json::from_str(
+            r#"{"mesh": [4], "ops": [],
+              "tensors": [{"name": "a.w", "shape": [4]}, {"name": "b.w", "shape": [4]}]}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pattern_that_matches_nothing_or_twice_is_an_error() {
+        let plan = |json: &str| -> AnnotationFile { serde_json::from_str(json).unwrap() };
+        let e = apply(
+            &mut graph(),
+            &plan(r#"{"annotations": [{"tensors": "c.*", "dims_mapping": [0]}]}"#),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "plan pattern `c.*`: matches no tensor of the graph"
+        );
+        let e = apply(
+            &mut graph(),
+            &plan(
+                r#"{"annotations": [{"tensors": "*.w", "dims_mapping": [0]},
+                                    {"tensors": "a.*", "dims_mapping": [-1]}]}"#,
+            ),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "plan pattern `a.*`: tensor `a.w` is annotated already, by pattern `*.w`"
+        );
+    }
+}
