@@ -223,3 +223,49 @@ fn data_parallelism_adds_one_gradient_all_reduce_per_parameter() {
         );
     }
 }
+
+/// `graphs/hf/llama-2-7b.json.gz`: `LlamaConfig()`'s own sizes (Llama-2-7B:
+/// 32 layers, hidden 4096, vocabulary 32000), exported on the meta device
+/// (`export.py llama --full-size --layers 0 --batch 1 --seq 2048`).
+fn llama_7b() -> String {
+    use std::io::Read;
+    let gz = include_bytes!("../graphs/hf/llama-2-7b.json.gz");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
+/// The full-size Llama under the TP plan of `graphs/hf/llama_tp.json`:
+/// Megatron's two forward all-reduces per layer and DTensor's five backward
+/// ones (one per column-parallel projection's input grad), for 32 layers.
+#[test]
+fn full_size_llama_has_two_forward_and_five_backward_all_reduces_per_layer() {
+    use spmd_graph::annotations::{AnnotationFile, apply};
+    let registry = spmd_ops::builtins();
+    let mut file: GraphFile = serde_json::from_str(&llama_7b()).unwrap();
+    let tp: AnnotationFile =
+        serde_json::from_str(include_str!("../graphs/hf/llama_tp.json")).unwrap();
+    apply(&mut file, &tp).unwrap();
+    let layers = file
+        .tensors
+        .iter()
+        .filter(|t| t.name.ends_with("self_attn.q_proj.weight"))
+        .count();
+    assert_eq!(layers, 32);
+    let loaded = spmd_graph::json::from_file(&file, &registry).unwrap();
+    let p = propagate(&loaded.graph).unwrap();
+    let forward = plan(&loaded.graph, &p, DType::F32).unwrap();
+    assert_eq!(
+        (forward.count("all-reduce"), forward.collectives()),
+        (2 * layers, 2 * layers)
+    );
+    let bw = backward_graph(&loaded.graph, &p, &registry, &loaded.outputs).unwrap();
+    let bp = propagate(&bw.graph).unwrap();
+    let backward = plan(&bw.graph, &bp, DType::F32).unwrap();
+    assert_eq!(
+        (backward.count("all-reduce"), backward.collectives()),
+        (5 * layers, 5 * layers)
+    );
+}

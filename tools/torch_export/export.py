@@ -90,15 +90,22 @@ def config_of(config_class, layers):
     return cls(**sizes)
 
 
-def build(config_class, layers, batch, seq):
-    config = config_of(config_class, layers)
+def build(config_class, layers, batch, seq, full_size=False):
+    if full_size:
+        # The config class's own sizes (LlamaConfig(): Llama-2-7B), built on
+        # the meta device: no weight is allocated.
+        config = getattr(transformers, config_class)(num_hidden_layers=layers) if layers else getattr(transformers, config_class)()
+    else:
+        config = config_of(config_class, layers)
     # Attention as one op, `aten.scaled_dot_product_attention`, kept whole
     # by the decompositions (below): its layout is the heads', which a
     # lowering to batched matmuls over merged batch and heads would lose.
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    ids = torch.randint(0, config.vocab_size, (batch, seq))
+    device = "meta" if full_size else "cpu"
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(config).eval()
+        ids = torch.randint(0, config.vocab_size, (batch, seq))
     with torch.no_grad():
         program = torch.export.export(model, (), {"input_ids": ids, "use_cache": False})
     table = torch.export.default_decompositions()
@@ -226,6 +233,11 @@ def main():
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seq", type=int, default=16)
     p.add_argument("--mesh", type=int, nargs="+", default=[4])
+    p.add_argument(
+        "--full-size",
+        action="store_true",
+        help="the config class's default sizes on the meta device (LlamaConfig: Llama-2-7B); --layers 0 keeps its layer count",
+    )
     p.add_argument("-o", "--output", help="the JSON file (one model)")
     p.add_argument("--out-dir", help="one <model>.json per model")
     a = p.parse_args()
@@ -237,7 +249,7 @@ def main():
     if a.output and len(wanted) != 1:
         p.error("-o takes one model; use --out-dir for several")
     for short, cls in wanted:
-        graph = to_json(build(cls, a.layers, a.batch, a.seq), a.mesh)
+        graph = to_json(build(cls, a.layers, a.batch, a.seq, a.full_size), a.mesh)
         path = a.output or f"{a.out_dir or '.'}/{short}.json"
         write(graph, path)
         print(f"{cls}: {len(graph['ops'])} ops, {len(graph['tensors'])} tensors -> {path}", file=sys.stderr)
