@@ -1,0 +1,234 @@
+//! ATen's rules of their own (`spmd-ops`'s `aten` module), checked against
+//! the ops themselves on random shapes, meshes and mappings, forward and
+//! backward: `aten.addmm` (a bias added to a product, 1-d or 2-d),
+//! `aten.expand` (new and size-1 dims broadcast), `aten.mean.dim` (an
+//! average, `Avg` partials) and `aten.slice.Tensor` (global positions along
+//! the sliced dim). The ATen names that reuse a library rule are checked
+//! with that rule (the other files of this directory); whole exported
+//! models run in `spmd-graph/tests/hf_graphs.rs`. Grads are not checked
+//! here; nor are `aten.embedding` (the notation of the checked `embedding`,
+//! operands swapped: a row-split table is the one-hot einsum, which
+//! `products.rs` checks), `aten.native_layer_norm` and
+//! `aten.scaled_dot_product_attention` (the structure of the checked
+//! `layer_norm` and `flash_attention`, in ATen's layouts): a kernel of
+//! their own is future work.
+//!
+//! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
+
+mod common;
+
+use proptest::prelude::*;
+use spmd_check::{Input, Tensor, Values, check_backward, check_forward, einsum};
+use spmd_core::{Attrs, DistAttr, Mesh, ReduceType};
+
+use common::kernels::{each_index, with_dim};
+use common::op_check::{self, assert_meaningful, tallies};
+use common::{CASES, registry, run, shape};
+
+/// Forward from the drawn inputs, backward from the drawn outputs (without
+/// partial status), both against `op`.
+fn check(
+    name: &str,
+    attrs: &Attrs,
+    c: &op_check::Case,
+    values: &[Tensor],
+    op: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+    t: &[common::Tally; 3],
+) -> Result<(), TestCaseError> {
+    let rule = registry().build(name, attrs).unwrap();
+    let mesh = Mesh::new(&c.mesh).unwrap();
+    let inputs: Vec<Input> = values
+        .iter()
+        .zip(&c.inputs)
+        .map(|(v, a)| Input::new(v.clone(), a.clone()))
+        .collect();
+    t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
+    let outs: Vec<DistAttr> = c
+        .outputs
+        .iter()
+        .map(|a| DistAttr::new(a.dims_mapping.clone()))
+        .collect();
+    t[1].record(check_backward(&*rule, &mesh, values, &outs, op))?;
+    Ok(())
+}
+
+fn probes(shapes: &[Vec<usize>]) -> Vec<Tensor> {
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Tensor::probe(s, i as u64 + 1, Values::Integers))
+        .collect()
+}
+
+#[test]
+fn addmm_against_the_op() {
+    let t = tallies();
+    let dims = (1usize..=4, 1usize..=4, 1usize..=4, any::<bool>()).prop_map(|(m, k, n, wide)| {
+        let bias = if wide { vec![m, n] } else { vec![n] };
+        (vec![bias, vec![m, k], vec![k, n]], vec![m, n])
+    });
+    run(CASES, op_check::case(dims), |c| {
+        let op = |v: &[Tensor]| {
+            let p = einsum("mk,kn->mn", &[&v[1], &v[2]], ReduceType::Sum).unwrap();
+            let bias = &v[0];
+            vec![Tensor::from_fn(p[0].shape(), |i| {
+                let b = if bias.shape().len() == 1 {
+                    bias.get(&i[1..])
+                } else {
+                    bias.get(i)
+                };
+                p[0].get(i) + b
+            })]
+        };
+        check("aten.addmm", &Attrs::new(), &c, &probes(&c.shapes), &op, &t)
+    });
+    assert_meaningful("aten.addmm", &t);
+}
+
+#[test]
+fn expand_against_the_op() {
+    let t = tallies();
+    // The input's dims, each maybe 1 (then expanded to its output size),
+    // and up to two new leading dims.
+    let dims = (
+        prop::collection::vec((1usize..=4, any::<bool>()), 1..=3),
+        prop::collection::vec(1usize..=3, 0..=2),
+    )
+        .prop_map(|(dims, lead)| {
+            let x: Vec<usize> = dims
+                .iter()
+                .map(|&(n, one)| if one { 1 } else { n })
+                .collect();
+            let mut out = lead;
+            out.extend(dims.iter().map(|&(n, _)| n));
+            (vec![x], out)
+        });
+    run(CASES, op_check::case(dims), |c| {
+        // ATen's `size`: -1 keeps a dim as it is (on a device, its block's
+        // extent), a number broadcasts a size-1 or new dim to it.
+        let x_global = c.shapes[0].clone();
+        let lead = c.out.len() - x_global.len();
+        let size: Vec<i64> = c
+            .out
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| match k.checked_sub(lead) {
+                Some(j) if x_global[j] != 1 => -1,
+                _ => n as i64,
+            })
+            .collect();
+        let sizes = size.clone();
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            let out: Vec<usize> = sizes
+                .iter()
+                .enumerate()
+                .map(|(k, &n)| {
+                    if n < 0 {
+                        x.shape()[k - lead]
+                    } else {
+                        n as usize
+                    }
+                })
+                .collect();
+            vec![Tensor::from_fn(&out, |i| {
+                let at: Vec<usize> = i[lead..]
+                    .iter()
+                    .zip(&sizes[lead..])
+                    .map(|(&k, &n)| if n < 0 { k } else { 0 })
+                    .collect();
+                x.get(&at)
+            })]
+        };
+        let attrs = Attrs::new().with("size", size);
+        check("aten.expand", &attrs, &c, &probes(&c.shapes), &op, &t)
+    });
+    assert_meaningful("aten.expand", &t);
+}
+
+#[test]
+fn mean_dim_against_the_op() {
+    let t = tallies();
+    let params = (shape(1..=3), any::<prop::sample::Index>(), any::<bool>()).prop_flat_map(
+        |(x, d, keep)| {
+            let d = d.index(x.len());
+            let out: Vec<usize> = if keep {
+                with_dim(&x, d, 1)
+            } else {
+                x.iter()
+                    .enumerate()
+                    .filter(|&(k, _)| k != d)
+                    .map(|(_, &n)| n)
+                    .collect()
+            };
+            (op_check::case(Just((vec![x], out))), Just((d, keep)))
+        },
+    );
+    run(CASES, params, |(c, (d, keep))| {
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            let n = x.shape()[d];
+            // The block's own shape, reduced.
+            let out: Vec<usize> = if keep {
+                with_dim(x.shape(), d, 1)
+            } else {
+                let mut s = x.shape().to_vec();
+                s.remove(d);
+                s
+            };
+            let mut sums = Tensor::from_fn(&out, |_| 0.0);
+            each_index(x.shape(), |i| {
+                let at: Vec<usize> = if keep {
+                    with_dim(i, d, 0)
+                } else {
+                    i.iter()
+                        .enumerate()
+                        .filter(|&(k, _)| k != d)
+                        .map(|(_, &v)| v)
+                        .collect()
+                };
+                sums.set(&at, sums.get(&at) + x.get(i) / n as f64);
+            });
+            vec![sums]
+        };
+        let attrs = Attrs::new()
+            .with("dim", vec![d as i64])
+            .with("keepdim", keep);
+        check("aten.mean.dim", &attrs, &c, &probes(&c.shapes), &op, &t)
+    });
+    assert_meaningful("aten.mean.dim", &t);
+}
+
+#[test]
+fn slice_against_the_op() {
+    let t = tallies();
+    let params = (
+        shape(1..=3),
+        any::<prop::sample::Index>(),
+        0usize..=2,
+        1usize..=2,
+    )
+        .prop_flat_map(|(x, d, start, step)| {
+            let d = d.index(x.len());
+            let start = start.min(x[d] - 1);
+            let len = (x[d] - start).div_ceil(step);
+            let out = with_dim(&x, d, len);
+            (op_check::case(Just((vec![x], out))), Just((d, start, step)))
+        });
+    run(CASES, params, |(c, (d, start, step))| {
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            let out = with_dim(x.shape(), d, (x.shape()[d] - start).div_ceil(step));
+            vec![Tensor::from_fn(&out, |i| {
+                x.get(&with_dim(i, d, start + i[d] * step))
+            })]
+        };
+        let attrs = Attrs::new()
+            .with("dim", d as i64)
+            .with("start", start as i64)
+            .with("end", i64::MAX)
+            .with("step", step as i64);
+        check("aten.slice.Tensor", &attrs, &c, &probes(&c.shapes), &op, &t)
+    });
+    assert_meaningful("aten.slice.Tensor", &t);
+}
