@@ -2,16 +2,16 @@
 //! the ops themselves on random shapes, meshes and mappings, forward and
 //! backward: `aten.addmm` (a bias added to a product, 1-d or 2-d),
 //! `aten.expand` (new and size-1 dims broadcast), `aten.mean.dim` (an
-//! average, `Avg` partials) and `aten.slice.Tensor` (global positions along
-//! the sliced dim). The ATen names that reuse a library rule are checked
-//! with that rule (the other files of this directory); whole exported
-//! models run in `spmd-graph/tests/hf_graphs.rs`. Grads are not checked
-//! here; nor are `aten.embedding` (the notation of the checked `embedding`,
-//! operands swapped: a row-split table is the one-hot einsum, which
-//! `products.rs` checks), `aten.native_layer_norm` and
-//! `aten.scaled_dot_product_attention` (the structure of the checked
-//! `layer_norm` and `flash_attention`, in ATen's layouts): a kernel of
-//! their own is future work.
+//! average, `Avg` partials), `aten.slice.Tensor` (global positions along
+//! the sliced dim), `aten.native_layer_norm` (Paddle's layer_norm kernel,
+//! statistics in ATen's form) and `aten.scaled_dot_product_attention` (the
+//! flash kernel in ATen's `[b, h, s, d]` layout, grouped-query heads, a
+//! per-head or broadcast mask). The ATen names that reuse a library rule
+//! are checked with that rule (the other files of this directory); whole
+//! exported models run in `spmd-graph/tests/hf_graphs.rs`. Grads are not
+//! checked here, nor is `aten.embedding` (the notation of the checked
+//! `embedding`, operands swapped: a row-split table is the one-hot einsum
+//! `products.rs` checks).
 //!
 //! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
 
@@ -19,9 +19,12 @@ mod common;
 
 use proptest::prelude::*;
 use spmd_check::{Input, Tensor, Values, check_backward, check_forward, einsum};
-use spmd_core::{Attrs, DistAttr, Mesh, ReduceType};
+use spmd_core::{Attrs, DimsMapping, DistAttr, Mesh, ReduceType, Sharding};
 
+use common::kernels::attention::attention;
+use common::kernels::norm::{EPSILON, layer_norm};
 use common::kernels::{each_index, with_dim};
+use common::nn::small;
 use common::op_check::{self, assert_meaningful, tallies};
 use common::{CASES, registry, run, shape};
 
@@ -231,4 +234,125 @@ fn slice_against_the_op() {
         check("aten.slice.Tensor", &attrs, &c, &probes(&c.shapes), &op, &t)
     });
     assert_meaningful("aten.slice.Tensor", &t);
+}
+
+/// `aten.native_layer_norm` against Paddle's layer_norm kernel in ATen's
+/// form: the statistics keep the normalized dims as `1`s, and the second is
+/// `rstd = 1 / sqrt(var + eps)`, not the variance.
+#[test]
+fn native_layer_norm_against_the_kernel() {
+    let t = tallies();
+    let params = (shape(2..=3), 1usize..=2).prop_flat_map(|(x, l)| {
+        let l = l.min(x.len() - 1);
+        let begin = x.len() - l;
+        let w = x[begin..].to_vec();
+        (
+            op_check::case(Just((vec![x.clone(), w.clone(), w], x))),
+            Just(begin),
+        )
+    });
+    run(CASES, params, |(c, begin)| {
+        let normalized: Vec<i64> = c.shapes[0][begin..].iter().map(|&n| n as i64).collect();
+        let op = move |v: &[Tensor]| {
+            let r = layer_norm(&v[0], Some(&v[1]), Some(&v[2]), begin);
+            let mut stats = v[0].shape()[..begin].to_vec();
+            stats.resize(v[0].shape().len(), 1);
+            let rstd: Vec<f64> = r[2]
+                .data()
+                .iter()
+                .map(|var| 1.0 / (var + EPSILON).sqrt())
+                .collect();
+            vec![
+                r[0].clone(),
+                Tensor::new(&stats, r[1].data().to_vec()),
+                Tensor::new(&stats, rstd),
+            ]
+        };
+        let attrs = Attrs::new()
+            .with("normalized_shape", normalized)
+            .with("eps", EPSILON);
+        // Three outputs: `out` as drawn, the statistics laid out like its
+        // leading dims (the normalized ones `1`s).
+        let out = &c.outputs[0];
+        let stats: Vec<Sharding> = (0..out.dims_mapping.rank())
+            .map(|k| {
+                if k < begin {
+                    out.dims_mapping[k]
+                } else {
+                    Sharding::REPLICATED
+                }
+            })
+            .collect();
+        let stats = DistAttr::new(DimsMapping::from_shardings(&stats));
+        let mut c = c.clone();
+        c.outputs = vec![out.clone(), stats.clone(), stats];
+        check(
+            "aten.native_layer_norm",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            &t,
+        )
+    });
+    assert_meaningful("aten.native_layer_norm", &t);
+}
+
+/// `[b, h, s, d]` (ATen's attention layout) as `[b, s, h, d]` (the flash
+/// kernel's), and back.
+fn swap_heads_and_seq(x: &Tensor) -> Tensor {
+    let s = x.shape();
+    Tensor::from_fn(&[s[0], s[2], s[1], s[3]], |i| {
+        x.get(&[i[0], i[2], i[1], i[3]])
+    })
+}
+
+/// `aten.scaled_dot_product_attention` against the flash kernel in ATen's
+/// layout, with grouped-query heads and a per-head or broadcast mask.
+#[test]
+fn scaled_dot_product_attention_against_the_kernel() {
+    let t = tallies();
+    let dims = (
+        1usize..=2,
+        1usize..=2,
+        1usize..=2,
+        1usize..=3,
+        1usize..=3,
+        1usize..=2,
+        any::<bool>(),
+    )
+        .prop_map(|(b, g, rep, s, tk, d, per_head)| {
+            let h = g * rep;
+            let mask = vec![b, if per_head { h } else { 1 }, s, tk];
+            (
+                vec![vec![b, h, s, d], vec![b, g, tk, d], vec![b, g, tk, d], mask],
+                vec![b, h, s, d],
+            )
+        });
+    run(CASES, op_check::case(dims), |c| {
+        let op = |v: &[Tensor]| {
+            let (q, k, val) = (
+                swap_heads_and_seq(&v[0]),
+                swap_heads_and_seq(&v[1]),
+                swap_heads_and_seq(&v[2]),
+            );
+            let r = attention(&q, &k, &val, Some(&v[3]), None, false);
+            vec![swap_heads_and_seq(&r[0])]
+        };
+        let values: Vec<Tensor> = c
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| small(s, i as u64 + 1))
+            .collect();
+        check(
+            "aten.scaled_dot_product_attention",
+            &Attrs::new(),
+            &c,
+            &values,
+            &op,
+            &t,
+        )
+    });
+    assert_meaningful("aten.scaled_dot_product_attention", &t);
 }

@@ -179,6 +179,9 @@ impl<'r, 'a> Cx<'r, 'a> {
                 a
             }
             Dim::One => return None,
+            // A size-1 compound dim broadcasts (a mask's heads against the
+            // query's grouped heads): like a size-1 axis, it carries nothing.
+            Dim::Compound { .. } if size == Some(1) => return None,
             Dim::Compound { start, .. } => self.rule.plan.compound_axes[start as usize],
         };
         (!self.never.contains(a)).then_some(a)
