@@ -615,3 +615,88 @@ fn rope_derived_grad_replicates_the_sequence_everywhere() {
         check_grad(&*rule, &mesh, &inputs, &dys, rope, vjp),
     );
 }
+
+/// Grouped-query attention with a broadcast mask (`[b, 1, s, t]`) and the
+/// query heads split: the mask's size-1 heads dim matched the compound
+/// `(hg)` and was split with the heads, leaving some devices an empty mask
+/// block (forward); and the mask's grad, a sum over the heads, was not
+/// partial over their mesh dim (grad). Found by `aten.rs`'s property and
+/// `attention.rs`'s at 400 cases.
+///
+/// Fixed: a size-1 compound dim carries none of its axes, as a size-1 axis
+/// does not.
+#[test]
+fn a_broadcast_mask_is_not_split_with_grouped_heads() {
+    use common::kernels::attention::attention;
+    let mesh = Mesh::new(&[2]).unwrap();
+    let sdpa = spmd_ops::builtins()
+        .build("aten.scaled_dot_product_attention", &Attrs::new())
+        .unwrap();
+    // q [b, h, s, d] with 4 heads over 2 key/value heads, heads split.
+    let shapes: [&[usize]; 4] = [&[1, 4, 2, 2], &[1, 2, 2, 2], &[1, 2, 2, 2], &[1, 1, 2, 2]];
+    let attrs = [
+        attr(&[-1, 0, -1, -1]),
+        attr(&[-1, 0, -1, -1]),
+        attr(&[-1, 0, -1, -1]),
+        attr(&[-1, -1, -1, -1]),
+    ];
+    let inputs: Vec<Input> = shapes
+        .iter()
+        .zip(&attrs)
+        .enumerate()
+        .map(|(i, (s, a))| Input::new(Tensor::probe(s, i as u64 + 1, Values::Integers), a.clone()))
+        .collect();
+    let swap = |x: &Tensor| {
+        let s = x.shape();
+        Tensor::from_fn(&[s[0], s[2], s[1], s[3]], |i| {
+            x.get(&[i[0], i[2], i[1], i[3]])
+        })
+    };
+    fixed(
+        "sdpa forward, broadcast mask",
+        check_forward(&*sdpa, &mesh, &inputs, |v| {
+            let r = attention(
+                &swap(&v[0]),
+                &swap(&v[1]),
+                &swap(&v[2]),
+                Some(&v[3]),
+                None,
+                false,
+            );
+            vec![swap(&r[0])]
+        }),
+    );
+    // The mask's grad sums over the heads, which are split: partial.
+    let flash = spmd_ops::builtins()
+        .build("flash_attention", &Attrs::new())
+        .unwrap();
+    let (q, kv, mask) = (
+        attr(&[-1, -1, 0, -1]),
+        attr(&[-1, -1, 0, -1]),
+        attr(&[-1, -1, -1, -1]),
+    );
+    let seed = attr(&[-1]);
+    let ins = [
+        Spec::new(&[1, 2, 4, 2], &q),
+        Spec::new(&[1, 2, 2, 2], &kv),
+        Spec::new(&[1, 2, 2, 2], &kv),
+        Spec::new(&[2], &seed),
+        Spec::new(&[1, 1, 2, 2], &mask),
+    ];
+    let (out, softmax, lse) = (
+        attr(&[-1, -1, 0, -1]),
+        attr(&[-1, 0, -1, -1]),
+        attr(&[-1, 0, -1]),
+    );
+    let grads = [
+        Spec::new(&[1, 2, 4, 2], &out),
+        Spec::new(&[1, 4, 2, 2], &softmax),
+        Spec::new(&[1, 4, 2], &lse),
+        Spec::new(&[2], &seed),
+    ];
+    let r = flash.grad(&mesh, &ins, &grads).unwrap();
+    assert_eq!(
+        r.outputs.last().unwrap().to_string(),
+        "[-1, -1, -1, -1] partial{0: SUM}"
+    );
+}

@@ -105,7 +105,9 @@ impl<'r, 'a> Cx<'r, 'a> {
         for (dim, &size) in shape.iter().enumerate() {
             match self.slot(term, shape.len(), dim) {
                 Dim::Axis(a) if !self.is_broadcast(a, size) => set = set.with(a),
-                Dim::Compound { start, len } => {
+                // A size-1 compound dim broadcasts and carries none of its
+                // axes (see `carrier`).
+                Dim::Compound { start, len } if size != 1 => {
                     for &a in self.rule.plan.compound(start, len) {
                         set = set.with(a);
                     }
