@@ -92,7 +92,7 @@ fn library_into(bencher: Bencher, name: &str) {
     });
 }
 
-/// The seven calls `../shared/tools/paddle-cpp-bench` times Paddle 3.3.1's
+/// The seven calls the Paddle C++ benchmark (see `benches/vs_paddle.sh`) times Paddle 3.3.1's
 /// C++ rules on (`cases::paddle()`); `benches/vs_paddle.sh` runs both sides
 /// in one session and prints the ratios.
 const PADDLE_CASES: &[&str] = &[

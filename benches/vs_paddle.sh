@@ -7,9 +7,13 @@
 #
 #   PADDLE_BENCH=/tmp/paddle-cpp-bench/bench benches/vs_paddle.sh [calls] [batches] [warmup]
 #
-# Building the Paddle side (needs the paddlepaddle==3.3.1 CPU wheel):
-#   python3 -m venv /tmp/venv-paddle && /tmp/venv-paddle/bin/pip install paddlepaddle==3.3.1
-#   cp -r ../shared/tools/paddle-cpp-bench /tmp/ && PADDLE_VENV=/tmp/venv-paddle /tmp/paddle-cpp-bench/build.sh
+# The Paddle side is a small C++ program, not part of this repository, that
+# links PaddlePaddle 3.3.1's `libphi_core.so` (from the paddlepaddle==3.3.1 CPU
+# wheel) and calls its SPMD rules (`paddle/phi/infermeta/spmd_rules/*.h`) on
+# the seven calls of `cases::paddle()`: 20,000 warm-up calls per rule, then 30
+# batches of 20,000 calls interleaved across the rules, printing JSON of the
+# form {"rules": {"matmul_forward": {"median_ns": ...}, ...}}. Point
+# PADDLE_BENCH at its binary; its arguments are ours ([calls] [batches] [warmup]).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench="${PADDLE_BENCH:-/tmp/paddle-cpp-bench/bench}"

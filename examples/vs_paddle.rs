@@ -1,5 +1,5 @@
 //! The seven Paddle cases (`benches/common/cases.rs`'s `paddle()`), timed
-//! exactly as `../shared/tools/paddle-cpp-bench` times Paddle 3.3.1's C++
+//! exactly as the Paddle C++ benchmark (`benches/vs_paddle.sh`) times Paddle 3.3.1's C++
 //! rules: `warmup` calls of every rule, then `batches` batches of `calls`
 //! calls, interleaved across the rules (batch b of every rule, then b + 1),
 //! each rule's median ns per call over its batches. Results are dropped

@@ -1,6 +1,6 @@
 //! The op families added to reach Paddle 3.3.1's registry: each test pins a
 //! behaviour that could be wrong. Where the expected answer is Paddle's, it
-//! was measured with the Paddle 3.3.1 oracle (`shared/tools/paddle-oracle`);
+//! was measured with the Paddle 3.3.1 oracle (Paddle's own rules run from Python);
 //! where we deliberately differ (docs/semantics.md §4), the test says why.
 
 use spmd_core::{Attrs, DistAttr, Mesh, Partial, ReduceType, RuleResult, Spec, SpmdError};

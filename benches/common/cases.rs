@@ -259,7 +259,7 @@ pub fn all() -> Vec<Case> {
     ]
 }
 
-/// The seven calls `../shared/tools/paddle-cpp-bench` times Paddle 3.3.1's
+/// The seven calls the Paddle C++ benchmark (see `benches/vs_paddle.sh`) times Paddle 3.3.1's
 /// C++ rules on (its README's table, same shapes, mappings and attributes,
 /// mesh 2x4), named `paddle_` and its key, so that `examples/vs_paddle.rs`
 /// can time both sides alike. Each expectation is Paddle's own answer.
