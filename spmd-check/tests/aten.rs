@@ -1,6 +1,6 @@
 //! ATen's rules of their own (`spmd-ops`'s `aten` module), checked against
-//! the ops themselves on random shapes, meshes and mappings, forward and
-//! backward: `aten.addmm` (a bias added to a product, 1-d or 2-d),
+//! the ops themselves on random shapes, meshes and mappings, forward,
+//! backward and grad: `aten.addmm` (a bias added to a product, 1-d or 2-d),
 //! `aten.expand` (new and size-1 dims broadcast), `aten.mean.dim` (an
 //! average, `Avg` partials), `aten.slice.Tensor` (global positions along
 //! the sliced dim), `aten.native_layer_norm` (Paddle's layer_norm kernel,
@@ -8,17 +8,19 @@
 //! flash kernel in ATen's `[b, h, s, d]` layout, grouped-query heads, a
 //! per-head or broadcast mask). The ATen names that reuse a library rule
 //! are checked with that rule (the other files of this directory); whole
-//! exported models run in `spmd-graph/tests/hf_graphs.rs`. Grads are not
-//! checked here, nor is `aten.embedding` (the notation of the checked
-//! `embedding`, operands swapped: a row-split table is the one-hot einsum
-//! `products.rs` checks).
+//! exported models run in `spmd-graph/tests/hf_graphs.rs`. Backward is given
+//! partial outputs too. The grad ops of addmm, expand, mean.dim and
+//! slice.Tensor are checked against their kernels; those of
+//! native_layer_norm and attention, and `aten.embedding` (the notation of
+//! the checked `embedding`, operands swapped: a row-split table is the
+//! one-hot einsum `products.rs` checks), are not yet.
 //!
 //! Default: 48 cases per property; `SPMD_CHECK_CASES=N` for more.
 
 mod common;
 
 use proptest::prelude::*;
-use spmd_check::{Input, Tensor, Values, check_backward, check_forward, einsum};
+use spmd_check::{Input, Tensor, Values, check_backward, check_forward, check_grad, einsum};
 use spmd_core::{Attrs, DimsMapping, DistAttr, Mesh, ReduceType, Sharding};
 
 use common::kernels::attention::attention;
@@ -28,14 +30,18 @@ use common::nn::small;
 use common::op_check::{self, assert_meaningful, tallies};
 use common::{CASES, registry, run, shape};
 
-/// Forward from the drawn inputs, backward from the drawn outputs (without
-/// partial status), both against `op`.
+/// A grad kernel: (inputs, outputs, output grads) to input grads.
+type Grad = dyn Fn(&[Tensor], &[Tensor], &[Tensor]) -> Vec<Tensor>;
+
+/// Forward from the drawn inputs, backward from the drawn outputs (partial
+/// status included), both against `op`; with `grad`, the grad op too.
 fn check(
     name: &str,
     attrs: &Attrs,
     c: &op_check::Case,
     values: &[Tensor],
     op: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+    grad: Option<&Grad>,
     t: &[common::Tally; 3],
 ) -> Result<(), TestCaseError> {
     let rule = registry().build(name, attrs).unwrap();
@@ -46,12 +52,13 @@ fn check(
         .map(|(v, a)| Input::new(v.clone(), a.clone()))
         .collect();
     t[0].record(check_forward(&*rule, &mesh, &inputs, op))?;
-    let outs: Vec<DistAttr> = c
-        .outputs
-        .iter()
-        .map(|a| DistAttr::new(a.dims_mapping.clone()))
-        .collect();
-    t[1].record(check_backward(&*rule, &mesh, values, &outs, op))?;
+    // Backward is given the outputs as drawn, partial status included: it
+    // must explain a partial output by a split contraction or drop it.
+    t[1].record(check_backward(&*rule, &mesh, values, &c.outputs, op))?;
+    // The grad op, given the output grads as drawn (partial included).
+    if let Some(grad) = grad {
+        t[2].record(check_grad(&*rule, &mesh, &inputs, &c.outputs, op, grad))?;
+    }
     Ok(())
 }
 
@@ -83,9 +90,36 @@ fn addmm_against_the_op() {
                 p[0].get(i) + b
             })]
         };
-        check("aten.addmm", &Attrs::new(), &c, &probes(&c.shapes), &op, &t)
+        // d bias = Σ dy (over m for a 1-d bias), d mat1 = dy·mat2ᵀ,
+        // d mat2 = mat1ᵀ·dy.
+        let grad = |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let db = if v[0].shape().len() == 1 {
+                einsum("mn->n", &[&dy[0]], ReduceType::Sum)
+                    .unwrap()
+                    .remove(0)
+            } else {
+                dy[0].clone()
+            };
+            let d1 = einsum("mn,kn->mk", &[&dy[0], &v[2]], ReduceType::Sum)
+                .unwrap()
+                .remove(0);
+            let d2 = einsum("mk,mn->kn", &[&v[1], &dy[0]], ReduceType::Sum)
+                .unwrap()
+                .remove(0);
+            vec![db, d1, d2]
+        };
+        check(
+            "aten.addmm",
+            &Attrs::new(),
+            &c,
+            &probes(&c.shapes),
+            &op,
+            Some(&grad),
+            &t,
+        )
     });
     assert_meaningful("aten.addmm", &t);
+    t[2].assert_meaningful("aten.addmm grad");
 }
 
 #[test]
@@ -144,9 +178,32 @@ fn expand_against_the_op() {
             })]
         };
         let attrs = Attrs::new().with("size", size);
-        check("aten.expand", &attrs, &c, &probes(&c.shapes), &op, &t)
+        // The grad sums the output grad over the broadcast dims.
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let x = &v[0];
+            let mut g = Tensor::from_fn(x.shape(), |_| 0.0);
+            each_index(dy[0].shape(), |i| {
+                let at: Vec<usize> = i[lead..]
+                    .iter()
+                    .zip(x.shape())
+                    .map(|(&k, &n)| if n == 1 { 0 } else { k })
+                    .collect();
+                g.set(&at, g.get(&at) + dy[0].get(i));
+            });
+            vec![g]
+        };
+        check(
+            "aten.expand",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            Some(&grad),
+            &t,
+        )
     });
     assert_meaningful("aten.expand", &t);
+    t[2].assert_meaningful("aten.expand grad");
 }
 
 #[test]
@@ -197,9 +254,36 @@ fn mean_dim_against_the_op() {
         let attrs = Attrs::new()
             .with("dim", vec![d as i64])
             .with("keepdim", keep);
-        check("aten.mean.dim", &attrs, &c, &probes(&c.shapes), &op, &t)
+        // Each element's grad: its row's output grad over the extent the
+        // kernel sees (so the averaged dim must not be split).
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let x = &v[0];
+            let n = x.shape()[d] as f64;
+            vec![Tensor::from_fn(x.shape(), |i| {
+                let at: Vec<usize> = if keep {
+                    with_dim(i, d, 0)
+                } else {
+                    i.iter()
+                        .enumerate()
+                        .filter(|&(k, _)| k != d)
+                        .map(|(_, &v)| v)
+                        .collect()
+                };
+                dy[0].get(&at) / n
+            })]
+        };
+        check(
+            "aten.mean.dim",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            Some(&grad),
+            &t,
+        )
     });
     assert_meaningful("aten.mean.dim", &t);
+    t[2].assert_meaningful("aten.mean.dim grad");
 }
 
 #[test]
@@ -231,9 +315,26 @@ fn slice_against_the_op() {
             .with("start", start as i64)
             .with("end", i64::MAX)
             .with("step", step as i64);
-        check("aten.slice.Tensor", &attrs, &c, &probes(&c.shapes), &op, &t)
+        // The grad puts the output grad back at the sliced positions.
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let mut g = Tensor::from_fn(v[0].shape(), |_| 0.0);
+            each_index(dy[0].shape(), |i| {
+                g.set(&with_dim(i, d, start + i[d] * step), dy[0].get(i));
+            });
+            vec![g]
+        };
+        check(
+            "aten.slice.Tensor",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            Some(&grad),
+            &t,
+        )
     });
     assert_meaningful("aten.slice.Tensor", &t);
+    t[2].assert_meaningful("aten.slice.Tensor grad");
 }
 
 /// `aten.native_layer_norm` against Paddle's layer_norm kernel in ATen's
@@ -292,6 +393,7 @@ fn native_layer_norm_against_the_kernel() {
             &c,
             &probes(&c.shapes),
             &op,
+            None,
             &t,
         )
     });
@@ -351,6 +453,7 @@ fn scaled_dot_product_attention_against_the_kernel() {
             &c,
             &values,
             &op,
+            None,
             &t,
         )
     });
