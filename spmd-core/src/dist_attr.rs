@@ -102,7 +102,21 @@ impl Sharding {
     /// The mesh dims as a set (order lost).
     #[inline]
     pub fn mesh_set(&self) -> MeshSet {
-        self.iter().fold(MeshSet::EMPTY, MeshSet::with)
+        match self.single_bits() {
+            Some(bits) => MeshSet(bits),
+            None => self.iter().fold(MeshSet::EMPTY, MeshSet::with),
+        }
+    }
+    /// The mesh dims as a bit set when there is at most one of them (the
+    /// common case), in one shift; `None` for a co-sharding. A mesh dim past
+    /// [`MAX_MESH_RANK`] has no bit, as in [`MeshSet::single`].
+    #[inline]
+    pub(crate) const fn single_bits(&self) -> Option<u8> {
+        if self.0 < 16 {
+            Some(((1u32 << self.0) >> 1) as u8)
+        } else {
+            None
+        }
     }
     /// Whether `prefix` lists the same leading mesh dims.
     #[inline]

@@ -52,7 +52,45 @@ pub(super) fn arity(
 }
 
 /// Checks a given tensor's dist attr against its shape and the mesh.
+#[inline]
 pub(super) fn validate(
+    op: &'static str,
+    t: TensorRef,
+    spec: &Spec<'_>,
+    mesh: &Mesh,
+) -> Result<(), SpmdError> {
+    if plainly_valid(spec, mesh) {
+        return Ok(());
+    }
+    validate_in_full(op, t, spec, mesh)
+}
+
+/// The common case in a few word operations: the rank matches, every dim is
+/// replicated or split over one mesh dim, and the mesh dims (partial ones
+/// included) are on the mesh and used once. `false` sends the tensor to
+/// [`validate_in_full`], which also handles co-shardings and names the fault.
+#[inline]
+fn plainly_valid(spec: &Spec<'_>, mesh: &Mesh) -> bool {
+    let mapping = spec.attr.dims_mapping.as_slice();
+    if mapping.len() != spec.shape.len() {
+        return false;
+    }
+    let on_mesh = ((1u32 << mesh.rank().min(MAX_MESH_RANK)) - 1) as u8;
+    let mut used = 0u8;
+    for s in mapping {
+        match s.single_bits() {
+            Some(0) if s.is_replicated() => {}
+            Some(bits) if bits != 0 && bits & !used & on_mesh == bits => used |= bits,
+            // A co-sharding, a mesh dim off the mesh or used twice.
+            _ => return false,
+        }
+    }
+    let partial = spec.attr.partial.dims().0;
+    partial & !used & on_mesh == partial
+}
+
+#[cold]
+fn validate_in_full(
     op: &'static str,
     t: TensorRef,
     spec: &Spec<'_>,
@@ -113,6 +151,7 @@ pub(super) fn validate(
 }
 
 /// How many dims the term's ellipsis stands for in a tensor of this rank.
+#[inline]
 pub(super) fn ellipsis_len(
     rule: &EinsumRule<'_>,
     t: TensorRef,
@@ -128,6 +167,7 @@ pub(super) fn ellipsis_len(
     }
 }
 
+#[cold]
 pub(super) fn rank_error(
     rule: &EinsumRule<'_>,
     t: TensorRef,
@@ -141,5 +181,58 @@ pub(super) fn rank_error(
         rank,
         term: rule.plan.term_text(term),
         need,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding};
+    use crate::mesh::MeshSet;
+
+    /// The quick check never accepts what the full check rejects, and the
+    /// two agree on every answer, over every rank-2 mapping built from
+    /// replicated, single, off-mesh and co-sharded dims, with every partial
+    /// set, on a 3-d mesh (and rank-1 mappings of a rank-2 shape).
+    #[test]
+    fn quick_check_agrees_with_full_check() {
+        let mesh = Mesh::new(&[2, 2, 2]).unwrap();
+        let options = [
+            Sharding::REPLICATED,
+            Sharding::on(0),
+            Sharding::on(1),
+            Sharding::on(2),
+            Sharding::on(3),
+            Sharding::on(14),
+            Sharding::co(&[0, 1]).unwrap(),
+            Sharding::co(&[1, 0]).unwrap(),
+            Sharding::co(&[2, 2]).unwrap(),
+        ];
+        let t = TensorRef::input(0);
+        let shape = [4usize, 4];
+        let (mut quick, mut rejected) = (0, 0);
+        for a in options {
+            for b in options {
+                for mapping in [vec![a, b], vec![a]] {
+                    for partial in 0u8..16 {
+                        let mut attr = DistAttr::new(DimsMapping::from_shardings(&mapping));
+                        attr.partial = Partial::over(MeshSet(partial), ReduceType::Sum);
+                        let spec = Spec::new(&shape, &attr);
+                        let full = validate_in_full("op", t, &spec, &mesh);
+                        assert_eq!(validate("op", t, &spec, &mesh), full, "{attr:?}");
+                        if plainly_valid(&spec, &mesh) {
+                            assert!(full.is_ok(), "quick check passed {attr:?}");
+                            quick += 1;
+                        }
+                        rejected += usize::from(full.is_err());
+                    }
+                }
+            }
+        }
+        // Both paths were exercised.
+        assert!(
+            quick > 20 && rejected > 50,
+            "{quick} quick, {rejected} rejected"
+        );
     }
 }
