@@ -2,7 +2,7 @@
 small models `export.py` writes, forward and backward, on a fake process
 group (world size 4, CPU, no communication), with `CommDebugMode`.
 
-    python dtensor_counts.py llama opt gpt-neox -o ../../spmd-graph/graphs/hf/dtensor_counts.json
+    python dtensor_counts.py llama opt gpt-neox gpt2 -o ../../spmd-graph/graphs/hf/dtensor_counts.json
 
 The plan is Megatron-LM's, in PyTorch's own tensor-parallel API
 (`parallelize_module`): `ColwiseParallel` on the projections that fan out
@@ -48,18 +48,47 @@ PLANS = {
         ["attention.query_key_value", "mlp.dense_h_to_4h"],
         ["attention.dense", "mlp.dense_4h_to_h"],
     ),
+    # The MLP only. GPT-2's attention splits its fused c_attn output into
+    # q, k and v at multiples of the hidden size; a column split over 4
+    # ranks cuts across those (each rank would hold part of q and part of
+    # k), so neither DTensor (its local output splits wrongly) nor a sound
+    # propagation can keep attention sharded without reordering the weight.
+    "gpt2": (
+        ["mlp.c_fc"],
+        ["mlp.c_proj"],
+    ),
 }
+
+# Models whose projections are `transformers`' Conv1D (weight `[in, out]`,
+# `x @ W + b`), which PyTorch's tensor-parallel styles refuse: each planned
+# one is replaced by the `nn.Linear` computing the same function (weight
+# transposed), and spmd's mappings of the exported `[in, out]` weights are
+# the transposes of the Linear ones.
+CONV1D = {"gpt2"}
 
 # Where each model keeps its decoder layers.
 LAYERS = {
     "llama": "model.layers",
     "opt": "model.decoder.layers",
     "gpt-neox": "gpt_neox.layers",
+    "gpt2": "transformer.h",
 }
 
 
 def counts(comm):
     return {str(k).split(".")[-1]: v for k, v in sorted(comm.get_comm_counts().items(), key=lambda kv: str(kv[0]))}
+
+
+def as_linear(model, name):
+    """Replaces the Conv1D module `name` by the equal `nn.Linear`."""
+    parent, _, leaf = name.rpartition(".")
+    conv = model.get_submodule(name)
+    n_in, n_out = conv.weight.shape
+    linear = torch.nn.Linear(n_in, n_out)
+    with torch.no_grad():
+        linear.weight.copy_(conv.weight.t())
+        linear.bias.copy_(conv.bias)
+    setattr(model.get_submodule(parent), leaf, linear)
 
 
 def run(short, layers, batch, seq):
@@ -77,15 +106,25 @@ def run(short, layers, batch, seq):
             plan[f"{prefix}.{i}.{m}"] = ColwiseParallel()
         for m in row:
             plan[f"{prefix}.{i}.{m}"] = RowwiseParallel()
-    parallelize_module(model, mesh, plan)
     ids = torch.randint(0, config.vocab_size, (batch, seq))
+    if short in CONV1D:
+        with torch.no_grad():
+            before = model(input_ids=ids, use_cache=False).logits
+        for name in plan:
+            as_linear(model, name)
+        with torch.no_grad():
+            after = model(input_ids=ids, use_cache=False).logits
+        assert torch.allclose(before, after, atol=1e-5), "the Linear computes what the Conv1D did"
+    parallelize_module(model, mesh, plan)
     with CommDebugMode() as forward:
         logits = model(input_ids=ids, use_cache=False).logits
     with CommDebugMode() as backward:
         logits.sum().backward()
     spmd_plan = {}
-    for name in plan:
-        spmd_plan[f"{name}.weight"] = [0, -1] if name.split(".")[-1] in [c.split(".")[-1] for c in col] else [-1, 0]
+    colwise = [0, -1]  # of an [out, in] weight
+    for name, style in plan.items():
+        m = colwise if isinstance(style, ColwiseParallel) else colwise[::-1]
+        spmd_plan[f"{name}.weight"] = m[::-1] if short in CONV1D else m
     return {
         "config": cls,
         "layers": layers,
