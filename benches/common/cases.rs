@@ -141,6 +141,20 @@ pub fn all() -> Vec<Case> {
     let reshape = || Attrs::new().with("shape", vec![8_i64, 1024, 512]);
     let layer_norm = || Attrs::new().with("begin_norm_axis", 2_i64);
     vec![
+        // The engine alone: the notation `mk,kn->mn` with the default
+        // policy, no op in front of it (the performance goal's "direct
+        // matmul forward").
+        Case {
+            name: "direct_matmul_forward",
+            op: Box::new(spmd_core::Einsum::new("mk,kn->mn").expect("valid notation")),
+            direction: Direction::Forward,
+            given: vec![
+                (vec![1024, 512], attr(&[0, 1])),
+                (vec![512, 256], attr(&[1, -1])),
+            ],
+            input_shapes: Vec::new(),
+            expect: "[0, -1] partial{1: SUM}",
+        },
         forward(
             "matmul_forward",
             "matmul",
