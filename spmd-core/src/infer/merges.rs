@@ -60,7 +60,11 @@ impl<'r, 'a> Cx<'r, 'a> {
                 given
             };
             match self.map.merge(a, given) {
-                Ok(now) => trace.merged(self.axis_name(a), t, dim, given, now),
+                Ok(now) => {
+                    if trace.enabled() {
+                        trace.merged(self.axis_name(a), t, dim, given, now);
+                    }
+                }
                 Err(AxisClash { existing }) => {
                     return Err(SpmdError::AxisConflict {
                         op: self.rule.name,
@@ -77,8 +81,9 @@ impl<'r, 'a> Cx<'r, 'a> {
     }
 
     pub(super) fn resolve<T: Trace + ?Sized>(&mut self, trace: &mut T) -> Result<(), SpmdError> {
-        let (plan, n_labels) = (self.rule.plan, self.n_labels);
-        let name = move |a: u8| axis_name(&plan, n_labels, a);
+        // The rule by reference: copying its plan was a memcpy per call.
+        let (rule, n_labels) = (self.rule, self.n_labels);
+        let name = move |a: u8| axis_name(&rule.plan, n_labels, a);
         self.map
             .resolve(
                 self.mesh.rank(),
@@ -239,7 +244,9 @@ impl<'r, 'a> Cx<'r, 'a> {
         absent: impl Presence,
         trace: &mut T,
     ) {
-        let plan = self.rule.plan;
+        // By reference: a copy of the plan is a memcpy per call.
+        let rule = self.rule;
+        let plan = &rule.plan;
         let n_in = inputs.len().min(8);
         let mut carried = [AxisSet::EMPTY; 8];
         // `absent` here also names the inputs that follow the others: they
@@ -322,7 +329,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                 cx.map.sharding[a as usize] = s;
                 // Reported when the axis gained mesh dims; what it could not
                 // take was reported as a conflict above.
-                if s != before {
+                if s != before && trace.enabled() {
                     trace.merged(cx.axis_name(a), TensorRef::input(i), dim, given, s);
                 }
             };

@@ -199,7 +199,9 @@ pub(crate) fn forward<T: Trace + ?Sized>(
                 continue;
             }
             let r = rule.reduce_of(a);
-            trace.partial(o, cx.axis_name(a), dims, r);
+            if trace.enabled() {
+                trace.partial(o, cx.axis_name(a), dims, r);
+            }
             for m in dims.iter() {
                 partial.set(m, r);
             }
