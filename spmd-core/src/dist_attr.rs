@@ -211,8 +211,22 @@ impl fmt::Display for Sharding {
 }
 
 /// One [`Sharding`] per tensor dim. Inline up to rank 8.
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
+#[derive(PartialEq, Eq, Hash, Default)]
 pub struct DimsMapping(SmallVec<[Sharding; 8]>);
+
+/// A copy of the words (`Sharding` is `Copy`), not an element-wise clone:
+/// graphs clone mappings per op.
+impl Clone for DimsMapping {
+    #[inline]
+    fn clone(&self) -> DimsMapping {
+        DimsMapping(SmallVec::from_slice(&self.0))
+    }
+    #[inline]
+    fn clone_from(&mut self, source: &DimsMapping) {
+        self.0.clear();
+        self.0.extend_from_slice(&source.0);
+    }
+}
 
 impl DimsMapping {
     /// The mapping of a 0-d tensor (no dims).

@@ -83,14 +83,23 @@ pub fn backward_graph(
             // upstream takes one.
             continue;
         }
-        let seen = forward
-            .call_resolving(o, &prop.attrs, 0)
-            .map_err(|source| GraphError::Rule {
-                op: op.name.clone(),
-                source,
-            })?;
+        // What the forward op required of its inputs: propagation's own
+        // answer when it was given the final attrs, else the rule's.
+        let called;
+        let needs = match prop.answer(forward, o) {
+            Some((needs, _)) => needs,
+            None => {
+                called = forward
+                    .call_resolving(o, &prop.attrs, 0)
+                    .map_err(|source| GraphError::Rule {
+                        op: op.name.clone(),
+                        source,
+                    })?;
+                called.inputs.as_slice()
+            }
+        };
         let mut inputs = Vec::with_capacity(op.inputs.len() + op.outputs.len());
-        for (&t, need) in op.inputs.iter().zip(&seen.inputs) {
+        for (&t, need) in op.inputs.iter().zip(needs) {
             let info = forward.tensor(t);
             let saved = b.tensor(
                 &fresh(&b, format!("{}@{}", info.name, op.name)),

@@ -198,7 +198,9 @@ impl Graph {
         o: OpId,
         attrs: &[DistAttr],
     ) -> Result<spmd_core::RuleResult, SpmdError> {
-        self.call_seeing(o, attrs, None)
+        let mut r = spmd_core::RuleResult::default();
+        self.call_seeing(o, attrs, None, &mut r)?;
+        Ok(r)
     }
 
     /// [`Graph::call_forward`], but when the rule rejects the combination of
@@ -211,8 +213,24 @@ impl Graph {
         attrs: &[DistAttr],
         keep: usize,
     ) -> Result<spmd_core::RuleResult, SpmdError> {
-        self.call_seeing(o, attrs, None)
-            .or_else(|first| self.call_seeing(o, attrs, Some(keep)).map_err(|_| first))
+        let mut r = spmd_core::RuleResult::default();
+        self.call_resolving_into(o, attrs, keep, &mut r)?;
+        Ok(r)
+    }
+
+    /// [`Graph::call_resolving`] into the caller's result (reused across
+    /// calls: no result is moved or dropped per call).
+    pub(crate) fn call_resolving_into(
+        &self,
+        o: OpId,
+        attrs: &[DistAttr],
+        keep: usize,
+        out: &mut spmd_core::RuleResult,
+    ) -> Result<(), SpmdError> {
+        self.call_seeing(o, attrs, None, out).or_else(|first| {
+            self.call_seeing(o, attrs, Some(keep), out)
+                .map_err(|_| first)
+        })
     }
 
     /// Runs a forward op's reverse rule on its outputs' attrs (taken from
@@ -221,7 +239,8 @@ impl Graph {
         &self,
         o: OpId,
         attrs: &[DistAttr],
-    ) -> Result<spmd_core::RuleResult, SpmdError> {
+        out: &mut spmd_core::RuleResult,
+    ) -> Result<(), SpmdError> {
         let op = &self.ops[o.index()];
         let shapes: smallvec::SmallVec<[&[usize]; 8]> = op
             .inputs
@@ -233,7 +252,11 @@ impl Graph {
             .iter()
             .map(|t| Spec::new(&self.tensors[t.index()].shape, &attrs[t.index()]))
             .collect();
-        self.rules[o.index()].backward(&self.mesh, &shapes, &outs)
+        self.rules[o.index()].infer_into(
+            &spmd_core::Call::backward(&self.mesh, &shapes, &outs),
+            None,
+            out,
+        )
     }
 
     fn call_seeing(
@@ -241,7 +264,8 @@ impl Graph {
         o: OpId,
         attrs: &[DistAttr],
         only: Option<usize>,
-    ) -> Result<spmd_core::RuleResult, SpmdError> {
+        out: &mut spmd_core::RuleResult,
+    ) -> Result<(), SpmdError> {
         let op = &self.ops[o.index()];
         let replicated: smallvec::SmallVec<[DistAttr; 4]> = match only {
             None => smallvec::SmallVec::new(),
@@ -274,7 +298,7 @@ impl Graph {
                     .iter()
                     .map(|t| self.tensors[t.index()].shape.as_slice())
                     .collect();
-                rule.infer(
+                rule.infer_into(
                     &spmd_core::Call::Forward {
                         mesh: &self.mesh,
                         inputs: &specs,
@@ -282,11 +306,12 @@ impl Graph {
                         absent: spmd_core::Absent::NONE,
                     },
                     None,
+                    out,
                 )
             }
             OpKind::Grad { forward_inputs } => {
                 let (ins, grads) = specs.split_at(forward_inputs.min(specs.len()));
-                rule.grad(&self.mesh, ins, grads)
+                rule.infer_into(&spmd_core::Call::grad(&self.mesh, ins, grads), None, out)
             }
         }
     }

@@ -35,7 +35,7 @@ enum Direction {
 /// A fast non-cryptographic hasher (the multiply-rotate scheme of rustc's
 /// `FxHasher`): keys are a few small attrs, and SipHash showed in profiles.
 #[derive(Default)]
-struct Fx(u64);
+pub(crate) struct Fx(u64);
 
 impl Hasher for Fx {
     fn write(&mut self, bytes: &[u8]) {
@@ -101,14 +101,14 @@ impl Memo {
     ) -> Result<usize, SpmdError> {
         let (inputs, _) = graph.io(o);
         if !graph.shared[o.index()] {
-            self.scratch = graph.call_resolving(o, attrs, keep)?;
+            graph.call_resolving_into(o, attrs, keep, &mut self.scratch)?;
             return Ok(usize::MAX);
         }
         self.answer(
             graph.signatures[o.index()],
             Direction::Forward { keep },
             inputs.iter().map(|t| &attrs[t.index()]),
-            || graph.call_resolving(o, attrs, keep),
+            |r| graph.call_resolving_into(o, attrs, keep, r),
         )
     }
 
@@ -121,14 +121,14 @@ impl Memo {
     ) -> Result<usize, SpmdError> {
         let (_, outputs) = graph.io(o);
         if !graph.shared[o.index()] {
-            self.scratch = graph.call_backward(o, attrs)?;
+            graph.call_backward(o, attrs, &mut self.scratch)?;
             return Ok(usize::MAX);
         }
         self.answer(
             graph.signatures[o.index()],
             Direction::Backward,
             outputs.iter().map(|t| &attrs[t.index()]),
-            || graph.call_backward(o, attrs),
+            |r| graph.call_backward(o, attrs, r),
         )
     }
 
@@ -137,7 +137,7 @@ impl Memo {
         signature: u32,
         direction: Direction,
         attrs: impl Iterator<Item = &'a DistAttr> + Clone,
-        call: impl FnOnce() -> Result<RuleResult, SpmdError>,
+        call: impl FnOnce(&mut RuleResult) -> Result<(), SpmdError>,
     ) -> Result<usize, SpmdError> {
         let mut h = Fx::default();
         signature.hash(&mut h);
@@ -161,7 +161,10 @@ impl Memo {
                 }
             }
         }
-        let result = call()?;
+        // Answered into the scratch result, then kept: one copy, only for
+        // a call worth remembering.
+        call(&mut self.scratch)?;
+        let result = self.scratch.clone();
         let id = self.entries.len();
         self.entries.push(Entry {
             signature,

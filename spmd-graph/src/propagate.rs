@@ -35,9 +35,66 @@ pub struct Propagation {
     pub attrs: Vec<DistAttr>,
     pub origins: Vec<Origin>,
     pub stats: Stats,
+    /// Per op, its last forward answer during propagation (see [`Saved`]).
+    answers: Saved,
+}
+
+/// Each op's last forward answer with the input attrs it answered. A rule
+/// is a pure function of those (and the shapes), so when they are the final
+/// attrs the plan and the backward graph read the answer instead of running
+/// the rule again. Kept only for calls whose conflict fallback keeps input
+/// 0, the one those callers ask for. One arena for all ops (an allocation
+/// per op cost more than the rule call it saves).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+struct Saved {
+    /// Per answer: the inputs' attrs the rule saw, then its answer's inputs,
+    /// then its answer's outputs.
+    arena: Vec<DistAttr>,
+    /// Per op: where its answer starts in `arena` (`u32::MAX`: none), how
+    /// many attrs it saw and how many inputs its answer has.
+    at: Vec<(u32, u32, u32)>,
+}
+
+impl Saved {
+    fn new(ops: usize) -> Saved {
+        Saved {
+            // About five attrs per op (a matmul's two inputs seen, two
+            // required, one output): the arena rarely grows.
+            arena: Vec::with_capacity(ops * 5),
+            at: vec![(u32::MAX, 0, 0); ops],
+        }
+    }
+
+    /// Op `o`'s answer: (the attrs it saw, its inputs, its outputs).
+    fn get(&self, o: OpId, outputs: usize) -> Option<(&[DistAttr], &[DistAttr], &[DistAttr])> {
+        let &(start, seen, inputs) = self.at.get(o.index())?;
+        if start == u32::MAX {
+            return None;
+        }
+        let all = self
+            .arena
+            .get(start as usize..start as usize + (seen + inputs) as usize + outputs)?;
+        let (saw, answer) = all.split_at(seen as usize);
+        let (ins, outs) = answer.split_at(inputs as usize);
+        Some((saw, ins, outs))
+    }
 }
 
 impl Propagation {
+    /// Op `o`'s forward answer for the final attrs (as
+    /// `Graph::call_resolving(o, &self.attrs, 0)` would give it), when
+    /// propagation already computed it: (inputs, outputs).
+    pub(crate) fn answer(&self, graph: &Graph, o: OpId) -> Option<(&[DistAttr], &[DistAttr])> {
+        let (inputs, outputs) = graph.io(o);
+        let (seen, ins, outs) = self.answers.get(o, outputs.len())?;
+        let current = seen.len() == inputs.len()
+            && inputs
+                .iter()
+                .zip(seen)
+                .all(|(t, a)| &self.attrs[t.index()] == a);
+        current.then_some((ins, outs))
+    }
+
     pub fn attr(&self, t: TensorId) -> &DistAttr {
         &self.attrs[t.index()]
     }
@@ -111,6 +168,7 @@ struct Propagator<'g> {
     done: Vec<bool>,
     memo: Memo,
     stats: Stats,
+    answers: Saved,
 }
 
 impl<'g> Propagator<'g> {
@@ -134,6 +192,7 @@ impl<'g> Propagator<'g> {
             done: vec![false; graph.ops().len()],
             memo: Memo::default(),
             stats: Stats::default(),
+            answers: Saved::new(graph.ops().len()),
         }
     }
 
@@ -155,6 +214,7 @@ impl<'g> Propagator<'g> {
             attrs: self.attrs,
             origins: self.origins,
             stats: self.stats,
+            answers: self.answers,
         }
     }
 
@@ -211,7 +271,42 @@ impl<'g> Propagator<'g> {
             .memo
             .forward(graph, o, &self.attrs, keep)
             .map_err(|e| rule_error(graph, o, e))?;
+        if keep == 0 {
+            self.save(o, i);
+        }
         self.learn_answer(o, true, i)
+    }
+
+    /// Keeps op `o`'s forward answer `i` with the input attrs it answered
+    /// (before they learn from it), over its previous one when it fits.
+    fn save(&mut self, o: OpId, i: usize) {
+        let (inputs, outputs) = self.graph.io(o);
+        let r = self.memo.result(i);
+        // An answer whose output count is not the op's, or past what the
+        // arena's u32 offsets reach, is not kept: the plan calls the rule.
+        if r.outputs.len() != outputs.len() || self.answers.arena.len() >= u32::MAX as usize / 2 {
+            return;
+        }
+        let seen = inputs.iter().map(|t| &self.attrs[t.index()]);
+        let all = seen.chain(&r.inputs).chain(&r.outputs);
+        let len = inputs.len() + r.inputs.len() + r.outputs.len();
+        let saved = &mut self.answers;
+        let (start, old_seen, old_inputs) = saved.at[o.index()];
+        let start = if start != u32::MAX && (old_seen + old_inputs) as usize + outputs.len() == len
+        {
+            for (to, from) in saved.arena[start as usize..].iter_mut().zip(all) {
+                to.clone_from(from);
+            }
+            start
+        } else {
+            let start = saved.arena.len() as u32;
+            saved.arena.reserve(len);
+            for a in all {
+                saved.arena.push(a.clone());
+            }
+            start
+        };
+        saved.at[o.index()] = (start, inputs.len() as u32, r.inputs.len() as u32);
     }
 
     /// From the outputs (forward ops only: a grad op has no reverse rule):
@@ -424,8 +519,55 @@ mod tests {
             let g = b.build(&registry).unwrap();
             let mut plain = Propagator::new(&g);
             plain.memo.off = true;
-            assert_eq!(run(plain).unwrap(), propagate(&g).unwrap());
+            let p = propagate(&g).unwrap();
+            assert_eq!(run(plain).unwrap(), p);
+            plans_reuse_answers_faithfully(&g, &p);
         }
+    }
+
+    /// The plan and the backward graph read propagation's saved answers
+    /// (some are current) and come out as with every rule called afresh.
+    fn plans_reuse_answers_faithfully(g: &Graph, p: &Propagation) {
+        let reused = g.op_ids().filter(|&o| p.answer(g, o).is_some()).count();
+        assert!(reused > 0, "no saved answer is current");
+        let fresh = Propagation {
+            answers: Saved::new(g.ops().len()),
+            ..p.clone()
+        };
+        assert_eq!(
+            plan(g, p, DType::F32).unwrap(),
+            plan(g, &fresh, DType::F32).unwrap()
+        );
+        let registry = spmd_ops::builtins();
+        let outputs: Vec<TensorId> = g.op_ids().last().map(|o| g.io(o).1.to_vec()).unwrap();
+        let backward = |p| {
+            let bw = crate::backward_graph(g, p, &registry, &outputs).unwrap();
+            let bp = propagate(&bw.graph).unwrap();
+            plan(&bw.graph, &bp, DType::F32).unwrap()
+        };
+        assert_eq!(backward(p), backward(&fresh));
+    }
+
+    /// The exported Llama under its tensor-parallel plan: saved answers
+    /// change neither plan.
+    #[test]
+    fn saved_answers_change_no_plan_of_an_exported_model() {
+        let registry = spmd_ops::builtins();
+        let mut file: crate::json::GraphFile =
+            serde_json::from_str(include_str!("../graphs/hf/llama.json")).unwrap();
+        for t in &mut file.tensors {
+            let m = if t.name.ends_with("q_proj.weight") || t.name.ends_with("up_proj.weight") {
+                "[0, -1]"
+            } else if t.name.ends_with("o_proj.weight") || t.name.ends_with("down_proj.weight") {
+                "[-1, 0]"
+            } else {
+                continue;
+            };
+            t.dims_mapping = Some(serde_json::from_str(m).unwrap());
+        }
+        let loaded = crate::json::from_file(&file, &registry).unwrap();
+        let p = propagate(&loaded.graph).unwrap();
+        plans_reuse_answers_faithfully(&loaded.graph, &p);
     }
 
     /// Two annotated inputs of a strict elementwise rule disagree: neither

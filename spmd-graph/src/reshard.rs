@@ -35,6 +35,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::hash::BuildHasherDefault;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -169,17 +170,26 @@ impl ReshardPlan {
 /// The reshard plan of `graph` under the attrs of `prop`, volumes in `dtype`.
 pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPlan, GraphError> {
     let mut reshards = Vec::new();
-    let mut seen: HashSet<(TensorId, DistAttr, DistAttr)> = HashSet::new();
+    let mut seen: HashSet<(TensorId, DistAttr, DistAttr), BuildHasherDefault<crate::memo::Fx>> =
+        HashSet::default();
     let mut memo = crate::memo::Memo::default();
     for o in graph.op_ids() {
         let op = graph.op(o);
-        let i = memo
-            .forward(graph, o, &prop.attrs, 0)
-            .map_err(|source| GraphError::Rule {
-                op: op.name.clone(),
-                source,
-            })?;
-        let r = memo.result(i);
+        // Propagation's own answer when it was given the final attrs; the
+        // rule runs again only for the ops it was not.
+        let (needs, made) = match prop.answer(graph, o) {
+            Some(answer) => answer,
+            None => {
+                let i =
+                    memo.forward(graph, o, &prop.attrs, 0)
+                        .map_err(|source| GraphError::Rule {
+                            op: op.name.clone(),
+                            source,
+                        })?;
+                let r = memo.result(i);
+                (r.inputs.as_slice(), r.outputs.as_slice())
+            }
+        };
         let mut add = |edge: Edge, t: TensorId, from: &DistAttr, to: &DistAttr| {
             if from == to {
                 return;
@@ -199,10 +209,10 @@ pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPl
                 steps: steps.into_iter().zip(bytes).collect(),
             });
         };
-        for (i, (&t, need)) in op.inputs.iter().zip(&r.inputs).enumerate() {
+        for (i, (&t, need)) in op.inputs.iter().zip(needs).enumerate() {
             add(Edge::Input(i), t, prop.attr(t), need);
         }
-        for (i, (&t, made)) in op.outputs.iter().zip(&r.outputs).enumerate() {
+        for (i, (&t, made)) in op.outputs.iter().zip(made).enumerate() {
             add(Edge::Output(i), t, made, prop.attr(t));
         }
     }
