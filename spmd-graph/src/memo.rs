@@ -16,6 +16,7 @@ use crate::graph::{Graph, OpId};
 /// One remembered call: the op signature, the direction, the attrs the
 /// rule read (the inputs' in forward, the outputs' in backward) and the
 /// answer.
+#[derive(Clone)]
 struct Entry {
     signature: u32,
     direction: Direction,
@@ -72,7 +73,7 @@ impl Fx {
 /// lookup hashes the attrs in place and compares them with the entry's, so
 /// a hit copies nothing; callers read the answer by index
 /// ([`Memo::result`]; `usize::MAX` is the unremembered last answer).
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Memo {
     by_hash: HashMap<u64, SmallVec<[u32; 2]>, BuildHasherDefault<Fx>>,
     entries: Vec<Entry>,
@@ -89,6 +90,14 @@ impl Memo {
     /// The answer at `index` (from [`Memo::forward`] or [`Memo::backward`]).
     pub(crate) fn result(&self, index: usize) -> &RuleResult {
         self.entries.get(index).map_or(&self.scratch, |e| &e.result)
+    }
+
+    /// Remembered answer `index`, with the attrs its rule read (the
+    /// inputs' in forward); `None` for the unremembered last answer.
+    pub(crate) fn entry(&self, index: usize) -> Option<(&[DistAttr], &RuleResult)> {
+        self.entries
+            .get(index)
+            .map(|e| (e.attrs.as_slice(), &e.result))
     }
 
     /// [`Graph::call_resolving`], remembered; the answer's index.

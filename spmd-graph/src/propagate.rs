@@ -30,7 +30,9 @@ pub struct Stats {
 }
 
 /// The result of [`propagate`]: one attr per tensor and where it came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Two are equal when their attrs, origins and counters are: the saved
+/// answers are a cache of rule answers, not part of the result.
+#[derive(Clone, Debug)]
 pub struct Propagation {
     pub attrs: Vec<DistAttr>,
     pub origins: Vec<Origin>,
@@ -39,44 +41,81 @@ pub struct Propagation {
     answers: Saved,
 }
 
+impl PartialEq for Propagation {
+    fn eq(&self, other: &Propagation) -> bool {
+        (&self.attrs, &self.origins, self.stats) == (&other.attrs, &other.origins, other.stats)
+    }
+}
+
+impl Eq for Propagation {}
+
 /// Each op's last forward answer with the input attrs it answered. A rule
 /// is a pure function of those (and the shapes), so when they are the final
 /// attrs the plan and the backward graph read the answer instead of running
 /// the rule again. Kept only for calls whose conflict fallback keeps input
-/// 0, the one those callers ask for. One arena for all ops (an allocation
-/// per op cost more than the rule call it saves).
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+/// 0, the one those callers ask for. A remembered answer is read where the
+/// memo keeps it; the others are copied into one arena (an allocation per
+/// op cost more than the rule call it saves).
+#[derive(Clone, Default)]
 struct Saved {
-    /// Per answer: the inputs' attrs the rule saw, then its answer's inputs,
-    /// then its answer's outputs.
+    /// The propagation's memo, kept with its answers.
+    memo: Memo,
+    /// Per copied answer: the inputs' attrs the rule saw, then its answer's
+    /// inputs, then its answer's outputs.
     arena: Vec<DistAttr>,
-    /// Per op: where its answer starts in `arena` (`u32::MAX`: none), how
-    /// many attrs it saw and how many inputs its answer has.
-    at: Vec<(u32, u32, u32)>,
+    /// Per op, where its answer is.
+    at: Vec<Slot>,
+}
+
+#[derive(Clone, Copy)]
+enum Slot {
+    None,
+    /// Entry `i` of the memo (the attrs it read are the inputs' it saw).
+    Memo(u32),
+    /// In the arena from `start`: `seen` attrs, then `inputs` required.
+    Arena {
+        start: u32,
+        seen: u16,
+        inputs: u16,
+    },
+}
+
+impl std::fmt::Debug for Saved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.at.iter().filter(|s| !matches!(s, Slot::None)).count();
+        write!(f, "Saved {{ {kept} answers }}")
+    }
 }
 
 impl Saved {
     fn new(ops: usize) -> Saved {
         Saved {
-            // About five attrs per op (a matmul's two inputs seen, two
-            // required, one output): the arena rarely grows.
-            arena: Vec::with_capacity(ops * 5),
-            at: vec![(u32::MAX, 0, 0); ops],
+            memo: Memo::default(),
+            arena: Vec::new(),
+            at: vec![Slot::None; ops],
         }
     }
 
     /// Op `o`'s answer: (the attrs it saw, its inputs, its outputs).
     fn get(&self, o: OpId, outputs: usize) -> Option<(&[DistAttr], &[DistAttr], &[DistAttr])> {
-        let &(start, seen, inputs) = self.at.get(o.index())?;
-        if start == u32::MAX {
-            return None;
+        match *self.at.get(o.index())? {
+            Slot::None => None,
+            Slot::Memo(i) => {
+                let (seen, r) = self.memo.entry(i as usize)?;
+                Some((seen, &r.inputs, &r.outputs))
+            }
+            Slot::Arena {
+                start,
+                seen,
+                inputs,
+            } => {
+                let (start, seen, inputs) = (start as usize, seen as usize, inputs as usize);
+                let all = self.arena.get(start..start + seen + inputs + outputs)?;
+                let (saw, answer) = all.split_at(seen);
+                let (ins, outs) = answer.split_at(inputs);
+                Some((saw, ins, outs))
+            }
         }
-        let all = self
-            .arena
-            .get(start as usize..start as usize + (seen + inputs) as usize + outputs)?;
-        let (saw, answer) = all.split_at(seen as usize);
-        let (ins, outs) = answer.split_at(inputs as usize);
-        Some((saw, ins, outs))
     }
 }
 
@@ -214,7 +253,10 @@ impl<'g> Propagator<'g> {
             attrs: self.attrs,
             origins: self.origins,
             stats: self.stats,
-            answers: self.answers,
+            answers: Saved {
+                memo: self.memo,
+                ..self.answers
+            },
         }
     }
 
@@ -278,35 +320,57 @@ impl<'g> Propagator<'g> {
     }
 
     /// Keeps op `o`'s forward answer `i` with the input attrs it answered
-    /// (before they learn from it), over its previous one when it fits.
+    /// (before they learn from it): where the memo keeps it, or copied into
+    /// the arena, over the op's previous copy when it fits.
     fn save(&mut self, o: OpId, i: usize) {
         let (inputs, outputs) = self.graph.io(o);
+        let saved = &mut self.answers;
+        if let Some((_, r)) = self.memo.entry(i) {
+            if r.outputs.len() == outputs.len() && i <= u32::MAX as usize {
+                saved.at[o.index()] = Slot::Memo(i as u32);
+            }
+            return;
+        }
         let r = self.memo.result(i);
         // An answer whose output count is not the op's, or past what the
-        // arena's u32 offsets reach, is not kept: the plan calls the rule.
-        if r.outputs.len() != outputs.len() || self.answers.arena.len() >= u32::MAX as usize / 2 {
+        // slot's offsets reach, is not kept: the plan calls the rule.
+        let (n_seen, n_inputs) = (inputs.len(), r.inputs.len());
+        if r.outputs.len() != outputs.len()
+            || saved.arena.len() >= u32::MAX as usize / 2
+            || n_seen > u16::MAX as usize
+            || n_inputs > u16::MAX as usize
+        {
+            saved.at[o.index()] = Slot::None;
             return;
         }
         let seen = inputs.iter().map(|t| &self.attrs[t.index()]);
         let all = seen.chain(&r.inputs).chain(&r.outputs);
-        let len = inputs.len() + r.inputs.len() + r.outputs.len();
-        let saved = &mut self.answers;
-        let (start, old_seen, old_inputs) = saved.at[o.index()];
-        let start = if start != u32::MAX && (old_seen + old_inputs) as usize + outputs.len() == len
-        {
-            for (to, from) in saved.arena[start as usize..].iter_mut().zip(all) {
-                to.clone_from(from);
+        let len = n_seen + n_inputs + outputs.len();
+        let start = match saved.at[o.index()] {
+            Slot::Arena {
+                start,
+                seen,
+                inputs,
+            } if seen as usize + inputs as usize == n_seen + n_inputs => {
+                for (to, from) in saved.arena[start as usize..].iter_mut().zip(all) {
+                    to.clone_from(from);
+                }
+                start
             }
-            start
-        } else {
-            let start = saved.arena.len() as u32;
-            saved.arena.reserve(len);
-            for a in all {
-                saved.arena.push(a.clone());
+            _ => {
+                let start = saved.arena.len() as u32;
+                saved.arena.reserve(len);
+                for a in all {
+                    saved.arena.push(a.clone());
+                }
+                start
             }
-            start
         };
-        saved.at[o.index()] = (start, inputs.len() as u32, r.inputs.len() as u32);
+        saved.at[o.index()] = Slot::Arena {
+            start,
+            seen: n_seen as u16,
+            inputs: n_inputs as u16,
+        };
     }
 
     /// From the outputs (forward ops only: a grad op has no reverse rule):
