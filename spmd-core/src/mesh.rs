@@ -2,8 +2,6 @@
 
 use core::fmt;
 
-use smallvec::SmallVec;
-
 use crate::error::SpmdError;
 
 /// Index of a mesh dim.
@@ -16,7 +14,10 @@ pub const MAX_MESH_RANK: usize = 8;
 /// process ids agree (the ids default to `0..n` in row-major order).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Mesh {
-    shape: SmallVec<[usize; 4]>,
+    /// The extents, then zeros: a fixed array, so that reading an extent
+    /// (inference does per sharded dim) is one bounds check, no spill test.
+    extents: [usize; MAX_MESH_RANK],
+    rank: u8,
     process_ids: Option<alloc::sync::Arc<[u32]>>,
 }
 
@@ -32,8 +33,11 @@ impl Mesh {
                 shape: shape.to_vec(),
             });
         }
+        let mut extents = [0; MAX_MESH_RANK];
+        extents[..shape.len()].copy_from_slice(shape);
         Ok(Mesh {
-            shape: SmallVec::from_slice(shape),
+            extents,
+            rank: shape.len() as u8,
             process_ids: None,
         })
     }
@@ -50,19 +54,22 @@ impl Mesh {
         Ok(mesh)
     }
 
+    #[inline]
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        &self.extents[..self.rank as usize]
     }
+    #[inline]
     pub fn rank(&self) -> usize {
-        self.shape.len()
+        self.rank as usize
     }
     /// Number of devices.
     pub fn size(&self) -> usize {
-        self.shape.iter().product()
+        self.shape().iter().product()
     }
-    /// Extent of one mesh dim.
+    /// Extent of one mesh dim (panics past the rank, as indexing does).
+    #[inline]
     pub fn dim(&self, d: MeshDim) -> usize {
-        self.shape[d as usize]
+        self.shape()[d as usize]
     }
     /// The product of the extents of a set of mesh dims.
     pub fn product(&self, dims: MeshSet) -> usize {
@@ -72,7 +79,7 @@ impl Mesh {
 
 impl fmt::Display for Mesh {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, d) in self.shape.iter().enumerate() {
+        for (i, d) in self.shape().iter().enumerate() {
             if i > 0 {
                 f.write_str("x")?;
             }
