@@ -378,7 +378,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                 .map(|i| (i, given_on(self, i, a).map_or(0, |(_, s)| s.len())))
                 .collect();
             order.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
-            for (i, _) in order {
+            for &(i, _) in &order {
                 take(self, &mut owner, a, i, trace);
             }
             let s = self.map.sharding[a as usize];
