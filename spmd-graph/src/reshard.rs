@@ -2,8 +2,9 @@
 //! attr is not what the op at hand needs, the collectives that fix it, and
 //! their communication volume.
 //!
-//! Each op's rule runs once more on the final attrs of its inputs. Two kinds
-//! of edge can need a reshard:
+//! Each op's answer for the final attrs of its inputs is read: the one
+//! propagation saved when it was given those attrs, else the rule runs once
+//! more. Two kinds of edge can need a reshard:
 //! - an **input** edge, when the tensor's attr differs from the rule's
 //!   requirement (a partial matmul output read by an `add` needs its
 //!   all-reduce);
