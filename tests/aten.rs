@@ -280,3 +280,37 @@ fn attention_splits_batch_and_heads_and_groups_query_heads() {
     );
     assert_eq!(show(&r).1, strings(&["[-1, 0, -1, -1]"]));
 }
+
+/// A rule registered under a second name answers and errs under it: its
+/// `name()`, and an inference error's op, are the name the caller used
+/// (`aten.mm` is the matmul rule, `aten.view` reshape's, `relu` the
+/// elementwise rule), for every such registration.
+#[test]
+fn rules_under_second_names_err_under_those_names() {
+    let registry = spmd_ops::builtins();
+    let mm = registry.build("aten.mm", &Attrs::new()).unwrap();
+    assert_eq!(mm.name(), "aten.mm");
+    // The contraction extents disagree: 8 against 6.
+    let err = forward(
+        "aten.mm",
+        Attrs::new(),
+        &[2],
+        &[(&[4, 8], &[-1, -1]), (&[6, 4], &[-1, -1])],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("aten.mm"), "{err}");
+    assert!(!err.to_string().contains("`matmul`"), "{err}");
+    // A mapping longer than its tensor, through an elementwise alias.
+    let err = forward("relu", Attrs::new(), &[2], &[(&[4, 8], &[0, -1, -1])]).unwrap_err();
+    assert!(err.to_string().contains("relu"), "{err}");
+    // Every registration answers to its own name.
+    let mut built = 0;
+    for info in registry.iter() {
+        let attrs = Attrs::new();
+        if let Ok(rule) = registry.build(info.name, &attrs) {
+            assert_eq!(rule.name(), info.name);
+            built += 1;
+        }
+    }
+    assert!(built > 100, "{built} rules built without attributes");
+}

@@ -218,14 +218,19 @@ impl Registry {
             (info.build)(attrs)
         };
         // A rule registered under another name (`relu` for the elementwise
-        // rule) errs under the name it was called by. (Its inference errors
-        // name the rule: wrapping every call to rename them would cost each
-        // call a move of its result; callers that know the name, the CLI
-        // and graph propagation, rename those with `SpmdError::set_op`.)
-        rule.map_err(|mut e| {
-            e.set_op(info.name);
-            e
-        })
+        // rule, `aten.view` for reshape) errs under the name it was called
+        // by, when it is built and when it infers.
+        match rule {
+            Ok(rule) if rule.name() != info.name => Ok(Box::new(Renamed {
+                name: info.name,
+                rule,
+            })),
+            Ok(rule) => Ok(rule),
+            Err(mut e) => {
+                e.set_op(info.name);
+                Err(e)
+            }
+        }
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -265,6 +270,32 @@ pub(crate) fn near_names<'c>(name: &str, candidates: impl Iterator<Item = &'c st
         .take(3)
         .map(|(_, k)| k.to_string())
         .collect()
+}
+
+/// A rule under the name it was registered by: its name and its errors
+/// say that name. Answering into the caller's result, it adds one call
+/// through a pointer and moves no result.
+struct Renamed {
+    name: &'static str,
+    rule: Box<dyn SpmdRule>,
+}
+
+impl SpmdRule for Renamed {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn infer_into(
+        &self,
+        call: &crate::Call<'_>,
+        trace: Option<&mut dyn crate::Trace>,
+        result: &mut crate::RuleResult,
+    ) -> Result<(), SpmdError> {
+        self.rule.infer_into(call, trace, result).map_err(|mut e| {
+            e.set_op(self.name);
+            e
+        })
+    }
 }
 
 #[cfg(test)]
