@@ -160,7 +160,7 @@ pub fn backward_graph(
         param_grads.push((t, g));
     }
     Ok(Backward {
-        graph: b.build(registry)?,
+        graph: b.build_derived(registry)?,
         param_grads,
     })
 }
