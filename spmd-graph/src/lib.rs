@@ -76,7 +76,9 @@
 //!
 //! # The reshard plan
 //!
-//! See [`reshard`]: each op's rule runs on the final attrs; where a tensor's
+//! See [`reshard`]: each op's answer for the final attrs (the one
+//! propagation saved when it was given those attrs, else the rule runs
+//! again); where a tensor's
 //! attr differs from what the op requires (or an op's output from its
 //! tensor's attr), the difference is decomposed per mesh dim into
 //! all-reduce, reduce-scatter, all-gather, all-to-all and local slices
