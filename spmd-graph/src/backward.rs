@@ -85,12 +85,12 @@ pub fn backward_graph(
         }
         // What the forward op required of its inputs: propagation's own
         // answer when it was given the final attrs, else the rule's.
-        let called;
+        let mut called = spmd_core::RuleResult::default();
         let needs = match prop.answer(forward, o) {
             Some((needs, _)) => needs,
             None => {
-                called = forward
-                    .call_resolving(o, &prop.attrs, 0)
+                forward
+                    .call_resolving_into(o, &prop.attrs, 0, &mut called)
                     .map_err(|source| GraphError::Rule {
                         op: op.name.clone(),
                         source,

@@ -203,23 +203,12 @@ impl Graph {
         Ok(r)
     }
 
-    /// [`Graph::call_forward`], but when the rule rejects the combination of
-    /// its inputs' attrs (a strict rule facing two disagreeing inputs), it
-    /// runs again seeing only input `keep`'s attr, the others replicated:
-    /// that input wins the conflict and the others are resharded to fit.
-    pub(crate) fn call_resolving(
-        &self,
-        o: OpId,
-        attrs: &[DistAttr],
-        keep: usize,
-    ) -> Result<spmd_core::RuleResult, SpmdError> {
-        let mut r = spmd_core::RuleResult::default();
-        self.call_resolving_into(o, attrs, keep, &mut r)?;
-        Ok(r)
-    }
-
-    /// [`Graph::call_resolving`] into the caller's result (reused across
-    /// calls: no result is moved or dropped per call).
+    /// [`Graph::call_forward`] into the caller's result (reused across
+    /// calls: no result is moved or dropped per call), but when the rule
+    /// rejects the combination of its inputs' attrs (a strict rule facing
+    /// two disagreeing inputs), it runs again seeing only input `keep`'s
+    /// attr, the others replicated: that input wins the conflict and the
+    /// others are resharded to fit.
     pub(crate) fn call_resolving_into(
         &self,
         o: OpId,

@@ -100,7 +100,7 @@ impl Memo {
             .map(|e| (e.attrs.as_slice(), &e.result))
     }
 
-    /// [`Graph::call_resolving`], remembered; the answer's index.
+    /// [`Graph::call_resolving_into`], remembered; the answer's index.
     pub(crate) fn forward(
         &mut self,
         graph: &Graph,

@@ -121,7 +121,7 @@ impl Saved {
 
 impl Propagation {
     /// Op `o`'s forward answer for the final attrs (as
-    /// `Graph::call_resolving(o, &self.attrs, 0)` would give it), when
+    /// `Graph::call_resolving_into(o, &self.attrs, 0, ..)` would give it), when
     /// propagation already computed it: (inputs, outputs).
     pub(crate) fn answer(&self, graph: &Graph, o: OpId) -> Option<(&[DistAttr], &[DistAttr])> {
         let (inputs, outputs) = graph.io(o);
