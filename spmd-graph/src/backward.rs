@@ -21,10 +21,12 @@
 //!   that comes out partial (over a data-parallel mesh dim, say) therefore
 //!   shows as an all-reduce at its producer in the reshard plan.
 
+use std::sync::Arc;
+
 use spmd_core::{Attrs, DistAttr, Partial, Registry};
 
 use crate::error::GraphError;
-use crate::graph::{Graph, GraphBuilder, OpKind, TensorId};
+use crate::graph::{Graph, GraphBuilder, OpKind, Prebuilt, Stage, TensorId};
 use crate::propagate::Propagation;
 
 /// A backward graph and where each forward parameter's gradient is in it.
@@ -37,7 +39,9 @@ pub struct Backward {
 
 /// Builds the backward graph of `forward` under the attrs of `prop`, seeded
 /// at `outputs` (see the module docs). Parameters are the tensors marked
-/// [`param`](crate::TensorInfo::param).
+/// [`param`](crate::TensorInfo::param). Each grad op runs its forward op's
+/// rule as `forward` built it (no rule is built again); `registry` gives
+/// the rules' `no_grad` inputs and the `add` rule of the gradient sums.
 pub fn backward_graph(
     forward: &Graph,
     prop: &Propagation,
@@ -45,6 +49,16 @@ pub fn backward_graph(
     outputs: &[TensorId],
 ) -> Result<Backward, GraphError> {
     let mut b = GraphBuilder::new(forward.mesh().clone());
+    // The gradient sums all run one `add` rule, built once.
+    let add = Prebuilt {
+        rule: Arc::from(registry.build("add", &Attrs::new()).map_err(|source| {
+            GraphError::Rule {
+                op: "add".into(),
+                source,
+            }
+        })?),
+        stage: registry.get("add").map_or(Stage::Other, Stage::of),
+    };
     // Which forward tensors depend on a parameter (in graph order).
     let mut needs_grad: Vec<bool> = forward.tensors().iter().map(|t| t.param).collect();
     for o in forward.op_ids() {
@@ -57,12 +71,14 @@ pub fn backward_graph(
     }
     // Gradient contributions per forward tensor.
     let mut contributions: Vec<Vec<TensorId>> = vec![Vec::new(); forward.tensors().len()];
+    // Each grad op's tensors, in buffers reused op after op.
+    let (mut grad_inputs, mut grad_outputs) = (Vec::new(), Vec::new());
     for &t in outputs {
         let info = forward.tensor(t);
         if !contributions[t.index()].is_empty() {
             continue;
         }
-        let seed = b.tensor(&fresh(&b, format!("d{}", info.name)), &info.shape)?;
+        let seed = fresh(&mut b, join(&["d", &info.name]), &info.shape)?;
         b.annotate(seed, complete(prop.attr(t)))?;
         contributions[t.index()].push(seed);
     }
@@ -98,19 +114,17 @@ pub fn backward_graph(
                 called.inputs.as_slice()
             }
         };
-        let mut inputs = Vec::with_capacity(op.inputs.len() + op.outputs.len());
+        grad_inputs.clear();
         for (&t, need) in op.inputs.iter().zip(needs) {
             let info = forward.tensor(t);
-            let saved = b.tensor(
-                &fresh(&b, format!("{}@{}", info.name, op.name)),
-                &info.shape,
-            )?;
+            let saved = fresh(&mut b, join(&[&info.name, "@", &op.name]), &info.shape)?;
             b.annotate(saved, need.clone())?;
-            inputs.push(saved);
+            grad_inputs.push(saved);
         }
         for &t in &op.outputs {
-            inputs.push(accumulate(
+            grad_inputs.push(accumulate(
                 &mut b,
+                &add,
                 forward,
                 t,
                 &mut contributions[t.index()],
@@ -123,30 +137,32 @@ pub fn backward_graph(
                 source,
             })?
             .no_grad;
-        let mut outputs = Vec::new();
+        grad_outputs.clear();
         for (i, &t) in op.inputs.iter().enumerate() {
             if i < 64 && no_grad & (1 << i) != 0 {
                 continue;
             }
             let info = forward.tensor(t);
-            let g = b.tensor(
-                &fresh(&b, format!("d{}@{}", info.name, op.name)),
-                &info.shape,
-            )?;
+            let g = fresh(&mut b, join(&["d", &info.name, "@", &op.name]), &info.shape)?;
             if needs_grad[t.index()] {
                 contributions[t.index()].push(g);
             }
-            outputs.push(g);
+            grad_outputs.push(g);
         }
-        b.op(
-            &format!("{}_grad", op.name),
+        // The grad op runs the forward op's own rule (built once, shared).
+        b.op_with(
+            join(&[&op.name, "_grad"]),
             &op.rule,
             op.attrs.clone(),
             OpKind::Grad {
                 forward_inputs: op.inputs.len(),
             },
-            &inputs,
-            &outputs,
+            &grad_inputs,
+            &grad_outputs,
+            Some(Prebuilt {
+                rule: forward.rules[o.index()].clone(),
+                stage: Stage::Other,
+            }),
         )?;
     }
     let mut param_grads = Vec::new();
@@ -155,7 +171,7 @@ pub fn backward_graph(
         if !info.param || contributions[t.index()].is_empty() {
             continue;
         }
-        let g = accumulate(&mut b, forward, t, &mut contributions[t.index()])?;
+        let g = accumulate(&mut b, &add, forward, t, &mut contributions[t.index()])?;
         b.annotate(g, complete(prop.attr(t)))?;
         param_grads.push((t, g));
     }
@@ -165,16 +181,29 @@ pub fn backward_graph(
     })
 }
 
-/// `base`, or `base~k` for the first `k` that is not a tensor's name yet (an
-/// op reading one tensor twice).
-fn fresh(b: &GraphBuilder, base: String) -> String {
-    if b.find(&base).is_none() {
-        return base;
+/// A new tensor named `base`, or `base~k` for the first `k` that is not a
+/// tensor's name yet (an op reading one tensor twice).
+fn fresh(b: &mut GraphBuilder, base: String, shape: &[usize]) -> Result<TensorId, GraphError> {
+    let base = match b.declare(base, shape)? {
+        Ok(t) => return Ok(t),
+        Err(base) => base,
+    };
+    for k in 2.. {
+        if let Ok(t) = b.declare(format!("{base}~{k}"), shape)? {
+            return Ok(t);
+        }
     }
-    (2..)
-        .map(|k| format!("{base}~{k}"))
-        .find(|n| b.find(n).is_none())
-        .unwrap_or(base)
+    unreachable!("some suffix is free: the builder holds finitely many names")
+}
+
+/// The parts one after the other, in one allocation (`format!` was a tenth
+/// of building a large model's backward graph).
+fn join(parts: &[&str]) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        s.push_str(p);
+    }
+    s
 }
 
 /// The attr without partial status.
@@ -186,15 +215,15 @@ fn complete(a: &DistAttr) -> DistAttr {
 /// several (`add` ops), or a fresh zero gradient when there is none.
 fn accumulate(
     b: &mut GraphBuilder,
+    add: &Prebuilt,
     forward: &Graph,
     t: TensorId,
     parts: &mut Vec<TensorId>,
 ) -> Result<TensorId, GraphError> {
     let info = forward.tensor(t);
-    let name = format!("d{}", info.name);
     match parts.len() {
         0 => {
-            let zero = b.tensor(&format!("{name}@zero"), &info.shape)?;
+            let zero = b.tensor(&join(&["d", &info.name, "@zero"]), &info.shape)?;
             parts.push(zero);
             Ok(zero)
         }
@@ -203,19 +232,26 @@ fn accumulate(
             let mut sum = parts[0];
             for (k, &part) in parts.iter().enumerate().skip(1) {
                 let out = if k + 1 == n {
-                    name.clone()
+                    join(&["d", &info.name])
                 } else {
-                    format!("{name}@sum{k}")
+                    format!("d{}@sum{k}", info.name)
                 };
-                sum = b.apply(
-                    &format!("{name}_acc{k}"),
+                let out = b
+                    .declare(out, &info.shape)?
+                    .map_err(|name| GraphError::DuplicateTensor { name })?;
+                b.op_with(
+                    format!("d{}_acc{k}", info.name),
                     "add",
                     Attrs::new(),
+                    OpKind::Forward,
                     &[sum, part],
-                    (&out, &info.shape),
+                    &[out],
+                    Some(add.clone()),
                 )?;
+                sum = out;
             }
-            *parts = vec![sum];
+            parts.truncate(1);
+            parts[0] = sum;
             Ok(sum)
         }
     }
@@ -266,5 +302,42 @@ mod tests {
                 .reshards
                 .is_empty()
         );
+    }
+
+    /// Grad ops run the very rules the forward graph built, and the
+    /// gradient sums share one `add` rule: building the backward graph
+    /// builds one rule in all, whatever the model's size.
+    #[test]
+    fn grad_ops_share_the_forward_rules() {
+        let registry = spmd_ops::builtins();
+        let mut b = GraphBuilder::new(Mesh::new(&[2]).unwrap());
+        let x = b.tensor("x", &[4, 6]).unwrap();
+        let w = b.param("w", &[6, 6], None).unwrap();
+        let h = b
+            .apply("mm1", "matmul", Attrs::new(), &[x, w], ("h", &[4, 6]))
+            .unwrap();
+        let y = b
+            .apply("mm2", "matmul", Attrs::new(), &[h, w], ("y", &[4, 6]))
+            .unwrap();
+        let z = b
+            .apply("sum", "add", Attrs::new(), &[y, h], ("z", &[4, 6]))
+            .unwrap();
+        let g = b.build(&registry).unwrap();
+        let p = propagate(&g).unwrap();
+        let bw = backward_graph(&g, &p, &registry, &[z]).unwrap();
+        let mut adds = Vec::new();
+        for o in bw.graph.op_ids() {
+            let op = bw.graph.op(o);
+            match op.name.strip_suffix("_grad") {
+                Some(forward_name) => {
+                    let f = g.op_ids().find(|&f| g.op(f).name == forward_name).unwrap();
+                    assert!(Arc::ptr_eq(&bw.graph.rules[o.index()], &g.rules[f.index()]));
+                }
+                None => adds.push(&bw.graph.rules[o.index()]),
+            }
+        }
+        // h and w are each read twice: two sums, one rule.
+        assert_eq!(adds.len(), 2);
+        assert!(Arc::ptr_eq(adds[0], adds[1]));
     }
 }

@@ -3,7 +3,8 @@
 //! it all once, so that propagation never looks a rule up by name.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use spmd_core::{Attrs, DistAttr, Mesh, Registry, Spec, SpmdError, SpmdRule};
 
@@ -115,7 +116,8 @@ pub struct Graph {
     mesh: Mesh,
     tensors: Vec<TensorInfo>,
     ops: Vec<OpInfo>,
-    pub(crate) rules: Vec<Box<dyn SpmdRule>>,
+    /// Shared: a backward graph's grad ops run their forward ops' rules.
+    pub(crate) rules: Vec<Arc<dyn SpmdRule>>,
     pub(crate) stages: Vec<Stage>,
     /// Ops with equal signatures (rule, attributes, kind, tensor shapes)
     /// answer equal attrs equally (see `memo`).
@@ -313,9 +315,32 @@ impl Graph {
 pub struct GraphBuilder {
     mesh: Mesh,
     tensors: Vec<TensorInfo>,
-    /// Names hash with Fx: SipHash was most of declaring a tensor.
-    by_name: HashMap<String, TensorId, BuildHasherDefault<crate::memo::Fx>>,
+    /// Tensor ids by name, hashed with Fx (SipHash was most of declaring a
+    /// tensor); the names themselves live in `tensors`, not again as keys.
+    names: hashbrown::HashTable<TensorId>,
     ops: Vec<OpInfo>,
+    /// Per op: its rule when the caller built it already (a derived graph
+    /// reusing a built graph's rules); `build` builds the others.
+    prebuilt: Vec<Option<Prebuilt>>,
+}
+
+/// A rule built elsewhere, with the stage of its op.
+#[derive(Clone)]
+pub(crate) struct Prebuilt {
+    pub(crate) rule: Arc<dyn SpmdRule>,
+    pub(crate) stage: Stage,
+}
+
+impl std::fmt::Debug for Prebuilt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Prebuilt({}, {:?})", self.rule.name(), self.stage)
+    }
+}
+
+fn name_hash(name: &str) -> u64 {
+    let mut h = crate::memo::Fx::default();
+    h.write(name.as_bytes());
+    h.finish()
 }
 
 impl GraphBuilder {
@@ -375,8 +400,9 @@ impl GraphBuilder {
         GraphBuilder {
             mesh,
             tensors: Vec::new(),
-            by_name: HashMap::default(),
+            names: hashbrown::HashTable::new(),
             ops: Vec::new(),
+            prebuilt: Vec::new(),
         }
     }
 
@@ -387,9 +413,17 @@ impl GraphBuilder {
     /// Declares a tensor. It is a graph input unless an op later lists it as
     /// an output.
     pub fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<TensorId, GraphError> {
-        if self.by_name.contains_key(name) {
-            return Err(GraphError::DuplicateTensor { name: name.into() });
-        }
+        self.declare(name.to_string(), shape)?
+            .map_err(|name| GraphError::DuplicateTensor { name })
+    }
+
+    /// Declares a tensor named `name`, or gives the name back when a tensor
+    /// has it already (one hash and one probe either way).
+    pub(crate) fn declare(
+        &mut self,
+        name: String,
+        shape: &[usize],
+    ) -> Result<Result<TensorId, String>, GraphError> {
         // Volumes are counted in bytes (at most 8 an element) in a u64.
         let fits = shape
             .iter()
@@ -397,13 +431,23 @@ impl GraphBuilder {
             .is_some();
         if !fits {
             return Err(GraphError::TensorTooLarge {
-                tensor: name.into(),
+                tensor: name,
                 shape: shape.to_vec(),
             });
         }
         let id = TensorId(self.tensors.len() as u32);
+        let tensors = &self.tensors;
+        let entry = self.names.entry(
+            name_hash(&name),
+            |t| tensors[t.index()].name == name,
+            |t| name_hash(&tensors[t.index()].name),
+        );
+        let hashbrown::hash_table::Entry::Vacant(slot) = entry else {
+            return Ok(Err(name));
+        };
+        slot.insert(id);
         self.tensors.push(TensorInfo {
-            name: name.into(),
+            name,
             shape: shape.to_vec(),
             annotation: None,
             priority: 0,
@@ -411,13 +455,14 @@ impl GraphBuilder {
             producer: None,
             consumers: Vec::new(),
         });
-        self.by_name.insert(name.into(), id);
-        Ok(id)
+        Ok(Ok(id))
     }
 
     /// The tensor called `name`.
     pub fn find(&self, name: &str) -> Option<TensorId> {
-        self.by_name.get(name).copied()
+        self.names
+            .find(name_hash(name), |t| self.tensors[t.index()].name == name)
+            .copied()
     }
 
     /// Fixes a tensor's attr: propagation never changes it, and the reshard
@@ -489,12 +534,28 @@ impl GraphBuilder {
         inputs: &[TensorId],
         outputs: &[TensorId],
     ) -> Result<OpId, GraphError> {
-        let id = OpId(self.ops.len() as u32);
         let name = if name.is_empty() {
-            format!("{rule}#{}", id.0)
+            format!("{rule}#{}", self.ops.len())
         } else {
             name.to_string()
         };
+        self.op_with(name, rule, attrs, kind, inputs, outputs, None)
+    }
+
+    /// [`GraphBuilder::op`] with an owned name and, optionally, the rule
+    /// already built (`build` then neither looks it up nor builds it).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn op_with(
+        &mut self,
+        name: String,
+        rule: &str,
+        attrs: Attrs,
+        kind: OpKind,
+        inputs: &[TensorId],
+        outputs: &[TensorId],
+        prebuilt: Option<Prebuilt>,
+    ) -> Result<OpId, GraphError> {
+        let id = OpId(self.ops.len() as u32);
         self.check_ids(&name, inputs)?;
         self.check_ids(&name, outputs)?;
         for &t in outputs {
@@ -519,6 +580,7 @@ impl GraphBuilder {
             inputs: inputs.to_vec(),
             outputs: outputs.to_vec(),
         });
+        self.prebuilt.push(prebuilt);
         Ok(id)
     }
 
@@ -561,20 +623,23 @@ impl GraphBuilder {
     }
 
     /// [`GraphBuilder::build`] for a graph derived from a built one (the
-    /// backward graph), whose shapes hold by construction: the declared
-    /// output shapes are checked in debug builds (every test) and, in
-    /// release, when propagation passes them to the rules, which reject a
-    /// disagreement then. Skipping the up-front run of every op halves the
-    /// cost of building a large model's backward graph.
+    /// backward graph), whose shapes and arities hold by construction: the
+    /// up-front runs of every op (declared output shapes, then arity and
+    /// output ranks) happen in debug builds (every test). In release the
+    /// shapes are checked when propagation passes them to the rules, which
+    /// reject a disagreement then, and the ranks when it learns an output's
+    /// attr. Skipping those runs was most of building a large model's
+    /// backward graph.
     pub(crate) fn build_derived(self, registry: &Registry) -> Result<Graph, GraphError> {
         self.build_with(registry, cfg!(debug_assertions))
     }
 
-    fn build_with(self, registry: &Registry, check_shapes: bool) -> Result<Graph, GraphError> {
+    fn build_with(mut self, registry: &Registry, check_calls: bool) -> Result<Graph, GraphError> {
         // Every op kind without a rule, named at once: an exported model
         // meets several, and one at a time would take as many runs.
         let mut missing: Vec<MissingRule> = Vec::new();
-        for op in self.ops.iter().filter(|op| !registry.contains(&op.rule)) {
+        let unbuilt = self.ops.iter().zip(&self.prebuilt);
+        for (op, _) in unbuilt.filter(|(op, p)| p.is_none() && !registry.contains(&op.rule)) {
             match missing.iter_mut().find(|m| m.rule == op.rule) {
                 Some(m) => m.ops += 1,
                 None => missing.push(MissingRule {
@@ -593,6 +658,7 @@ impl GraphBuilder {
         }
         let mut rules = Vec::with_capacity(self.ops.len());
         let mut stages = Vec::with_capacity(self.ops.len());
+        let mut prebuilt = std::mem::take(&mut self.prebuilt);
         for (i, op) in self.ops.iter().enumerate() {
             for &t in &op.inputs {
                 if let Some(p) = self.tensors[t.index()].producer
@@ -605,19 +671,27 @@ impl GraphBuilder {
                     });
                 }
             }
-            let rule = registry
-                .build(&op.rule, &op.attrs)
-                .map_err(|source| GraphError::Rule {
-                    op: op.name.clone(),
-                    source,
-                })?;
-            if check_shapes && op.kind == OpKind::Forward {
+            let (rule, stage) = match prebuilt[i].take() {
+                Some(Prebuilt { rule, stage }) => (rule, stage),
+                None => {
+                    let rule =
+                        registry
+                            .build(&op.rule, &op.attrs)
+                            .map_err(|source| GraphError::Rule {
+                                op: op.name.clone(),
+                                source,
+                            })?;
+                    let stage = match op.kind {
+                        OpKind::Forward => registry.get(&op.rule).map_or(Stage::Other, Stage::of),
+                        OpKind::Grad { .. } => Stage::Other,
+                    };
+                    (Arc::from(rule), stage)
+                }
+            };
+            if check_calls && op.kind == OpKind::Forward {
                 self.check_declared_shapes(op, &*rule)?;
             }
-            stages.push(match op.kind {
-                OpKind::Forward => registry.get(&op.rule).map_or(Stage::Other, Stage::of),
-                OpKind::Grad { .. } => Stage::Other,
-            });
+            stages.push(stage);
             rules.push(rule);
         }
         // Ops with the same rule, attributes, kind and shapes share a
@@ -635,14 +709,15 @@ impl GraphBuilder {
                     .zip(b.inputs.iter().chain(&b.outputs))
                     .all(|(x, y)| self.tensors[x.index()].shape == self.tensors[y.index()].shape)
         };
-        let mut by_hash: HashMap<u64, Vec<(usize, u32)>> = HashMap::new();
+        let mut by_hash: HashMap<u64, smallvec::SmallVec<[(usize, u32); 1]>, crate::memo::FxBuild> =
+            HashMap::default();
         let mut n_signatures = 0u32;
         let signatures: Vec<u32> = self
             .ops
             .iter()
             .enumerate()
             .map(|(i, op)| {
-                let mut h = std::hash::DefaultHasher::new();
+                let mut h = crate::memo::Fx::default();
                 op.rule.hash(&mut h);
                 for (name, value) in op.attrs.iter() {
                     name.hash(&mut h);
@@ -695,6 +770,9 @@ impl GraphBuilder {
             spans,
             ranks,
         };
+        if !check_calls {
+            return Ok(graph);
+        }
         let replicated: Vec<DistAttr> = graph
             .tensors
             .iter()

@@ -33,6 +33,9 @@ enum Direction {
     Backward,
 }
 
+/// Fx-hashed maps and sets, for the crate's own keys.
+pub(crate) type FxBuild = BuildHasherDefault<Fx>;
+
 /// A fast non-cryptographic hasher (the multiply-rotate scheme of rustc's
 /// `FxHasher`): keys are a few small attrs, and SipHash showed in profiles.
 #[derive(Default)]
@@ -75,7 +78,7 @@ impl Fx {
 /// ([`Memo::result`]; `usize::MAX` is the unremembered last answer).
 #[derive(Clone, Default)]
 pub(crate) struct Memo {
-    by_hash: HashMap<u64, SmallVec<[u32; 2]>, BuildHasherDefault<Fx>>,
+    by_hash: HashMap<u64, SmallVec<[u32; 2]>, FxBuild>,
     entries: Vec<Entry>,
     /// The last answer of an op no other op shares a signature with: it
     /// could never hit, so it is not remembered (a `RuleResult` is ~600
