@@ -292,6 +292,12 @@ impl DimsMapping {
     pub fn push(&mut self, s: Sharding) {
         self.0.push(s)
     }
+    /// [`DimsMapping::push`], inlined: the plain pass pushes every dim of
+    /// every answer (the driver's callers measured better without).
+    #[inline(always)]
+    pub(crate) fn push_inlined(&mut self, s: Sharding) {
+        self.0.push(s)
+    }
     pub fn clear(&mut self) {
         self.0.clear()
     }

@@ -12,6 +12,8 @@
 //! slots, carriers), [`extents`] (extents and compound factors), [`merges`]
 //! (the three merges and the divisibility policy), [`partial`] (addends and
 //! backward's Stage-II) and [`project`] (from the axis map back to tensors).
+//! [`plain`] answers the common forward call in one pass, and hands every
+//! other call to the driver.
 
 use smallvec::SmallVec;
 use spmd_notation::{AxisSet, Term};
@@ -30,6 +32,7 @@ mod cx;
 mod extents;
 mod merges;
 mod partial;
+mod plain;
 mod project;
 
 use check::*;
@@ -48,7 +51,26 @@ pub(crate) fn forward<T: Trace + ?Sized>(
     let plan = &rule.plan;
     if trace.enabled() {
         trace.plan(plan);
+    } else if absent.mask().is_none()
+        && plain::rule_is_plain(rule)
+        && plain::forward(rule, mesh, inputs, output_shapes, result)
+    {
+        return Ok(());
     }
+    forward_in_full(rule, mesh, inputs, output_shapes, absent, trace, result)
+}
+
+/// [`forward`] through every step of the driver.
+fn forward_in_full<T: Trace + ?Sized>(
+    rule: &EinsumRule<'_>,
+    mesh: &Mesh,
+    inputs: &[Spec<'_>],
+    output_shapes: &[&[usize]],
+    absent: impl Presence,
+    trace: &mut T,
+    result: &mut RuleResult,
+) -> Result<(), SpmdError> {
+    let plan = &rule.plan;
     arity(rule, TensorRef::input(0), plan.n_inputs(), inputs.len())?;
     check_absent(rule, absent.mask())?;
     // Absent optional inputs take part in nothing; `present` skips them.
