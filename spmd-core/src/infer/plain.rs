@@ -1,19 +1,19 @@
 //! The plain forward: the common call answered in one pass over the dims.
 //!
 //! Most calls a strategy search makes are plain: a rule of labels, `1`s and
-//! `...` (no compounds, diagonals, addends or followers) under first-wins or
-//! strict conflicts, uneven shards allowed and partial inputs dropped,
-//! reducing by `Sum`; and inputs whose dims are replicated or split over one
-//! mesh dim each. For those the general driver's steps collapse: the merge
-//! is one word per axis, the conflicts are settled per mesh dim, and the
-//! divisibility policy has nothing to do. This module answers such a call
-//! in one pass.
+//! `...` (no compounds, diagonals, addends or followers) that drops partial
+//! inputs and reduces by `Sum`, under first-wins, strict or role-priority
+//! conflicts and any divisibility policy; and inputs whose dims are
+//! replicated or split over one mesh dim each. For those the general
+//! driver's steps collapse: a merge is one word per axis, the conflicts are
+//! settled per mesh dim, and the roles are bit sets. This module answers
+//! such a call in one pass (role priority needs a second over the axes).
 //!
 //! Anything else (and every call that must fail) gives `false` without a
 //! word written, and the general driver answers from the start, errors
 //! included. The answer is the general driver's own, not an approximation:
-//! a unit test runs both on every mapping of a set of plain rules and
-//! compares.
+//! a unit test runs both on every mapping of a set of rules under each
+//! policy and compares.
 
 use spmd_notation::{Dim, Term};
 
@@ -41,9 +41,8 @@ pub(super) fn rule_is_plain(rule: &EinsumRule<'_>) -> bool {
     let plan = &rule.plan;
     matches!(
         rule.policy.conflicts,
-        Conflicts::FirstWins | Conflicts::Strict
-    ) && rule.policy.divisibility == Divisibility::Uneven
-        && rule.policy.partial_inputs == PartialInputs::Drop
+        Conflicts::FirstWins | Conflicts::Strict | Conflicts::RolePriority
+    ) && rule.policy.partial_inputs == PartialInputs::Drop
         && rule.reduce == ReduceType::Sum
         && rule.reduce_overrides.is_empty()
         && rule.follows == 0
@@ -122,19 +121,23 @@ fn forward_with<const ELLIPSIS: bool>(
     if n_labels < 64 && never.0 >> n_labels != 0 {
         return false;
     }
-    let count_unsharded = rule.policy.unsharded_claims == UnshardedClaims::Count;
     let on_mesh = (1u32 << mesh.rank()) - 1;
-    // Per axis: its extent (valid where `known` has its bit) and its merged
-    // sharding; per mesh dim: the axis that claimed it first and every axis
-    // that claimed it. Per input dim: the axis it carries (`NOBODY`: none).
-    let mut extent = [0usize; MAX_PLAIN_AXES];
-    let mut known = 0u32;
-    let mut table = [Sharding::REPLICATED; MAX_PLAIN_AXES];
-    let mut first = [NOBODY; 8];
-    let mut claimants = [0u32; 8];
-    let mut carried = [[NOBODY; 8]; MAX_PLAIN_TENSORS];
-    // The ellipsis width: the most dims any input's `...` stands for.
-    let mut width = 0;
+    let mut cx = Plain {
+        extent: [0; MAX_PLAIN_AXES],
+        known: 0,
+        table: [Sharding::REPLICATED; MAX_PLAIN_AXES],
+        carried: [[NOBODY; 8]; MAX_PLAIN_TENSORS],
+        carried_set: [0; MAX_PLAIN_TENSORS],
+        width: 0,
+        first: [NOBODY; 8],
+        claimants: [0; 8],
+    };
+    // First-wins and strict merges happen dim by dim as the inputs are
+    // read; role priority needs every input's dims first.
+    let by_role = rule.policy.conflicts == Conflicts::RolePriority;
+    let count_unsharded = rule.policy.unsharded_claims == UnshardedClaims::Count;
+    // The ellipsis width, the extents, and which axis each input dim
+    // carries; every input's mapping checked.
     for (i, spec) in inputs.iter().enumerate() {
         let term = plan.terms[i];
         let dims = plan.dims_of(term);
@@ -142,37 +145,32 @@ fn forward_with<const ELLIPSIS: bool>(
         let mapping = spec.attr.dims_mapping.as_slice();
         match term.ellipsis {
             Some(_) if ELLIPSIS && rank >= dims.len() && rank <= 8 => {
-                width = width.max(rank - dims.len())
+                cx.width = cx.width.max(rank - dims.len())
             }
             None if rank == dims.len() && rank <= 8 => {}
             _ => return false,
         }
-        if mapping.len() != rank || n_labels + width > MAX_PLAIN_AXES {
+        if mapping.len() != rank || n_labels + cx.width > MAX_PLAIN_AXES {
             return false;
         }
         let mut used = 0u32;
-        for k in 0..rank {
-            let (size, s) = (spec.shape[k], mapping[k]);
-            let axis = match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
-                Ok(Some(a)) => {
-                    // An extent of 1 broadcasts against any other.
-                    if known & (1 << a) == 0 || extent[a] == 1 {
-                        extent[a] = size;
-                        known |= 1 << a;
-                    } else if extent[a] != size && size != 1 {
+        for (k, (&size, &s)) in spec.shape.iter().zip(mapping).enumerate() {
+            let mut a = NOBODY;
+            match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
+                Ok(Some(axis)) => {
+                    if !cx.learn(axis, size) {
                         return false;
                     }
                     // A size-1 dim holds no part of its axis.
-                    if size != 1 && !never.contains(a as u8) {
-                        carried[i][k] = a as u8;
-                        Some(a)
-                    } else {
-                        None
+                    if size != 1 && !never.contains(axis as u8) {
+                        a = axis as u8;
+                        cx.carried[i][k] = a;
+                        cx.carried_set[i] |= 1 << a;
                     }
                 }
-                Ok(None) => None,
+                Ok(None) => {}
                 Err(()) => return false,
-            };
+            }
             if s.is_replicated() {
                 continue;
             }
@@ -182,26 +180,7 @@ fn forward_with<const ELLIPSIS: bool>(
                 return false;
             }
             used |= bits;
-            let m = bits.trailing_zeros() as usize;
-            let Some(a) = axis else {
-                // Replicated in the end, but the claim may count.
-                if count_unsharded {
-                    if first[m] == NOBODY {
-                        first[m] = UNSHARDED;
-                    }
-                    claimants[m] |= 1 << UNSHARDED;
-                }
-                continue;
-            };
-            let cur = table[a];
-            if cur.is_replicated() {
-                table[a] = s;
-                if first[m] == NOBODY {
-                    first[m] = a as u8;
-                }
-                claimants[m] |= 1 << a;
-            } else if cur != s {
-                // One axis split two ways: the general driver's error.
+            if !by_role && !cx.claim(a, s, bits.trailing_zeros() as usize, count_unsharded) {
                 return false;
             }
         }
@@ -211,61 +190,59 @@ fn forward_with<const ELLIPSIS: bool>(
             return false;
         }
     }
+    let width = cx.width;
     let out_rank = |term: Term| term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
     // Declared output shapes are checked as the general driver does (when
-    // there is one per output): any disagreement is its error to give.
-    if output_shapes.len() == plan.n_outputs() {
-        for (o, shape) in output_shapes.iter().enumerate() {
-            let term = plan.terms[n_in + o];
+    // there is one per output): any disagreement is its error to give. The
+    // axes of every output, for role priority.
+    let check_shapes = output_shapes.len() == plan.n_outputs();
+    let mut out_axes = 0u32;
+    if check_shapes || by_role {
+        for (o, &term) in plan.terms[n_in..].iter().enumerate() {
             let rank = out_rank(term);
-            if shape.len() != rank {
+            let dims = plan.dims_of(term);
+            let declared = output_shapes.get(o).filter(|_| check_shapes);
+            if declared.is_some_and(|shape| shape.len() != rank) {
                 return false;
             }
-            for (k, &size) in shape.iter().enumerate() {
-                let dims = plan.dims_of(term);
+            for k in 0..rank {
                 if let Ok(Some(a)) = axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
-                    if known & (1 << a) == 0 || extent[a] == 1 {
-                        extent[a] = size;
-                        known |= 1 << a;
-                    } else if extent[a] != size && size != 1 {
+                    out_axes |= 1 << a;
+                    if declared.is_some_and(|shape| !cx.learn(a, shape[k])) {
                         return false;
                     }
                 }
             }
         }
     }
-    // A mesh dim claimed by several axes stays with the first (strict
-    // conflicts fail: the general driver's error).
-    let strict = rule.policy.conflicts == Conflicts::Strict;
-    for m in 0..mesh.rank() {
-        let f = first[m];
-        if f == NOBODY {
-            continue;
-        }
-        let mut others = claimants[m] & !(1 << f);
-        if others != 0 && strict {
+    // The merge's end, by the rule's policy; `derived` is the outputs'
+    // table when it differs from the inputs'.
+    let mut derived = None;
+    if by_role {
+        if !cx.merge_by_role(mesh, inputs, n_labels, out_axes) {
             return false;
         }
-        while others != 0 {
-            let a = others.trailing_zeros() as usize;
-            if a < MAX_PLAIN_AXES {
-                table[a] = Sharding::REPLICATED;
-            }
-            others &= others - 1;
+    } else {
+        if !cx.settle(mesh, rule.policy.conflicts == Conflicts::Strict) {
+            return false;
+        }
+        if rule.policy.divisibility != Divisibility::Uneven {
+            derived = cx.fit(mesh, n_labels + width, rule.policy.divisibility);
         }
     }
+    let derived = derived.as_ref().unwrap_or(&cx.table);
     // Every axis some input carries, for the outputs' partial status.
     let mut input_axes = 0u32;
     result.inputs.clear();
     result.outputs.clear();
     for (i, spec) in inputs.iter().enumerate() {
         let mut mapping = DimsMapping::default();
-        for &a in &carried[i][..spec.shape.len()] {
+        for &a in &cx.carried[i][..spec.shape.len()] {
             mapping.push_inlined(if a == NOBODY {
                 Sharding::REPLICATED
             } else {
                 input_axes |= 1 << a;
-                table[a as usize]
+                cx.table[a as usize]
             });
         }
         result.inputs.push(DistAttr::new(mapping));
@@ -281,7 +258,7 @@ fn forward_with<const ELLIPSIS: bool>(
                 match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
                     Ok(Some(a)) => {
                         axes |= 1 << a;
-                        table[a]
+                        derived[a]
                     }
                     _ => Sharding::REPLICATED,
                 },
@@ -293,7 +270,7 @@ fn forward_with<const ELLIPSIS: bool>(
         if !has_bit(rule.not_partial, o) {
             let mut lacked = input_axes & !axes;
             while lacked != 0 {
-                if let Some(m) = table[lacked.trailing_zeros() as usize].first() {
+                for m in cx.table[lacked.trailing_zeros() as usize].iter() {
                     partial.set(m, ReduceType::Sum);
                 }
                 lacked &= lacked - 1;
@@ -305,6 +282,253 @@ fn forward_with<const ELLIPSIS: bool>(
         });
     }
     true
+}
+
+/// The state of one plain call.
+struct Plain {
+    /// Per axis: its extent (valid where `known` has its bit) and its
+    /// merged sharding (the inputs' side).
+    extent: [usize; MAX_PLAIN_AXES],
+    known: u32,
+    table: [Sharding; MAX_PLAIN_AXES],
+    /// Per input dim: the axis it carries (`NOBODY`: none); per input: the
+    /// set of them.
+    carried: [[u8; 8]; MAX_PLAIN_TENSORS],
+    carried_set: [u32; MAX_PLAIN_TENSORS],
+    width: usize,
+    /// Per mesh dim (first-wins merges): the axis that claimed it first
+    /// and every axis that claimed it.
+    first: [u8; 8],
+    claimants: [u32; 8],
+}
+
+impl Plain {
+    /// Learns an extent: an extent of 1 broadcasts against any other; two
+    /// others must agree (`false`: the driver's error).
+    #[inline(always)]
+    fn learn(&mut self, a: usize, size: usize) -> bool {
+        if self.known & (1 << a) == 0 || self.extent[a] == 1 {
+            self.extent[a] = size;
+            self.known |= 1 << a;
+            true
+        } else {
+            self.extent[a] == size || size == 1
+        }
+    }
+
+    /// The mesh dims of `s`, trailing ones dropped until their product
+    /// divides the axis extent (an unknown extent keeps none).
+    fn fit_one(&self, mesh: &Mesh, a: usize, mut s: Sharding) -> Sharding {
+        while !s.is_replicated() {
+            let product: usize = s.iter().map(|m| mesh.dim(m)).product();
+            if self.known & (1 << a) != 0 && self.extent[a].is_multiple_of(product) {
+                break;
+            }
+            s = s.without_last();
+        }
+        s
+    }
+
+    /// First wins (or strict), one given dim at a time, in input order:
+    /// axis `a` (`NOBODY`: the dim carries none) takes `s`, on mesh dim `m`.
+    /// A dim carrying no axis claims its mesh dim when `count_unsharded`.
+    /// `false` when an axis is split two ways (the driver's error).
+    #[inline(always)]
+    fn claim(&mut self, a: u8, s: Sharding, m: usize, count_unsharded: bool) -> bool {
+        if a == NOBODY {
+            // Replicated in the end, but the claim may count.
+            if count_unsharded {
+                if self.first[m] == NOBODY {
+                    self.first[m] = UNSHARDED;
+                }
+                self.claimants[m] |= 1 << UNSHARDED;
+            }
+            return true;
+        }
+        let cur = self.table[a as usize];
+        if cur.is_replicated() {
+            self.table[a as usize] = s;
+            if self.first[m] == NOBODY {
+                self.first[m] = a;
+            }
+            self.claimants[m] |= 1 << a;
+            true
+        } else {
+            cur == s
+        }
+    }
+
+    /// After the claims: a mesh dim claimed by several axes stays with the
+    /// first claim (strict: `false`, the driver's error).
+    fn settle(&mut self, mesh: &Mesh, strict: bool) -> bool {
+        for m in 0..mesh.rank() {
+            let f = self.first[m];
+            if f == NOBODY {
+                continue;
+            }
+            let mut others = self.claimants[m] & !(1 << f);
+            if others != 0 && strict {
+                return false;
+            }
+            while others != 0 {
+                let a = others.trailing_zeros() as usize;
+                if a < MAX_PLAIN_AXES {
+                    self.table[a] = Sharding::REPLICATED;
+                }
+                others &= others - 1;
+            }
+        }
+        true
+    }
+
+    /// The divisibility policy after a first-wins merge: `Drop` drops a
+    /// sharding that does not divide its axis on both sides, `DropDerived`
+    /// on the outputs' side only (returned; the inputs' side is `table`).
+    fn fit(
+        &mut self,
+        mesh: &Mesh,
+        n_axes: usize,
+        policy: Divisibility,
+    ) -> Option<[Sharding; MAX_PLAIN_AXES]> {
+        let mut derived = self.table;
+        for (a, d) in derived.iter_mut().enumerate().take(n_axes) {
+            let s = self.table[a];
+            if s.is_replicated() {
+                continue;
+            }
+            let fitted = self.fit_one(mesh, a, s);
+            *d = fitted;
+            if policy == Divisibility::Drop {
+                self.table[a] = fitted;
+            }
+        }
+        (policy == Divisibility::DropDerived).then_some(derived)
+    }
+
+    /// Role priority: batch axes (in every input and an output, or `...`
+    /// dims of an output) first, from the input with the most batch shards
+    /// first (the others co-shard), each trimmed until divisible; then free
+    /// axes (an output's, not batch) by extent, each from the first input
+    /// carrying it; then contracted axes (no output's), from the input with
+    /// more shards first, trimmed until divisible. A mesh dim another axis
+    /// owns is lost. `false` when a contracted axis is a `...` dim (their
+    /// order would follow this pass's numbering, not the driver's).
+    fn merge_by_role(
+        &mut self,
+        mesh: &Mesh,
+        inputs: &[Spec<'_>],
+        n_labels: usize,
+        out_axes: u32,
+    ) -> bool {
+        let n_in = inputs.len();
+        let ellipsis_axes = ((1u32 << self.width) - 1) << n_labels;
+        let mut everywhere = u32::MAX;
+        let mut axes = 0u32;
+        for &c in &self.carried_set[..n_in] {
+            everywhere &= c;
+            axes |= c;
+        }
+        let batch = axes & out_axes & (everywhere | ellipsis_axes);
+        let free = axes & out_axes & !batch;
+        let contracted = axes & !out_axes;
+        if contracted & ellipsis_axes != 0 {
+            return false;
+        }
+        let mut owner = [NOBODY; 8];
+        // The sharding of the first dim of input `i` carrying axis `a`.
+        let given_on = |cx: &Plain, i: usize, a: usize| -> Sharding {
+            let rank = inputs[i].shape.len();
+            match cx.carried[i][..rank].iter().position(|&c| c as usize == a) {
+                Some(k) => inputs[i].attr.dims_mapping.as_slice()[k],
+                None => Sharding::REPLICATED,
+            }
+        };
+        let take = |cx: &mut Plain, owner: &mut [u8; 8], a: usize, i: usize| {
+            let given = given_on(cx, i, a);
+            if let Some(m) = given.first()
+                && owner[m as usize] == NOBODY
+            {
+                owner[m as usize] = a as u8;
+                cx.table[a].push(m);
+            }
+        };
+        let fit = |cx: &mut Plain, owner: &mut [u8; 8], a: usize| {
+            let s = cx.table[a];
+            let fitted = cx.fit_one(mesh, a, s);
+            for m in s.iter().skip(fitted.len()) {
+                owner[m as usize] = NOBODY;
+            }
+            cx.table[a] = fitted;
+        };
+        // Batch: inputs by batch shards, then batch axes carried, most
+        // first (ties in input order).
+        let mut order = [0usize; MAX_PLAIN_TENSORS];
+        let mut key = [(0u32, 0u32); MAX_PLAIN_TENSORS];
+        for i in 0..n_in {
+            let mut shards = 0;
+            let mut bits = batch;
+            while bits != 0 {
+                shards +=
+                    u32::from(!given_on(self, i, bits.trailing_zeros() as usize).is_replicated());
+                bits &= bits - 1;
+            }
+            key[i] = (shards, (self.carried_set[i] & batch).count_ones());
+            // Insertion, after every input with a key as large.
+            let mut at = i;
+            while at > 0 && key[order[at - 1]] < key[i] {
+                order[at] = order[at - 1];
+                at -= 1;
+            }
+            order[at] = i;
+        }
+        for &i in &order[..n_in] {
+            let mut bits = batch;
+            while bits != 0 {
+                take(self, &mut owner, bits.trailing_zeros() as usize, i);
+                bits &= bits - 1;
+            }
+        }
+        let mut bits = batch;
+        while bits != 0 {
+            fit(self, &mut owner, bits.trailing_zeros() as usize);
+            bits &= bits - 1;
+        }
+        // Free: the larger extent first (ties: the smaller axis).
+        let mut by_extent = [0usize; MAX_PLAIN_AXES];
+        let mut n_free = 0;
+        let mut bits = free;
+        while bits != 0 {
+            let a = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let mut at = n_free;
+            while at > 0 && self.extent[by_extent[at - 1]] < self.extent[a] {
+                by_extent[at] = by_extent[at - 1];
+                at -= 1;
+            }
+            by_extent[at] = a;
+            n_free += 1;
+        }
+        for &a in &by_extent[..n_free] {
+            if let Some(i) = (0..n_in).find(|&i| self.carried_set[i] & (1 << a) != 0) {
+                take(self, &mut owner, a, i);
+            }
+        }
+        // Contracted: the inputs sharding it first (ties in input order).
+        let mut bits = contracted;
+        while bits != 0 {
+            let a = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            // (With one mesh dim per dim, the sharded inputs in order; the
+            // others give nothing.)
+            for i in 0..n_in {
+                if self.carried_set[i] & (1 << a) != 0 {
+                    take(self, &mut owner, a, i);
+                }
+            }
+            fit(self, &mut owner, a);
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -367,6 +591,22 @@ mod tests {
             ("...,jk->...k", &[&[4, 6], &[8, 2]], &[&[4, 6, 2]]),
             ("...j->...", &[&[4, 6, 8]], &[&[4, 6]]),
             ("...ij->...ji", &[&[2, 4, 6]], &[&[2, 6, 4]]),
+            (
+                "...mk,...kn->...mn",
+                &[&[3, 2, 4, 6], &[2, 6, 5]],
+                &[&[3, 2, 4, 5]],
+            ),
+            (
+                "...mk,...kn->...mn",
+                &[&[2, 4, 6], &[1, 6, 8]],
+                &[&[2, 4, 8]],
+            ),
+            ("mk,kn->mn", &[&[3, 4], &[4, 6]], &[&[3, 6]]),
+            ("mk,kn->mn", &[&[6, 6], &[6, 6]], &[&[6, 6]]),
+            ("...k,...k->...", &[&[4, 3, 6], &[4, 3, 6]], &[&[4, 3]]),
+            ("bk,bk,k->b", &[&[4, 6], &[4, 6], &[6]], &[&[4]]),
+            ("...k,...k->k", &[&[4, 3, 6], &[3, 6]], &[&[6]]),
+            ("...,...->", &[&[4, 6], &[4, 6]], &[&[]]),
         ];
         let policies = [
             |r: &mut EinsumRule<'_>| r.policy = crate::policy::Policy::CLASSIC,
@@ -376,6 +616,13 @@ mod tests {
             |r: &mut EinsumRule<'_>| {
                 r.policy.unsharded_claims = UnshardedClaims::Ignore;
                 r.never_sharded = AxisSet::EMPTY.with(1);
+            },
+            |r: &mut EinsumRule<'_>| r.policy.divisibility = Divisibility::Drop,
+            |r: &mut EinsumRule<'_>| r.policy.divisibility = Divisibility::DropDerived,
+            |r: &mut EinsumRule<'_>| r.policy.conflicts = Conflicts::RolePriority,
+            |r: &mut EinsumRule<'_>| {
+                r.policy.conflicts = Conflicts::RolePriority;
+                r.never_sharded = AxisSet::EMPTY.with(0);
             },
         ];
         let meshes = [Mesh::new(&[2, 2]).unwrap(), Mesh::new(&[2, 3, 2]).unwrap()];
