@@ -253,7 +253,26 @@ pub(crate) fn backward<T: Trace + ?Sized>(
     let plan = &rule.plan;
     if trace.enabled() {
         trace.plan(plan);
+    } else if absent.mask().is_none()
+        && plain::rule_is_plain(rule)
+        && plain::backward(rule, mesh, input_shapes, outputs, result)
+    {
+        return Ok(());
     }
+    backward_in_full(rule, mesh, input_shapes, outputs, absent, trace, result)
+}
+
+/// [`backward`] through every step of the driver.
+fn backward_in_full<T: Trace + ?Sized>(
+    rule: &EinsumRule<'_>,
+    mesh: &Mesh,
+    input_shapes: &[&[usize]],
+    outputs: &[Spec<'_>],
+    absent: impl Presence,
+    trace: &mut T,
+    result: &mut RuleResult,
+) -> Result<(), SpmdError> {
+    let plan = &rule.plan;
     arity(
         rule,
         TensorRef::input(0),

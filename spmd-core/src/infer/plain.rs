@@ -20,7 +20,7 @@ use spmd_notation::{Dim, Term};
 use super::cx::has_bit;
 use crate::dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::mesh::Mesh;
-use crate::policy::{Conflicts, Divisibility, PartialInputs, UnshardedClaims};
+use crate::policy::{Conflicts, Divisibility, MissingAxis, PartialInputs, UnshardedClaims};
 use crate::rule::{EinsumRule, RuleResult};
 
 /// Axes a plain call may have, labels and `...` dims together (its tables
@@ -122,16 +122,7 @@ fn forward_with<const ELLIPSIS: bool>(
         return false;
     }
     let on_mesh = (1u32 << mesh.rank()) - 1;
-    let mut cx = Plain {
-        extent: [0; MAX_PLAIN_AXES],
-        known: 0,
-        table: [Sharding::REPLICATED; MAX_PLAIN_AXES],
-        carried: [[NOBODY; 8]; MAX_PLAIN_TENSORS],
-        carried_set: [0; MAX_PLAIN_TENSORS],
-        width: 0,
-        first: [NOBODY; 8],
-        claimants: [0; 8],
-    };
+    let mut cx = Plain::new();
     // First-wins and strict merges happen dim by dim as the inputs are
     // read; role priority needs every input's dims first.
     let by_role = rule.policy.conflicts == Conflicts::RolePriority;
@@ -284,6 +275,199 @@ fn forward_with<const ELLIPSIS: bool>(
     true
 }
 
+/// Answers a plain backward (reverse) call of a plain rule into `result`:
+/// the outputs' layouts given, none of them partial; `false` (and `result`
+/// untouched) when the call is not plain. The outputs merge first-wins in
+/// order (role priority settles conflicts the same way here), the
+/// divisibility policy fits the inputs' side (under role priority, batch
+/// axes must always divide), and each output is partial over the sharded
+/// input axes it lacks.
+#[inline]
+pub(super) fn backward(
+    rule: &EinsumRule<'_>,
+    mesh: &Mesh,
+    input_shapes: &[&[usize]],
+    outputs: &[Spec<'_>],
+    result: &mut RuleResult,
+) -> bool {
+    if rule.merged_first != 0
+        || rule.follows_outputs != 0
+        || rule.policy.missing_axis != MissingAxis::Replicate
+    {
+        return false;
+    }
+    if rule.plan.terms.iter().any(|t| t.ellipsis.is_some()) {
+        backward_with::<true>(rule, mesh, input_shapes, outputs, result)
+    } else {
+        backward_with::<false>(rule, mesh, input_shapes, outputs, result)
+    }
+}
+
+fn backward_with<const ELLIPSIS: bool>(
+    rule: &EinsumRule<'_>,
+    mesh: &Mesh,
+    input_shapes: &[&[usize]],
+    outputs: &[Spec<'_>],
+    result: &mut RuleResult,
+) -> bool {
+    let plan = &rule.plan;
+    let n_in = plan.n_inputs();
+    if input_shapes.len() != n_in
+        || outputs.len() != plan.n_outputs()
+        || plan.terms.len() > MAX_PLAIN_TENSORS
+    {
+        return false;
+    }
+    let n_labels = plan.labels.len();
+    let never = rule.never_sharded;
+    if n_labels < 64 && never.0 >> n_labels != 0 {
+        return false;
+    }
+    let on_mesh = (1u32 << mesh.rank()) - 1;
+    let mut cx = Plain::new();
+    let count_unsharded = rule.policy.unsharded_claims == UnshardedClaims::Count;
+    // The ellipsis width and the extents from the inputs' shapes.
+    for (i, shape) in input_shapes.iter().enumerate() {
+        let term = plan.terms[i];
+        let dims = plan.dims_of(term);
+        let rank = shape.len();
+        match term.ellipsis {
+            Some(_) if ELLIPSIS && rank >= dims.len() && rank <= 8 => {
+                cx.width = cx.width.max(rank - dims.len())
+            }
+            None if rank == dims.len() && rank <= 8 => {}
+            _ => return false,
+        }
+        if n_labels + cx.width > MAX_PLAIN_AXES {
+            return false;
+        }
+        for (k, &size) in shape.iter().enumerate() {
+            match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
+                Ok(Some(a)) => {
+                    if !cx.learn(a, size) {
+                        return false;
+                    }
+                    if size != 1 && !never.contains(a as u8) {
+                        cx.carried[i][k] = a as u8;
+                    }
+                }
+                Ok(None) => {}
+                Err(()) => return false,
+            }
+        }
+    }
+    let width = cx.width;
+    let rank_of = |term: Term| term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
+    // The outputs: checked, their extents learned, merged in order (the
+    // axis each output dim carries kept, as for inputs).
+    for (o, spec) in outputs.iter().enumerate() {
+        let term = plan.terms[n_in + o];
+        let dims = plan.dims_of(term);
+        let rank = spec.shape.len();
+        let mapping = spec.attr.dims_mapping.as_slice();
+        if rank != rank_of(term) || mapping.len() != rank || spec.attr.partial.is_partial() {
+            return false;
+        }
+        let mut used = 0u32;
+        for (k, (&size, &s)) in spec.shape.iter().zip(mapping).enumerate() {
+            let mut a = NOBODY;
+            match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
+                Ok(Some(axis)) => {
+                    if !cx.learn(axis, size) {
+                        return false;
+                    }
+                    if size != 1 && !never.contains(axis as u8) {
+                        a = axis as u8;
+                        cx.carried[n_in + o][k] = a;
+                    }
+                }
+                Ok(None) => {}
+                Err(()) => return false,
+            }
+            if s.is_replicated() {
+                continue;
+            }
+            let bits = u32::from(s.single_bits().unwrap_or(0));
+            if bits == 0 || bits & (used | !on_mesh) != 0 {
+                return false;
+            }
+            used |= bits;
+            if !cx.claim(a, s, bits.trailing_zeros() as usize, count_unsharded) {
+                return false;
+            }
+        }
+    }
+    if !cx.settle(mesh, rule.policy.conflicts == Conflicts::Strict) {
+        return false;
+    }
+    // The divisibility policy on the inputs' side; under role priority the
+    // batch axes (every input's and some output's labels, and `...`) must
+    // divide whatever the policy.
+    let ellipsis_axes = ((1u32 << width) - 1) << n_labels;
+    let always = if rule.policy.conflicts == Conflicts::RolePriority {
+        let in_every = (0..n_in)
+            .map(|i| plan.axes_of(plan.terms[i]).0)
+            .fold(u64::MAX, |m, a| m & a);
+        (in_every & plan.output_axes.0) as u32 | ellipsis_axes
+    } else {
+        0
+    };
+    let derived = cx.fit_always(mesh, n_labels + width, rule.policy.divisibility, always);
+    let derived = derived.as_ref().unwrap_or(&cx.table);
+    let mut input_axes = if plan.input_axes.0 >> 32 != 0 {
+        return false;
+    } else {
+        plan.input_axes.0 as u32
+    };
+    if plan.terms[..n_in].iter().any(|t| t.ellipsis.is_some()) {
+        input_axes |= ellipsis_axes;
+    }
+    result.inputs.clear();
+    result.outputs.clear();
+    for (i, shape) in input_shapes.iter().enumerate() {
+        let mut mapping = DimsMapping::default();
+        for &a in &cx.carried[i][..shape.len()] {
+            mapping.push_inlined(if a == NOBODY {
+                Sharding::REPLICATED
+            } else {
+                derived[a as usize]
+            });
+        }
+        result.inputs.push(DistAttr::new(mapping));
+    }
+    for (o, spec) in outputs.iter().enumerate() {
+        let term = plan.terms[n_in + o];
+        let mut mapping = DimsMapping::default();
+        for &a in &cx.carried[n_in + o][..spec.shape.len()] {
+            mapping.push_inlined(if a == NOBODY {
+                Sharding::REPLICATED
+            } else {
+                cx.table[a as usize]
+            });
+        }
+        let mut partial = Partial::NONE;
+        if !has_bit(rule.not_partial, o) {
+            let mut axes = plan.axes_of(term).0 as u32;
+            if term.ellipsis.is_some() {
+                axes |= ellipsis_axes;
+            }
+            let mut lacked = input_axes & !axes;
+            while lacked != 0 {
+                for m in derived[lacked.trailing_zeros() as usize].iter() {
+                    partial.set(m, ReduceType::Sum);
+                }
+                lacked &= lacked - 1;
+            }
+            partial.remove(mapping.mesh_set());
+        }
+        result.outputs.push(DistAttr {
+            dims_mapping: mapping,
+            partial,
+        });
+    }
+    true
+}
+
 /// The state of one plain call.
 struct Plain {
     /// Per axis: its extent (valid where `known` has its bit) and its
@@ -303,6 +487,19 @@ struct Plain {
 }
 
 impl Plain {
+    fn new() -> Plain {
+        Plain {
+            extent: [0; MAX_PLAIN_AXES],
+            known: 0,
+            table: [Sharding::REPLICATED; MAX_PLAIN_AXES],
+            carried: [[NOBODY; 8]; MAX_PLAIN_TENSORS],
+            carried_set: [0; MAX_PLAIN_TENSORS],
+            width: 0,
+            first: [NOBODY; 8],
+            claimants: [0; 8],
+        }
+    }
+
     /// Learns an extent: an extent of 1 broadcasts against any other; two
     /// others must agree (`false`: the driver's error).
     #[inline(always)]
@@ -390,15 +587,31 @@ impl Plain {
         n_axes: usize,
         policy: Divisibility,
     ) -> Option<[Sharding; MAX_PLAIN_AXES]> {
+        self.fit_always(mesh, n_axes, policy, 0)
+    }
+
+    /// [`Plain::fit`], where the axes of `always` are fitted on both sides
+    /// whatever the policy.
+    fn fit_always(
+        &mut self,
+        mesh: &Mesh,
+        n_axes: usize,
+        policy: Divisibility,
+        always: u32,
+    ) -> Option<[Sharding; MAX_PLAIN_AXES]> {
+        if policy == Divisibility::Uneven && always == 0 {
+            return None;
+        }
         let mut derived = self.table;
         for (a, d) in derived.iter_mut().enumerate().take(n_axes) {
             let s = self.table[a];
-            if s.is_replicated() {
+            let always = always & (1 << a) != 0;
+            if s.is_replicated() || (!always && policy == Divisibility::Uneven) {
                 continue;
             }
             let fitted = self.fit_one(mesh, a, s);
             *d = fitted;
-            if policy == Divisibility::Drop {
+            if always || policy == Divisibility::Drop {
                 self.table[a] = fitted;
             }
         }
@@ -560,20 +773,17 @@ mod tests {
         all
     }
 
-    /// The plain pass answers exactly what the full driver answers, on
-    /// every mapping of a set of rules under each plain policy (with
-    /// `...`, broadcasting, `1`s, size-1 dims, extent mismatches, partial
-    /// inputs, co-shardings and declared output shapes); it answers most
-    /// of the calls the driver answers, and leaves the rest alone.
-    #[test]
-    fn plain_answers_are_the_drivers() {
-        // Notation, input shapes, output shapes.
-        type Case = (
-            &'static str,
-            &'static [&'static [usize]],
-            &'static [&'static [usize]],
-        );
-        let cases: &[Case] = &[
+    /// Notation, input shapes, output shapes.
+    type Case = (
+        &'static str,
+        &'static [&'static [usize]],
+        &'static [&'static [usize]],
+    );
+    type SetPolicy = fn(&mut EinsumRule<'_>);
+
+    /// The rules and policies both tests run.
+    fn rules_and_policies() -> (Vec<Case>, Vec<SetPolicy>) {
+        let cases: Vec<Case> = vec![
             ("mk,kn->mn", &[&[4, 6], &[6, 8]], &[&[4, 8]]),
             ("bmk,bkn->bmn", &[&[2, 4, 6], &[2, 6, 8]], &[&[2, 4, 8]]),
             ("ij,jk,kl->il", &[&[4, 6], &[6, 8], &[8, 2]], &[&[4, 2]]),
@@ -607,8 +817,9 @@ mod tests {
             ("bk,bk,k->b", &[&[4, 6], &[4, 6], &[6]], &[&[4]]),
             ("...k,...k->k", &[&[4, 3, 6], &[3, 6]], &[&[6]]),
             ("...,...->", &[&[4, 6], &[4, 6]], &[&[]]),
+            ("...j->...,j", &[&[4, 6, 8]], &[&[4, 6], &[8]]),
         ];
-        let policies = [
+        let policies: Vec<SetPolicy> = vec![
             |r: &mut EinsumRule<'_>| r.policy = crate::policy::Policy::CLASSIC,
             |r: &mut EinsumRule<'_>| r.policy = crate::policy::Policy::STRICT,
             |r: &mut EinsumRule<'_>| r.never_sharded = AxisSet::EMPTY.with(0),
@@ -625,6 +836,17 @@ mod tests {
                 r.never_sharded = AxisSet::EMPTY.with(0);
             },
         ];
+        (cases, policies)
+    }
+
+    /// The plain pass answers exactly what the full driver answers, on
+    /// every mapping of a set of rules under each plain policy (with
+    /// `...`, broadcasting, `1`s, size-1 dims, extent mismatches, partial
+    /// inputs, co-shardings and declared output shapes); it answers most
+    /// of the calls the driver answers, and leaves the rest alone.
+    #[test]
+    fn plain_answers_are_the_drivers() {
+        let (cases, policies) = rules_and_policies();
         let meshes = [Mesh::new(&[2, 2]).unwrap(), Mesh::new(&[2, 3, 2]).unwrap()];
         // Calls the plain pass answered; calls it left to the driver that
         // the driver answered (the rest are errors, all left to it).
@@ -632,9 +854,9 @@ mod tests {
         // One result for every plain answer, as a search reuses one: a
         // stale slot of an earlier answer must never show through.
         let mut plain = RuleResult::default();
-        for &(notation, shapes, outs) in cases {
+        for &(notation, shapes, outs) in &cases {
             let einsum = Einsum::new(notation).unwrap();
-            for set_policy in policies {
+            for &set_policy in &policies {
                 let mut rule = einsum.rule();
                 set_policy(&mut rule);
                 assert!(rule_is_plain(&rule), "{notation}");
@@ -718,6 +940,99 @@ mod tests {
             }
         }
         // Both paths are exercised, the plain one most.
+        assert!(
+            answered > declined && declined > 100,
+            "{answered} {declined}"
+        );
+    }
+
+    /// The same for backward (reverse) calls: every mapping of the outputs
+    /// (now and then partial or co-sharded), the inputs' shapes given.
+    #[test]
+    fn plain_backward_answers_are_the_drivers() {
+        let (cases, policies) = rules_and_policies();
+        let meshes = [Mesh::new(&[2, 2]).unwrap(), Mesh::new(&[2, 3, 2]).unwrap()];
+        let (mut answered, mut declined) = (0usize, 0usize);
+        let mut plain = RuleResult::default();
+        for &(notation, shapes, outs) in &cases {
+            let einsum = Einsum::new(notation).unwrap();
+            for &set_policy in &policies {
+                let mut rule = einsum.rule();
+                set_policy(&mut rule);
+                for mesh in &meshes {
+                    for variant in 0..3 {
+                        let mut outs: Vec<Vec<usize>> = outs.iter().map(|s| s.to_vec()).collect();
+                        match variant {
+                            // A size-1 dim, or a last dim off by two.
+                            1 => outs.iter_mut().flatten().take(1).for_each(|e| *e = 1),
+                            2 => outs
+                                .iter_mut()
+                                .last()
+                                .and_then(|s| s.last_mut())
+                                .into_iter()
+                                .for_each(|e| *e += 2),
+                            _ => {}
+                        }
+                        let input_shapes: Vec<&[usize]> = shapes.to_vec();
+                        let total: usize = outs.iter().map(|s| s.len()).sum();
+                        if (mesh.rank() + 1).pow(total as u32) > 20_000 {
+                            continue;
+                        }
+                        for (k, flat) in mappings(total, mesh.rank()).into_iter().enumerate() {
+                            let mut at = 0;
+                            let mut attrs: Vec<DistAttr> = outs
+                                .iter()
+                                .map(|s| {
+                                    at += s.len();
+                                    DistAttr::from_paddle(&flat[at - s.len()..at]).unwrap()
+                                })
+                                .collect();
+                            if k % 13 == 3 {
+                                let mut p = Partial::NONE;
+                                p.set(mesh.rank() as u8 - 1, ReduceType::Sum);
+                                attrs[0] = attrs[0].clone().with_partial(p);
+                            }
+                            if k % 11 == 5 && !outs[0].is_empty() {
+                                let mut m: Vec<Sharding> =
+                                    attrs[0].dims_mapping.as_slice().to_vec();
+                                m[0] = Sharding::co(&[0, 1]).unwrap();
+                                attrs[0] = DistAttr::new(DimsMapping::from_shardings(&m));
+                            }
+                            let specs: Vec<Spec<'_>> = outs
+                                .iter()
+                                .zip(&attrs)
+                                .map(|(s, a)| Spec::new(s, a))
+                                .collect();
+                            let before = plain.clone();
+                            let mut full = RuleResult::default();
+                            let full_says = super::super::backward_in_full(
+                                &rule,
+                                mesh,
+                                &input_shapes,
+                                &specs,
+                                AllPresent,
+                                &mut NoTrace,
+                                &mut full,
+                            );
+                            if rule_is_plain(&rule)
+                                && backward(&rule, mesh, &input_shapes, &specs, &mut plain)
+                            {
+                                answered += 1;
+                                assert!(
+                                    full_says.is_ok() && plain == full,
+                                    "{notation} {:?} on {mesh:?}: {attrs:?} {input_shapes:?}\n\
+                                     plain {plain:?}\nfull {full_says:?} {full:?}",
+                                    rule.policy
+                                );
+                            } else {
+                                declined += usize::from(full_says.is_ok());
+                                assert_eq!(plain, before);
+                            }
+                        }
+                    }
+                }
+            }
+        }
         assert!(
             answered > declined && declined > 100,
             "{answered} {declined}"
