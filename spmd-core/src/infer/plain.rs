@@ -414,11 +414,10 @@ fn backward_with<const ELLIPSIS: bool>(
     };
     let derived = cx.fit_always(mesh, n_labels + width, rule.policy.divisibility, always);
     let derived = derived.as_ref().unwrap_or(&cx.table);
-    let mut input_axes = if plan.input_axes.0 >> 32 != 0 {
-        return false;
-    } else {
-        plan.input_axes.0 as u32
-    };
+    // The notation's input axes (not only the carried ones: an axis an
+    // input holds as a size-1 dim may be split by the outputs). Labels fit
+    // the word: a plain call has at most `MAX_PLAIN_AXES` axes.
+    let mut input_axes = plan.input_axes.0 as u32;
     if plan.terms[..n_in].iter().any(|t| t.ellipsis.is_some()) {
         input_axes |= ellipsis_axes;
     }
@@ -839,6 +838,58 @@ mod tests {
         (cases, policies)
     }
 
+    /// Calls `visit` with every mapping of tensors of `shapes` over `mesh`
+    /// (each dim replicated or on one mesh dim) and its index, for the
+    /// shapes as given, with their first dim 1, and with their last dim off
+    /// by two; now and then (index `k % partial_every == 3`) the first
+    /// tensor partial, or (`k % 11 == 5`) co-sharded. Shape sets with more
+    /// than 20,000 mappings are skipped.
+    fn for_each_given(
+        shapes: &[&[usize]],
+        mesh: &Mesh,
+        partial_every: usize,
+        mut visit: impl FnMut(&[Vec<usize>], &[DistAttr], usize),
+    ) {
+        for variant in 0..3 {
+            let mut shapes: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
+            match variant {
+                1 => shapes.iter_mut().flatten().take(1).for_each(|e| *e = 1),
+                2 => shapes
+                    .iter_mut()
+                    .last()
+                    .and_then(|s| s.last_mut())
+                    .into_iter()
+                    .for_each(|e| *e += 2),
+                _ => {}
+            }
+            let total: usize = shapes.iter().map(|s| s.len()).sum();
+            if (mesh.rank() + 1).pow(total as u32) > 20_000 {
+                continue;
+            }
+            for (k, flat) in mappings(total, mesh.rank()).into_iter().enumerate() {
+                let mut at = 0;
+                let mut attrs: Vec<DistAttr> = shapes
+                    .iter()
+                    .map(|s| {
+                        at += s.len();
+                        DistAttr::from_paddle(&flat[at - s.len()..at]).unwrap()
+                    })
+                    .collect();
+                if k % partial_every == 3 {
+                    let mut p = Partial::NONE;
+                    p.set(mesh.rank() as u8 - 1, ReduceType::Sum);
+                    attrs[0] = attrs[0].clone().with_partial(p);
+                }
+                if k % 11 == 5 && !shapes[0].is_empty() {
+                    let mut m: Vec<Sharding> = attrs[0].dims_mapping.as_slice().to_vec();
+                    m[0] = Sharding::co(&[0, 1]).unwrap();
+                    attrs[0] = DistAttr::new(DimsMapping::from_shardings(&m));
+                }
+                visit(&shapes, &attrs, k);
+            }
+        }
+    }
+
     /// The plain pass answers exactly what the full driver answers, on
     /// every mapping of a set of rules under each plain policy (with
     /// `...`, broadcasting, `1`s, size-1 dims, extent mismatches, partial
@@ -861,81 +912,37 @@ mod tests {
                 set_policy(&mut rule);
                 assert!(rule_is_plain(&rule), "{notation}");
                 for mesh in &meshes {
-                    for variant in 0..3 {
-                        let mut shapes: Vec<Vec<usize>> =
-                            shapes.iter().map(|s| s.to_vec()).collect();
-                        match variant {
-                            // A size-1 dim, or a last dim off by two.
-                            1 => shapes
-                                .iter_mut()
-                                .take(1)
-                                .flatten()
-                                .take(1)
-                                .for_each(|e| *e = 1),
-                            2 => shapes
-                                .iter_mut()
-                                .last()
-                                .and_then(|s| s.last_mut())
-                                .into_iter()
-                                .for_each(|e| *e += 2),
-                            _ => {}
-                        }
-                        let total: usize = shapes.iter().map(|s| s.len()).sum();
-                        if (mesh.rank() + 1).pow(total as u32) > 20_000 {
-                            continue;
-                        }
-                        for (k, flat) in mappings(total, mesh.rank()).into_iter().enumerate() {
-                            let mut at = 0;
-                            let mut attrs: Vec<DistAttr> = shapes
-                                .iter()
-                                .map(|s| {
-                                    at += s.len();
-                                    DistAttr::from_paddle(&flat[at - s.len()..at]).unwrap()
-                                })
-                                .collect();
-                            // Now and then a partial input or a co-sharding.
-                            if k % 7 == 3 {
-                                let mut p = Partial::NONE;
-                                p.set(mesh.rank() as u8 - 1, ReduceType::Sum);
-                                attrs[0] = attrs[0].clone().with_partial(p);
-                            }
-                            if k % 11 == 5 && !shapes[0].is_empty() {
-                                let mut m: Vec<Sharding> =
-                                    attrs[0].dims_mapping.as_slice().to_vec();
-                                m[0] = Sharding::co(&[0, 1]).unwrap();
-                                attrs[0] = DistAttr::new(DimsMapping::from_shardings(&m));
-                            }
-                            let specs: Vec<Spec<'_>> = shapes
-                                .iter()
-                                .zip(&attrs)
-                                .map(|(s, a)| Spec::new(s, a))
-                                .collect();
-                            let declared: &[&[usize]] = if k % 2 == 0 { outs } else { &[] };
-                            let before = plain.clone();
-                            let mut full = RuleResult::default();
-                            let full_says = super::super::forward_in_full(
-                                &rule,
-                                mesh,
-                                &specs,
-                                declared,
-                                AllPresent,
-                                &mut NoTrace,
-                                &mut full,
-                            );
-                            if forward(&rule, mesh, &specs, declared, &mut plain) {
-                                answered += 1;
-                                assert!(
-                                    full_says.is_ok() && plain == full,
-                                    "{notation} {:?} on {mesh:?}: {attrs:?} {shapes:?}\n\
+                    for_each_given(shapes, mesh, 7, |shapes, attrs, k| {
+                        let specs: Vec<Spec<'_>> = shapes
+                            .iter()
+                            .zip(attrs)
+                            .map(|(s, a)| Spec::new(s, a))
+                            .collect();
+                        let declared: &[&[usize]] = if k % 2 == 0 { outs } else { &[] };
+                        let before = plain.clone();
+                        let mut full = RuleResult::default();
+                        let full_says = super::super::forward_in_full(
+                            &rule,
+                            mesh,
+                            &specs,
+                            declared,
+                            AllPresent,
+                            &mut NoTrace,
+                            &mut full,
+                        );
+                        if forward(&rule, mesh, &specs, declared, &mut plain) {
+                            answered += 1;
+                            assert!(
+                                full_says.is_ok() && plain == full,
+                                "{notation} {:?} on {mesh:?}: {attrs:?} {shapes:?}\n\
                                      plain {plain:?}\nfull {full_says:?} {full:?}",
-                                    rule.policy
-                                );
-                            } else {
-                                declined += usize::from(full_says.is_ok());
-                                assert_eq!(plain, before);
-                            }
+                                rule.policy
+                            );
+                        } else {
+                            declined += usize::from(full_says.is_ok());
+                            assert_eq!(plain, before);
                         }
-                    }
+                    });
                 }
             }
         }
@@ -960,76 +967,39 @@ mod tests {
                 let mut rule = einsum.rule();
                 set_policy(&mut rule);
                 for mesh in &meshes {
-                    for variant in 0..3 {
-                        let mut outs: Vec<Vec<usize>> = outs.iter().map(|s| s.to_vec()).collect();
-                        match variant {
-                            // A size-1 dim, or a last dim off by two.
-                            1 => outs.iter_mut().flatten().take(1).for_each(|e| *e = 1),
-                            2 => outs
-                                .iter_mut()
-                                .last()
-                                .and_then(|s| s.last_mut())
-                                .into_iter()
-                                .for_each(|e| *e += 2),
-                            _ => {}
-                        }
-                        let input_shapes: Vec<&[usize]> = shapes.to_vec();
-                        let total: usize = outs.iter().map(|s| s.len()).sum();
-                        if (mesh.rank() + 1).pow(total as u32) > 20_000 {
-                            continue;
-                        }
-                        for (k, flat) in mappings(total, mesh.rank()).into_iter().enumerate() {
-                            let mut at = 0;
-                            let mut attrs: Vec<DistAttr> = outs
-                                .iter()
-                                .map(|s| {
-                                    at += s.len();
-                                    DistAttr::from_paddle(&flat[at - s.len()..at]).unwrap()
-                                })
-                                .collect();
-                            if k % 13 == 3 {
-                                let mut p = Partial::NONE;
-                                p.set(mesh.rank() as u8 - 1, ReduceType::Sum);
-                                attrs[0] = attrs[0].clone().with_partial(p);
-                            }
-                            if k % 11 == 5 && !outs[0].is_empty() {
-                                let mut m: Vec<Sharding> =
-                                    attrs[0].dims_mapping.as_slice().to_vec();
-                                m[0] = Sharding::co(&[0, 1]).unwrap();
-                                attrs[0] = DistAttr::new(DimsMapping::from_shardings(&m));
-                            }
-                            let specs: Vec<Spec<'_>> = outs
-                                .iter()
-                                .zip(&attrs)
-                                .map(|(s, a)| Spec::new(s, a))
-                                .collect();
-                            let before = plain.clone();
-                            let mut full = RuleResult::default();
-                            let full_says = super::super::backward_in_full(
-                                &rule,
-                                mesh,
-                                &input_shapes,
-                                &specs,
-                                AllPresent,
-                                &mut NoTrace,
-                                &mut full,
-                            );
-                            if rule_is_plain(&rule)
-                                && backward(&rule, mesh, &input_shapes, &specs, &mut plain)
-                            {
-                                answered += 1;
-                                assert!(
-                                    full_says.is_ok() && plain == full,
-                                    "{notation} {:?} on {mesh:?}: {attrs:?} {input_shapes:?}\n\
+                    let input_shapes: Vec<&[usize]> = shapes.to_vec();
+                    for_each_given(outs, mesh, 13, |outs, attrs, _| {
+                        let specs: Vec<Spec<'_>> = outs
+                            .iter()
+                            .zip(attrs)
+                            .map(|(s, a)| Spec::new(s, a))
+                            .collect();
+                        let before = plain.clone();
+                        let mut full = RuleResult::default();
+                        let full_says = super::super::backward_in_full(
+                            &rule,
+                            mesh,
+                            &input_shapes,
+                            &specs,
+                            AllPresent,
+                            &mut NoTrace,
+                            &mut full,
+                        );
+                        if rule_is_plain(&rule)
+                            && backward(&rule, mesh, &input_shapes, &specs, &mut plain)
+                        {
+                            answered += 1;
+                            assert!(
+                                full_says.is_ok() && plain == full,
+                                "{notation} {:?} on {mesh:?}: {attrs:?} {input_shapes:?}\n\
                                      plain {plain:?}\nfull {full_says:?} {full:?}",
-                                    rule.policy
-                                );
-                            } else {
-                                declined += usize::from(full_says.is_ok());
-                                assert_eq!(plain, before);
-                            }
+                                rule.policy
+                            );
+                        } else {
+                            declined += usize::from(full_says.is_ok());
+                            assert_eq!(plain, before);
                         }
-                    }
+                    });
                 }
             }
         }
