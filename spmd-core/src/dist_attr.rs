@@ -292,11 +292,12 @@ impl DimsMapping {
     pub fn push(&mut self, s: Sharding) {
         self.0.push(s)
     }
-    /// [`DimsMapping::push`], inlined: the plain pass pushes every dim of
-    /// every answer (the driver's callers measured better without).
+    /// The first `rank` (at most 8) shardings of `dims`, inline in one
+    /// move: the plain pass writes every answer's mappings this way, without
+    /// a capacity check per dim.
     #[inline(always)]
-    pub(crate) fn push_inlined(&mut self, s: Sharding) {
-        self.0.push(s)
+    pub(crate) fn from_array(dims: [Sharding; 8], rank: usize) -> DimsMapping {
+        DimsMapping(SmallVec::from_buf_and_len(dims, rank))
     }
     pub fn clear(&mut self) {
         self.0.clear()

@@ -115,10 +115,11 @@ fn forward_with<const ELLIPSIS: bool>(
         return false;
     }
     let n_labels = plan.labels.len();
-    // Never-sharded axes are labels (the ids of `...` dims are this pass's
+    // Every axis has a bit in a word (checked again with the `...` width);
+    // never-sharded axes are labels (the ids of `...` dims are this pass's
     // own, numbered unlike the driver's).
     let never = rule.never_sharded;
-    if n_labels < 64 && never.0 >> n_labels != 0 {
+    if n_labels > MAX_PLAIN_AXES || never.0 >> n_labels != 0 {
         return false;
     }
     let on_mesh = (1u32 << mesh.rank()) - 1;
@@ -171,7 +172,15 @@ fn forward_with<const ELLIPSIS: bool>(
                 return false;
             }
             used |= bits;
-            if !by_role && !cx.claim(a, s, bits.trailing_zeros() as usize, count_unsharded) {
+            let m = bits.trailing_zeros() as usize;
+            if by_role {
+                // Role priority reads each input's split axes after all
+                // the inputs are read.
+                if a != NOBODY {
+                    cx.split[i] |= 1 << a;
+                    cx.split_on[i][a as usize] = m as u8;
+                }
+            } else if !cx.claim(a, s, m, count_unsharded) {
                 return false;
             }
         }
@@ -183,6 +192,15 @@ fn forward_with<const ELLIPSIS: bool>(
     }
     let width = cx.width;
     let out_rank = |term: Term| term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
+    // Outputs of rank 8 at most, as inputs (their mappings are built in
+    // arrays of 8).
+    let mut longest = 0;
+    for &term in &plan.terms[n_in..] {
+        longest = longest.max(out_rank(term));
+    }
+    if longest > 8 {
+        return false;
+    }
     // Declared output shapes are checked as the general driver does (when
     // there is one per output): any disagreement is its error to give. The
     // axes of every output, for role priority.
@@ -210,7 +228,7 @@ fn forward_with<const ELLIPSIS: bool>(
     // table when it differs from the inputs'.
     let mut derived = None;
     if by_role {
-        if !cx.merge_by_role(mesh, inputs, n_labels, out_axes) {
+        if !cx.merge_by_role(mesh, inputs.len(), n_labels, out_axes) {
             return false;
         }
     } else {
@@ -227,34 +245,29 @@ fn forward_with<const ELLIPSIS: bool>(
     result.inputs.clear();
     result.outputs.clear();
     for (i, spec) in inputs.iter().enumerate() {
-        let mut mapping = DimsMapping::default();
-        for &a in &cx.carried[i][..spec.shape.len()] {
-            mapping.push_inlined(if a == NOBODY {
-                Sharding::REPLICATED
-            } else {
+        let mut dims = [Sharding::REPLICATED; 8];
+        for (d, &a) in dims.iter_mut().zip(&cx.carried[i][..spec.shape.len()]) {
+            if a != NOBODY {
                 input_axes |= 1 << a;
-                cx.table[a as usize]
-            });
+                *d = cx.table[a as usize];
+            }
         }
+        let mapping = DimsMapping::from_array(dims, spec.shape.len());
         result.inputs.push(DistAttr::new(mapping));
     }
     for o in 0..plan.n_outputs() {
         let term = plan.terms[n_in + o];
         let rank = out_rank(term);
         let dims = plan.dims_of(term);
-        let mut mapping = DimsMapping::default();
+        let mut shardings = [Sharding::REPLICATED; 8];
         let mut axes = 0u32;
-        for k in 0..rank {
-            mapping.push_inlined(
-                match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
-                    Ok(Some(a)) => {
-                        axes |= 1 << a;
-                        derived[a]
-                    }
-                    _ => Sharding::REPLICATED,
-                },
-            );
+        for (k, d) in shardings.iter_mut().enumerate().take(rank) {
+            if let Ok(Some(a)) = axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
+                axes |= 1 << a;
+                *d = derived[a];
+            }
         }
+        let mapping = DimsMapping::from_array(shardings, rank);
         // Partial over the mesh dims of the sharded axes it lacks (never
         // ones its own dims split over: each mesh dim has one axis now).
         let mut partial = Partial::NONE;
@@ -319,14 +332,18 @@ fn backward_with<const ELLIPSIS: bool>(
         return false;
     }
     let n_labels = plan.labels.len();
+    // Every axis has a bit in a word (checked again with the `...` width);
+    // never-sharded axes are labels.
     let never = rule.never_sharded;
-    if n_labels < 64 && never.0 >> n_labels != 0 {
+    if n_labels > MAX_PLAIN_AXES || never.0 >> n_labels != 0 {
         return false;
     }
     let on_mesh = (1u32 << mesh.rank()) - 1;
     let mut cx = Plain::new();
     let count_unsharded = rule.policy.unsharded_claims == UnshardedClaims::Count;
     // The ellipsis width and the extents from the inputs' shapes.
+    // The axes in every input (labels and `...` dims), for role priority.
+    let mut in_every = u32::MAX;
     for (i, shape) in input_shapes.iter().enumerate() {
         let term = plan.terms[i];
         let dims = plan.dims_of(term);
@@ -341,9 +358,11 @@ fn backward_with<const ELLIPSIS: bool>(
         if n_labels + cx.width > MAX_PLAIN_AXES {
             return false;
         }
+        let mut axes = 0u32;
         for (k, &size) in shape.iter().enumerate() {
             match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
                 Ok(Some(a)) => {
+                    axes |= 1 << a;
                     if !cx.learn(a, size) {
                         return false;
                     }
@@ -355,17 +374,24 @@ fn backward_with<const ELLIPSIS: bool>(
                 Err(()) => return false,
             }
         }
+        in_every &= axes;
     }
     let width = cx.width;
     let rank_of = |term: Term| term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
     // The outputs: checked, their extents learned, merged in order (the
     // axis each output dim carries kept, as for inputs).
+    // Each output's axes (labels and `...` dims), for its partial status.
+    let mut out_axes = [0u32; MAX_PLAIN_TENSORS];
     for (o, spec) in outputs.iter().enumerate() {
         let term = plan.terms[n_in + o];
         let dims = plan.dims_of(term);
         let rank = spec.shape.len();
         let mapping = spec.attr.dims_mapping.as_slice();
-        if rank != rank_of(term) || mapping.len() != rank || spec.attr.partial.is_partial() {
+        if rank != rank_of(term)
+            || rank > 8
+            || mapping.len() != rank
+            || spec.attr.partial.is_partial()
+        {
             return false;
         }
         let mut used = 0u32;
@@ -373,6 +399,7 @@ fn backward_with<const ELLIPSIS: bool>(
             let mut a = NOBODY;
             match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
                 Ok(Some(axis)) => {
+                    out_axes[o] |= 1 << axis;
                     if !cx.learn(axis, size) {
                         return false;
                     }
@@ -405,10 +432,7 @@ fn backward_with<const ELLIPSIS: bool>(
     // divide whatever the policy.
     let ellipsis_axes = ((1u32 << width) - 1) << n_labels;
     let always = if rule.policy.conflicts == Conflicts::RolePriority {
-        let in_every = (0..n_in)
-            .map(|i| plan.axes_of(plan.terms[i]).0)
-            .fold(u64::MAX, |m, a| m & a);
-        (in_every & plan.output_axes.0) as u32 | ellipsis_axes
+        (in_every & plan.output_axes.0 as u32) | ellipsis_axes
     } else {
         0
     };
@@ -424,33 +448,27 @@ fn backward_with<const ELLIPSIS: bool>(
     result.inputs.clear();
     result.outputs.clear();
     for (i, shape) in input_shapes.iter().enumerate() {
-        let mut mapping = DimsMapping::default();
-        for &a in &cx.carried[i][..shape.len()] {
-            mapping.push_inlined(if a == NOBODY {
-                Sharding::REPLICATED
-            } else {
-                derived[a as usize]
-            });
+        let mut dims = [Sharding::REPLICATED; 8];
+        for (d, &a) in dims.iter_mut().zip(&cx.carried[i][..shape.len()]) {
+            if a != NOBODY {
+                *d = derived[a as usize];
+            }
         }
-        result.inputs.push(DistAttr::new(mapping));
+        result
+            .inputs
+            .push(DistAttr::new(DimsMapping::from_array(dims, shape.len())));
     }
     for (o, spec) in outputs.iter().enumerate() {
-        let term = plan.terms[n_in + o];
-        let mut mapping = DimsMapping::default();
-        for &a in &cx.carried[n_in + o][..spec.shape.len()] {
-            mapping.push_inlined(if a == NOBODY {
-                Sharding::REPLICATED
-            } else {
-                cx.table[a as usize]
-            });
+        let mut dims = [Sharding::REPLICATED; 8];
+        for (d, &a) in dims.iter_mut().zip(&cx.carried[n_in + o][..spec.shape.len()]) {
+            if a != NOBODY {
+                *d = cx.table[a as usize];
+            }
         }
+        let mapping = DimsMapping::from_array(dims, spec.shape.len());
         let mut partial = Partial::NONE;
         if !has_bit(rule.not_partial, o) {
-            let mut axes = plan.axes_of(term).0 as u32;
-            if term.ellipsis.is_some() {
-                axes |= ellipsis_axes;
-            }
-            let mut lacked = input_axes & !axes;
+            let mut lacked = input_axes & !out_axes[o];
             while lacked != 0 {
                 for m in derived[lacked.trailing_zeros() as usize].iter() {
                     partial.set(m, ReduceType::Sum);
@@ -478,6 +496,10 @@ struct Plain {
     /// set of them.
     carried: [[u8; 8]; MAX_PLAIN_TENSORS],
     carried_set: [u32; MAX_PLAIN_TENSORS],
+    /// Role priority: per input, the axes its given dims split, and the
+    /// mesh dim each is split over (valid where `split` has its bit).
+    split: [u32; MAX_PLAIN_TENSORS],
+    split_on: [[u8; MAX_PLAIN_AXES]; MAX_PLAIN_TENSORS],
     width: usize,
     /// Per mesh dim (first-wins merges): the axis that claimed it first
     /// and every axis that claimed it.
@@ -493,6 +515,8 @@ impl Plain {
             table: [Sharding::REPLICATED; MAX_PLAIN_AXES],
             carried: [[NOBODY; 8]; MAX_PLAIN_TENSORS],
             carried_set: [0; MAX_PLAIN_TENSORS],
+            split: [0; MAX_PLAIN_TENSORS],
+            split_on: [[0; MAX_PLAIN_AXES]; MAX_PLAIN_TENSORS],
             width: 0,
             first: [NOBODY; 8],
             claimants: [0; 8],
@@ -628,11 +652,10 @@ impl Plain {
     fn merge_by_role(
         &mut self,
         mesh: &Mesh,
-        inputs: &[Spec<'_>],
+        n_in: usize,
         n_labels: usize,
         out_axes: u32,
     ) -> bool {
-        let n_in = inputs.len();
         let ellipsis_axes = ((1u32 << self.width) - 1) << n_labels;
         let mut everywhere = u32::MAX;
         let mut axes = 0u32;
@@ -647,21 +670,15 @@ impl Plain {
             return false;
         }
         let mut owner = [NOBODY; 8];
-        // The sharding of the first dim of input `i` carrying axis `a`.
-        let given_on = |cx: &Plain, i: usize, a: usize| -> Sharding {
-            let rank = inputs[i].shape.len();
-            match cx.carried[i][..rank].iter().position(|&c| c as usize == a) {
-                Some(k) => inputs[i].attr.dims_mapping.as_slice()[k],
-                None => Sharding::REPLICATED,
-            }
-        };
+        // Axis `a` takes the mesh dim input `i` splits it over, unless
+        // another axis owns that mesh dim.
         let take = |cx: &mut Plain, owner: &mut [u8; 8], a: usize, i: usize| {
-            let given = given_on(cx, i, a);
-            if let Some(m) = given.first()
-                && owner[m as usize] == NOBODY
-            {
-                owner[m as usize] = a as u8;
-                cx.table[a].push(m);
+            if cx.split[i] & (1 << a) != 0 {
+                let m = cx.split_on[i][a];
+                if owner[m as usize] == NOBODY {
+                    owner[m as usize] = a as u8;
+                    cx.table[a].push(m);
+                }
             }
         };
         let fit = |cx: &mut Plain, owner: &mut [u8; 8], a: usize| {
@@ -677,13 +694,7 @@ impl Plain {
         let mut order = [0usize; MAX_PLAIN_TENSORS];
         let mut key = [(0u32, 0u32); MAX_PLAIN_TENSORS];
         for i in 0..n_in {
-            let mut shards = 0;
-            let mut bits = batch;
-            while bits != 0 {
-                shards +=
-                    u32::from(!given_on(self, i, bits.trailing_zeros() as usize).is_replicated());
-                bits &= bits - 1;
-            }
+            let shards = (self.split[i] & batch).count_ones();
             key[i] = (shards, (self.carried_set[i] & batch).count_ones());
             // Insertion, after every input with a key as large.
             let mut at = i;
@@ -1007,5 +1018,36 @@ mod tests {
             answered > declined && declined > 100,
             "{answered} {declined}"
         );
+    }
+
+    /// Tensors of more than 8 dims (the pass's tables hold 8) are left to
+    /// the driver in both directions, inputs and outputs alike, and the
+    /// answer is the driver's.
+    #[test]
+    fn ranks_above_eight_are_the_drivers() {
+        let mesh = Mesh::new(&[2, 2]).unwrap();
+        let mut result = RuleResult::default();
+        // An 8-d input unsqueezed to 9 dims, and a 9-d input.
+        for (notation, shape, out_shape) in [
+            ("abcdefgh->abcdefgh1", &[2usize; 8][..], &[2usize, 2, 2, 2, 2, 2, 2, 2, 1][..]),
+            ("abcdefghi->abcdefghi", &[2; 9], &[2; 9]),
+        ] {
+            let rule = Einsum::new(notation).unwrap();
+            let mut dims = vec![-1_i64; shape.len()];
+            dims[0] = 0;
+            let x = DistAttr::from_paddle(&dims).unwrap();
+            let specs = [Spec::new(shape, &x)];
+            assert!(!forward(&rule.rule(), &mesh, &specs, &[], &mut result));
+            let answer = rule.forward(&mesh, &specs).unwrap();
+            assert_eq!(answer.outputs[0].dims_mapping.rank(), out_shape.len());
+            let mut out_dims = vec![-1_i64; out_shape.len()];
+            out_dims[0] = 0;
+            let out = DistAttr::from_paddle(&out_dims).unwrap();
+            let outs = [Spec::new(out_shape, &out)];
+            assert!(!backward(&rule.rule(), &mesh, &[shape], &outs, &mut result));
+            let answer = rule.backward(&mesh, &[shape], &outs).unwrap();
+            assert_eq!(answer.inputs[0].to_string(), x.to_string(), "{notation}");
+        }
+        assert_eq!(result, RuleResult::default());
     }
 }
