@@ -83,6 +83,18 @@ fn axis_at<const ELLIPSIS: bool>(
     }
 }
 
+/// Whether `product` (a product of mesh dims, at least 1) divides
+/// `extent`: by a mask when it is a power of two, as mesh dims nearly
+/// always are (a division takes tens of cycles).
+#[inline(always)]
+fn divides(product: usize, extent: usize) -> bool {
+    if product.is_power_of_two() {
+        extent & (product - 1) == 0
+    } else {
+        extent.is_multiple_of(product)
+    }
+}
+
 /// Answers a plain call of a plain rule into `result`; `false` (and
 /// `result` untouched) when the call is not plain.
 #[inline]
@@ -460,7 +472,10 @@ fn backward_with<const ELLIPSIS: bool>(
     }
     for (o, spec) in outputs.iter().enumerate() {
         let mut dims = [Sharding::REPLICATED; 8];
-        for (d, &a) in dims.iter_mut().zip(&cx.carried[n_in + o][..spec.shape.len()]) {
+        for (d, &a) in dims
+            .iter_mut()
+            .zip(&cx.carried[n_in + o][..spec.shape.len()])
+        {
             if a != NOBODY {
                 *d = cx.table[a as usize];
             }
@@ -541,7 +556,7 @@ impl Plain {
     fn fit_one(&self, mesh: &Mesh, a: usize, mut s: Sharding) -> Sharding {
         while !s.is_replicated() {
             let product: usize = s.iter().map(|m| mesh.dim(m)).product();
-            if self.known & (1 << a) != 0 && self.extent[a].is_multiple_of(product) {
+            if self.known & (1 << a) != 0 && divides(product, self.extent[a]) {
                 break;
             }
             s = s.without_last();
@@ -649,13 +664,7 @@ impl Plain {
     /// more shards first, trimmed until divisible. A mesh dim another axis
     /// owns is lost. `false` when a contracted axis is a `...` dim (their
     /// order would follow this pass's numbering, not the driver's).
-    fn merge_by_role(
-        &mut self,
-        mesh: &Mesh,
-        n_in: usize,
-        n_labels: usize,
-        out_axes: u32,
-    ) -> bool {
+    fn merge_by_role(&mut self, mesh: &Mesh, n_in: usize, n_labels: usize, out_axes: u32) -> bool {
         let ellipsis_axes = ((1u32 << self.width) - 1) << n_labels;
         let mut everywhere = u32::MAX;
         let mut axes = 0u32;
@@ -669,6 +678,11 @@ impl Plain {
         if contracted & ellipsis_axes != 0 {
             return false;
         }
+        // Only axes some input splits can take a mesh dim: the loops below
+        // visit those alone.
+        let split = self.split[..n_in].iter().fold(0, |m, &s| m | s);
+        let every_batch = batch;
+        let (batch, free, contracted) = (batch & split, free & split, contracted & split);
         let mut owner = [NOBODY; 8];
         // Axis `a` takes the mesh dim input `i` splits it over, unless
         // another axis owns that mesh dim.
@@ -693,9 +707,9 @@ impl Plain {
         // first (ties in input order).
         let mut order = [0usize; MAX_PLAIN_TENSORS];
         let mut key = [(0u32, 0u32); MAX_PLAIN_TENSORS];
-        for i in 0..n_in {
+        for i in (0..n_in).filter(|_| batch != 0) {
             let shards = (self.split[i] & batch).count_ones();
-            key[i] = (shards, (self.carried_set[i] & batch).count_ones());
+            key[i] = (shards, (self.carried_set[i] & every_batch).count_ones());
             // Insertion, after every input with a key as large.
             let mut at = i;
             while at > 0 && key[order[at - 1]] < key[i] {
@@ -704,7 +718,7 @@ impl Plain {
             }
             order[at] = i;
         }
-        for &i in &order[..n_in] {
+        for &i in order[..n_in].iter().filter(|_| batch != 0) {
             let mut bits = batch;
             while bits != 0 {
                 take(self, &mut owner, bits.trailing_zeros() as usize, i);
@@ -1029,7 +1043,11 @@ mod tests {
         let mut result = RuleResult::default();
         // An 8-d input unsqueezed to 9 dims, and a 9-d input.
         for (notation, shape, out_shape) in [
-            ("abcdefgh->abcdefgh1", &[2usize; 8][..], &[2usize, 2, 2, 2, 2, 2, 2, 2, 1][..]),
+            (
+                "abcdefgh->abcdefgh1",
+                &[2usize; 8][..],
+                &[2usize, 2, 2, 2, 2, 2, 2, 2, 1][..],
+            ),
             ("abcdefghi->abcdefghi", &[2; 9], &[2; 9]),
         ] {
             let rule = Einsum::new(notation).unwrap();
