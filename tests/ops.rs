@@ -302,12 +302,17 @@ fn cached_notations_follow_shapes_attributes_and_direction() {
             Attrs::new().with("axis", axis).with("keep_dim", false),
         )
     };
-    let (sum0, sum1) = (sum(vec![0]), sum(vec![1]));
+    let (sum0, sum1, sum01) = (sum(vec![0]), sum(vec![1]), sum(vec![0, 1]));
     for _ in 0..3 {
         let r = sum0.forward(&m, &[Spec::new(&[4, 8], &x2)]).unwrap();
         assert_eq!(r.outputs[0].to_string(), "[1] partial{0: SUM}");
         let r = sum1.forward(&m, &[Spec::new(&[4, 8], &x2)]).unwrap();
         assert_eq!(r.outputs[0].to_string(), "[0] partial{1: SUM}");
+        // A longer list with the last one's prefix... and back.
+        let r = sum01.forward(&m, &[Spec::new(&[4, 8], &x2)]).unwrap();
+        assert_eq!(r.outputs[0].to_string(), "[] partial{0: SUM, 1: SUM}");
+        let r = sum0.forward(&m, &[Spec::new(&[4, 8], &x2)]).unwrap();
+        assert_eq!(r.outputs[0].to_string(), "[1] partial{0: SUM}");
     }
     // An error is not cached: a bad axis fails every time, and a good call
     // of the same rule value afterwards still works.

@@ -45,7 +45,11 @@ impl KeyPos {
             (KeyPos::Int(a), Pos::Int(b)) => *a == b,
             (KeyPos::All, Pos::All) => true,
             (KeyPos::Mask(a), Pos::Mask(b)) => *a == b,
-            (KeyPos::List { len, values }, Pos::List(l)) => values[..*len as usize] == *l,
+            // Element by element: lists are short, and a slice compare
+            // calls `memcmp`.
+            (KeyPos::List { len, values }, Pos::List(l)) => {
+                usize::from(*len) == l.len() && values.iter().zip(l).all(|(a, b)| a == b)
+            }
             _ => false,
         }
     }
@@ -68,12 +72,21 @@ pub struct Binding {
     key: Option<Key>,
 }
 
-impl Default for Binding {
-    fn default() -> Self {
+impl Binding {
+    /// No binding yet. Const, and `Binding` owns no heap, so a thread-local
+    /// slot of one is a plain thread-relative address: no lazy
+    /// initialisation or destructor registration on the hot path.
+    pub const fn new() -> Binding {
         Binding {
             buf: PlanBuf::new(""),
             key: None,
         }
+    }
+}
+
+impl Default for Binding {
+    fn default() -> Self {
+        Binding::new()
     }
 }
 
@@ -186,7 +199,7 @@ macro_rules! __spmd_binding_slot {
     ($name:ident) => {
         ::std::thread_local! {
             static $name: ::core::cell::RefCell<$crate::__private::Binding> =
-                ::core::cell::RefCell::new($crate::__private::Default::default());
+                const { ::core::cell::RefCell::new($crate::__private::Binding::new()) };
         }
     };
 }

@@ -870,8 +870,9 @@ pub struct PlanBuf<'t> {
 }
 
 impl<'t> PlanBuf<'t> {
-    /// An empty buffer.
-    pub fn new(source: &'t str) -> Self {
+    /// An empty buffer (const: a thread-local slot holding one needs no
+    /// lazy initialisation).
+    pub const fn new(source: &'t str) -> Self {
         PlanBuf {
             source,
             labels: [0; 52],
