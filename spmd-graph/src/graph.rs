@@ -275,25 +275,27 @@ impl Graph {
                 .map(|&t| DistAttr::replicated(self.rank(t)))
                 .collect(),
         };
-        let specs: smallvec::SmallVec<[Spec<'_>; 8]> = inputs
-            .iter()
-            .enumerate()
-            .map(|(k, &t)| {
-                let attr = match only {
-                    Some(keep) if keep != k => &replicated[k],
-                    _ => &attrs[t.index()],
-                };
-                Spec::new(self.shape(t), attr)
-            })
-            .collect();
+        // Pushed in a plain loop: `collect` into a SmallVec reserves and
+        // checks its spill state per element.
+        let mut specs: smallvec::SmallVec<[Spec<'_>; 8]> = smallvec::SmallVec::new();
+        for (k, &t) in inputs.iter().enumerate() {
+            let attr = match only {
+                Some(keep) if keep != k => &replicated[k],
+                _ => &attrs[t.index()],
+            };
+            specs.push(Spec::new(self.shape(t), attr));
+        }
         let rule = &*self.rules[o.index()];
         match self.kinds[o.index()] {
             // The graph declares every output's shape: rules that read them
             // (a replicated fallback, a creation-like op) need them, the
             // others check them.
             OpKind::Forward => {
-                let output_shapes: smallvec::SmallVec<[&[usize]; 4]> =
-                    outputs.iter().map(|&t| self.shape(t)).collect();
+                let mut output_shapes: smallvec::SmallVec<[&[usize]; 4]> =
+                    smallvec::SmallVec::new();
+                for &t in outputs {
+                    output_shapes.push(self.shape(t));
+                }
                 rule.infer_into(
                     &spmd_core::Call::Forward {
                         mesh: &self.mesh,
