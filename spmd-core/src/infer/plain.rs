@@ -863,6 +863,49 @@ mod tests {
         (cases, policies)
     }
 
+    /// What a differential test saw: calls the plain pass answered, and
+    /// calls it left to the driver that the driver answered (the rest are
+    /// errors, all left to it).
+    #[derive(Default)]
+    struct Tally {
+        answered: usize,
+        declined: usize,
+    }
+
+    impl Tally {
+        /// One call: when the plain pass `took` it, its answer must be the
+        /// driver's; otherwise the reused result must be as `before`.
+        fn check(
+            &mut self,
+            took: bool,
+            full_says: &Result<(), crate::error::SpmdError>,
+            (plain, full, before): (&RuleResult, &RuleResult, &RuleResult),
+            what: impl FnOnce() -> String,
+        ) {
+            if took {
+                self.answered += 1;
+                assert!(
+                    full_says.is_ok() && plain == full,
+                    "{}\nplain {plain:?}\nfull {full_says:?} {full:?}",
+                    what()
+                );
+            } else {
+                self.declined += usize::from(full_says.is_ok());
+                assert_eq!(plain, before);
+            }
+        }
+
+        /// Both paths are exercised, the plain one most.
+        fn assert_both_paths(&self) {
+            assert!(
+                self.answered > self.declined && self.declined > 100,
+                "{} {}",
+                self.answered,
+                self.declined
+            );
+        }
+    }
+
     /// Calls `visit` with every mapping of tensors of `shapes` over `mesh`
     /// (each dim replicated or on one mesh dim) and its index, for the
     /// shapes as given, with their first dim 1, and with their last dim off
@@ -924,11 +967,7 @@ mod tests {
     fn plain_answers_are_the_drivers() {
         let (cases, policies) = rules_and_policies();
         let meshes = [Mesh::new(&[2, 2]).unwrap(), Mesh::new(&[2, 3, 2]).unwrap()];
-        // Calls the plain pass answered; calls it left to the driver that
-        // the driver answered (the rest are errors, all left to it).
-        let (mut answered, mut declined) = (0usize, 0usize);
-        // One result for every plain answer, as a search reuses one: a
-        // stale slot of an earlier answer must never show through.
+        let mut tally = Tally::default();
         let mut plain = RuleResult::default();
         for &(notation, shapes, outs) in &cases {
             let einsum = Einsum::new(notation).unwrap();
@@ -955,27 +994,18 @@ mod tests {
                             &mut NoTrace,
                             &mut full,
                         );
-                        if forward(&rule, mesh, &specs, declared, &mut plain) {
-                            answered += 1;
-                            assert!(
-                                full_says.is_ok() && plain == full,
-                                "{notation} {:?} on {mesh:?}: {attrs:?} {shapes:?}\n\
-                                     plain {plain:?}\nfull {full_says:?} {full:?}",
+                        let took = forward(&rule, mesh, &specs, declared, &mut plain);
+                        tally.check(took, &full_says, (&plain, &full, &before), || {
+                            format!(
+                                "{notation} {:?} on {mesh:?}: {attrs:?} {shapes:?}",
                                 rule.policy
-                            );
-                        } else {
-                            declined += usize::from(full_says.is_ok());
-                            assert_eq!(plain, before);
-                        }
+                            )
+                        });
                     });
                 }
             }
         }
-        // Both paths are exercised, the plain one most.
-        assert!(
-            answered > declined && declined > 100,
-            "{answered} {declined}"
-        );
+        tally.assert_both_paths();
     }
 
     /// The same for backward (reverse) calls: every mapping of the outputs
@@ -984,7 +1014,7 @@ mod tests {
     fn plain_backward_answers_are_the_drivers() {
         let (cases, policies) = rules_and_policies();
         let meshes = [Mesh::new(&[2, 2]).unwrap(), Mesh::new(&[2, 3, 2]).unwrap()];
-        let (mut answered, mut declined) = (0usize, 0usize);
+        let mut tally = Tally::default();
         let mut plain = RuleResult::default();
         for &(notation, shapes, outs) in &cases {
             let einsum = Einsum::new(notation).unwrap();
@@ -1010,28 +1040,19 @@ mod tests {
                             &mut NoTrace,
                             &mut full,
                         );
-                        if rule_is_plain(&rule)
-                            && backward(&rule, mesh, &input_shapes, &specs, &mut plain)
-                        {
-                            answered += 1;
-                            assert!(
-                                full_says.is_ok() && plain == full,
-                                "{notation} {:?} on {mesh:?}: {attrs:?} {input_shapes:?}\n\
-                                     plain {plain:?}\nfull {full_says:?} {full:?}",
+                        let took = rule_is_plain(&rule)
+                            && backward(&rule, mesh, &input_shapes, &specs, &mut plain);
+                        tally.check(took, &full_says, (&plain, &full, &before), || {
+                            format!(
+                                "{notation} {:?} on {mesh:?}: {attrs:?} {input_shapes:?}",
                                 rule.policy
-                            );
-                        } else {
-                            declined += usize::from(full_says.is_ok());
-                            assert_eq!(plain, before);
-                        }
+                            )
+                        });
                     });
                 }
             }
         }
-        assert!(
-            answered > declined && declined > 100,
-            "{answered} {declined}"
-        );
+        tally.assert_both_paths();
     }
 
     /// Tensors of more than 8 dims (the pass's tables hold 8) are left to
