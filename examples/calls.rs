@@ -16,6 +16,7 @@ fn main() {
         for c in cases::all().into_iter().chain(cases::paddle()) {
             println!("{}", c.name);
         }
+        println!("{}", cases::PREPARED_MATMUL);
         return;
     }
     let (Some(name), Some(n)) = (
@@ -25,6 +26,18 @@ fn main() {
         eprintln!("usage: calls CASE N (or --list)");
         std::process::exit(2);
     };
+    if name == cases::PREPARED_MATMUL {
+        // A prepared call answers into a reused result only.
+        let mesh = cases::mesh();
+        cases::with_prepared_matmul(|call, attrs| {
+            let mut out = spmd_core::RuleResult::default();
+            for _ in 0..n {
+                black_box(call.forward_into(black_box(&mesh), black_box(attrs), &mut out))
+                    .expect("the case answers");
+            }
+        });
+        return;
+    }
     let Some(case) = cases::by_name(name) else {
         eprintln!("no case named {name:?}; --list names them");
         std::process::exit(2);

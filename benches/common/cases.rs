@@ -343,3 +343,29 @@ pub fn paddle() -> Vec<Case> {
 pub fn by_name(name: &str) -> Option<Case> {
     all().into_iter().chain(paddle()).find(|c| c.name == name)
 }
+
+/// The name of [`with_prepared_matmul`]'s case.
+pub const PREPARED_MATMUL: &str = "prepared_matmul_forward";
+
+/// `direct_matmul_forward`'s call prepared once
+/// (`EinsumRule::prepare_forward`), as a search asking about many layouts
+/// of the same tensors calls it: `f` gets the prepared call and the
+/// layouts, checked once.
+#[allow(dead_code)] // Not every bench target that includes this file calls it.
+pub fn with_prepared_matmul<R>(
+    f: impl FnOnce(&spmd_core::PreparedForward<'_>, &[&DistAttr]) -> R,
+) -> R {
+    let einsum = spmd_core::Einsum::new("mk,kn->mn").expect("valid notation");
+    let rule = einsum.rule();
+    let call = rule.prepare_forward(&[&[1024, 512], &[512, 256]], &[]);
+    assert!(
+        call.is_plain(),
+        "{PREPARED_MATMUL} takes the one-pass engine"
+    );
+    let (x, w) = (attr(&[0, 1]), attr(&[1, -1]));
+    let mut out = RuleResult::default();
+    call.forward_into(&mesh(), &[&x, &w], &mut out)
+        .expect("the case answers");
+    assert_eq!(out.outputs[0].to_string(), "[0, -1] partial{1: SUM}");
+    f(&call, &[&x, &w])
+}

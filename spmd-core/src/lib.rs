@@ -43,6 +43,7 @@ mod op;
 mod op_attrs;
 mod optional;
 mod policy;
+mod prepared;
 mod registry;
 mod rule;
 mod signature;
@@ -66,6 +67,7 @@ pub use policy::{
     BackwardPartial, Compounds, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy,
     UnshardedClaims,
 };
+pub use prepared::PreparedForward;
 pub use registry::{Registry, RuleInfo};
 #[cfg(feature = "std")]
 pub use registry::{global, global_mut, register_global};

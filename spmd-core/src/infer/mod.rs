@@ -32,7 +32,7 @@ mod cx;
 mod extents;
 mod merges;
 mod partial;
-mod plain;
+pub(crate) mod plain;
 mod project;
 
 use check::*;

@@ -15,7 +15,8 @@
 //! a unit test runs both on every mapping of a set of rules under each
 //! policy and compares.
 
-use spmd_notation::{Dim, Term};
+use smallvec::SmallVec;
+use spmd_notation::Dim;
 
 use super::cx::has_bit;
 use crate::dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
@@ -37,7 +38,7 @@ const UNSHARDED: u8 = 31;
 /// Whether the rule itself is plain (see the module docs); the call is
 /// checked by [`forward`].
 #[inline]
-pub(super) fn rule_is_plain(rule: &EinsumRule<'_>) -> bool {
+pub(crate) fn rule_is_plain(rule: &EinsumRule<'_>) -> bool {
     let plan = &rule.plan;
     matches!(
         rule.policy.conflicts,
@@ -83,6 +84,18 @@ fn axis_at<const ELLIPSIS: bool>(
     }
 }
 
+/// `v` with exactly `n` entries, to overwrite: a caller that reuses its
+/// result for one op's calls holds the op's counts already, so no entry is
+/// dropped or pushed.
+#[inline(always)]
+fn sized(v: &mut SmallVec<[DistAttr; 4]>, n: usize) -> &mut [DistAttr] {
+    if v.len() != n {
+        v.clear();
+        v.resize(n, DistAttr::default());
+    }
+    v
+}
+
 /// Whether `product` (a product of mesh dims, at least 1) divides
 /// `extent`: by a mask when it is a power of two, as mesh dims nearly
 /// always are (a division takes tens of cycles).
@@ -105,76 +118,207 @@ pub(super) fn forward(
     output_shapes: &[&[usize]],
     result: &mut RuleResult,
 ) -> bool {
-    if rule.plan.terms.iter().any(|t| t.ellipsis.is_some()) {
-        forward_with::<true>(rule, mesh, inputs, output_shapes, result)
-    } else {
-        forward_with::<false>(rule, mesh, inputs, output_shapes, result)
+    let mut f = Frame::new(0, 0, 0);
+    f.fill_forward(rule, inputs.len(), |i| inputs[i].shape, output_shapes)
+        && run_forward(rule, &f, mesh, |i| inputs[i].attr, result)
+}
+
+fn has_ellipsis(rule: &EinsumRule<'_>) -> bool {
+    rule.plan.terms.iter().any(|t| t.ellipsis.is_some())
+}
+
+/// What the shapes of a plain forward call decide before any layout is
+/// read: the `...` width, each axis's extent, and the axis of each dim. A
+/// call builds one; a prepared call ([`crate::PreparedForward`]) keeps one
+/// for every call with its shapes.
+#[derive(Clone, Debug)]
+pub(crate) struct Frame {
+    /// Per axis: its extent (valid where `known` has its bit).
+    extent: [usize; MAX_PLAIN_AXES],
+    known: u32,
+    /// Per tensor (inputs, then outputs) and dim: the axis it carries
+    /// (`NOBODY`: a `1`, a size-1 dim or a never-sharded axis); per
+    /// tensor: the set of them.
+    carried: [[u8; 8]; MAX_PLAIN_TENSORS],
+    carried_set: [u32; MAX_PLAIN_TENSORS],
+    /// Forward outputs: the axis each dim names (`NOBODY`: a `1`), and
+    /// per output the set of them.
+    named: [[u8; 8]; MAX_PLAIN_TENSORS],
+    named_set: [u32; MAX_PLAIN_TENSORS],
+    /// Per tensor (inputs, then outputs): its rank.
+    ranks: [u8; MAX_PLAIN_TENSORS],
+    n_in: u8,
+    n_out: u8,
+    width: u8,
+    n_labels: u8,
+}
+
+impl Frame {
+    pub(crate) fn new(n_in: usize, n_out: usize, n_labels: usize) -> Frame {
+        Frame {
+            extent: [0; MAX_PLAIN_AXES],
+            known: 0,
+            carried: [[NOBODY; 8]; MAX_PLAIN_TENSORS],
+            carried_set: [0; MAX_PLAIN_TENSORS],
+            named: [[NOBODY; 8]; MAX_PLAIN_TENSORS],
+            named_set: [0; MAX_PLAIN_TENSORS],
+            ranks: [0; MAX_PLAIN_TENSORS],
+            n_in: n_in as u8,
+            n_out: n_out as u8,
+            width: 0,
+            n_labels: n_labels as u8,
+        }
+    }
+
+    /// Makes this (new) frame the frame of a forward call of a plain rule
+    /// (see [`rule_is_plain`]) with `n_given` inputs of shapes `shape(i)`
+    /// and the declared `output_shapes` (checked when there is one per
+    /// output); `false` when the call is not plain by its shapes. Filled
+    /// in place: a frame is a few hundred bytes, not worth a move per call.
+    #[inline(always)]
+    pub(crate) fn fill_forward<'s>(
+        &mut self,
+        rule: &EinsumRule<'_>,
+        n_given: usize,
+        shape: impl Fn(usize) -> &'s [usize],
+        output_shapes: &[&[usize]],
+    ) -> bool {
+        if has_ellipsis(rule) {
+            self.forward::<true>(rule, n_given, shape, output_shapes)
+        } else {
+            self.forward::<false>(rule, n_given, shape, output_shapes)
+        }
+    }
+
+    /// [`Frame::fill_forward`], with the `...` handling compiled in only
+    /// where a term has one.
+    #[inline(always)]
+    fn forward<'s, const ELLIPSIS: bool>(
+        &mut self,
+        rule: &EinsumRule<'_>,
+        n_given: usize,
+        shape: impl Fn(usize) -> &'s [usize],
+        output_shapes: &[&[usize]],
+    ) -> bool {
+        let plan = &rule.plan;
+        let (n_in, n_out) = (plan.n_inputs(), plan.n_outputs());
+        if n_given != n_in || plan.terms.len() > MAX_PLAIN_TENSORS {
+            return false;
+        }
+        let n_labels = plan.labels.len();
+        // Every axis has a bit in a word (checked again with the `...`
+        // width); never-sharded axes are labels (the ids of `...` dims are
+        // this pass's own, numbered unlike the driver's).
+        let never = rule.never_sharded;
+        if n_labels > MAX_PLAIN_AXES || never.0 >> n_labels != 0 {
+            return false;
+        }
+        let f = self;
+        (f.n_in, f.n_out, f.n_labels) = (n_in as u8, n_out as u8, n_labels as u8);
+        let mut width = 0;
+        for i in 0..n_in {
+            let term = plan.terms[i];
+            let dims = plan.dims_of(term);
+            let shape = shape(i);
+            let rank = shape.len();
+            match term.ellipsis {
+                Some(_) if ELLIPSIS && rank >= dims.len() && rank <= 8 => {
+                    width = width.max(rank - dims.len())
+                }
+                None if rank == dims.len() && rank <= 8 => {}
+                _ => return false,
+            }
+            if n_labels + width > MAX_PLAIN_AXES {
+                return false;
+            }
+            f.ranks[i] = rank as u8;
+            for (k, &size) in shape.iter().enumerate() {
+                match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
+                    Ok(Some(a)) => {
+                        if !f.learn(a, size) {
+                            return false;
+                        }
+                        // A size-1 dim holds no part of its axis.
+                        if size != 1 && !never.contains(a as u8) {
+                            f.carried[i][k] = a as u8;
+                            f.carried_set[i] |= 1 << a;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(()) => return false,
+                }
+            }
+        }
+        f.width = width as u8;
+        // Outputs of rank 8 at most, as inputs (their mappings are built in
+        // arrays of 8). Declared output shapes are checked as the general
+        // driver does (when there is one per output): any disagreement is
+        // its error to give.
+        let check_shapes = output_shapes.len() == n_out;
+        for (o, &term) in plan.terms[n_in..].iter().enumerate() {
+            let rank = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
+            let declared = output_shapes.get(o).filter(|_| check_shapes);
+            if rank > 8 || declared.is_some_and(|shape| shape.len() != rank) {
+                return false;
+            }
+            f.ranks[n_in + o] = rank as u8;
+            let dims = plan.dims_of(term);
+            for k in 0..rank {
+                if let Ok(Some(a)) = axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
+                    f.named[o][k] = a as u8;
+                    f.named_set[o] |= 1 << a;
+                    if declared.is_some_and(|shape| !f.learn(a, shape[k])) {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Learns an extent: an extent of 1 broadcasts against any other; two
+    /// others must agree (`false`: the driver's error).
+    #[inline(always)]
+    fn learn(&mut self, a: usize, size: usize) -> bool {
+        if self.known & (1 << a) == 0 || self.extent[a] == 1 {
+            self.extent[a] = size;
+            self.known |= 1 << a;
+            true
+        } else {
+            self.extent[a] == size || size == 1
+        }
     }
 }
 
-/// [`forward`], with the `...` handling compiled in only where a term has
-/// one.
-fn forward_with<const ELLIPSIS: bool>(
+/// Answers a forward call of `rule` whose shapes made `f`, input `i`
+/// laid out as `attr(i)`, into `result`; `false` (and `result` untouched)
+/// when the call is not plain by its layouts.
+#[inline]
+pub(crate) fn run_forward<'a>(
     rule: &EinsumRule<'_>,
+    f: &Frame,
     mesh: &Mesh,
-    inputs: &[Spec<'_>],
-    output_shapes: &[&[usize]],
+    attr: impl Fn(usize) -> &'a DistAttr,
     result: &mut RuleResult,
 ) -> bool {
-    let plan = &rule.plan;
-    let n_in = plan.n_inputs();
-    if inputs.len() != n_in || plan.terms.len() > MAX_PLAIN_TENSORS {
-        return false;
-    }
-    let n_labels = plan.labels.len();
-    // Every axis has a bit in a word (checked again with the `...` width);
-    // never-sharded axes are labels (the ids of `...` dims are this pass's
-    // own, numbered unlike the driver's).
-    let never = rule.never_sharded;
-    if n_labels > MAX_PLAIN_AXES || never.0 >> n_labels != 0 {
-        return false;
-    }
+    let n_in = usize::from(f.n_in);
+    let n_labels = usize::from(f.n_labels);
+    let width = usize::from(f.width);
     let on_mesh = (1u32 << mesh.rank()) - 1;
-    let mut cx = Plain::new();
+    let mut cx = Plain::new(f);
     // First-wins and strict merges happen dim by dim as the inputs are
     // read; role priority needs every input's dims first.
     let by_role = rule.policy.conflicts == Conflicts::RolePriority;
     let count_unsharded = rule.policy.unsharded_claims == UnshardedClaims::Count;
-    // The ellipsis width, the extents, and which axis each input dim
-    // carries; every input's mapping checked.
-    for (i, spec) in inputs.iter().enumerate() {
-        let term = plan.terms[i];
-        let dims = plan.dims_of(term);
-        let rank = spec.shape.len();
-        let mapping = spec.attr.dims_mapping.as_slice();
-        match term.ellipsis {
-            Some(_) if ELLIPSIS && rank >= dims.len() && rank <= 8 => {
-                cx.width = cx.width.max(rank - dims.len())
-            }
-            None if rank == dims.len() && rank <= 8 => {}
-            _ => return false,
-        }
-        if mapping.len() != rank || n_labels + cx.width > MAX_PLAIN_AXES {
+    // Every input's mapping checked.
+    for i in 0..n_in {
+        let attr = attr(i);
+        let mapping = attr.dims_mapping.as_slice();
+        if mapping.len() != usize::from(f.ranks[i]) {
             return false;
         }
         let mut used = 0u32;
-        for (k, (&size, &s)) in spec.shape.iter().zip(mapping).enumerate() {
-            let mut a = NOBODY;
-            match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
-                Ok(Some(axis)) => {
-                    if !cx.learn(axis, size) {
-                        return false;
-                    }
-                    // A size-1 dim holds no part of its axis.
-                    if size != 1 && !never.contains(axis as u8) {
-                        a = axis as u8;
-                        cx.carried[i][k] = a;
-                        cx.carried_set[i] |= 1 << a;
-                    }
-                }
-                Ok(None) => {}
-                Err(()) => return false,
-            }
+        for (&a, &s) in f.carried[i].iter().zip(mapping) {
             if s.is_replicated() {
                 continue;
             }
@@ -198,49 +342,19 @@ fn forward_with<const ELLIPSIS: bool>(
         }
         // A partial input is valid on mesh dims of the mesh that it does not
         // split over; the policy then drops its partial status.
-        if u32::from(spec.attr.partial.dims().0) & (used | !on_mesh) != 0 {
+        if u32::from(attr.partial.dims().0) & (used | !on_mesh) != 0 {
             return false;
-        }
-    }
-    let width = cx.width;
-    let out_rank = |term: Term| term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
-    // Outputs of rank 8 at most, as inputs (their mappings are built in
-    // arrays of 8).
-    let mut longest = 0;
-    for &term in &plan.terms[n_in..] {
-        longest = longest.max(out_rank(term));
-    }
-    if longest > 8 {
-        return false;
-    }
-    // Declared output shapes are checked as the general driver does (when
-    // there is one per output): any disagreement is its error to give. The
-    // axes of every output, for role priority.
-    let check_shapes = output_shapes.len() == plan.n_outputs();
-    let mut out_axes = 0u32;
-    if check_shapes || by_role {
-        for (o, &term) in plan.terms[n_in..].iter().enumerate() {
-            let rank = out_rank(term);
-            let dims = plan.dims_of(term);
-            let declared = output_shapes.get(o).filter(|_| check_shapes);
-            if declared.is_some_and(|shape| shape.len() != rank) {
-                return false;
-            }
-            for k in 0..rank {
-                if let Ok(Some(a)) = axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
-                    out_axes |= 1 << a;
-                    if declared.is_some_and(|shape| !cx.learn(a, shape[k])) {
-                        return false;
-                    }
-                }
-            }
         }
     }
     // The merge's end, by the rule's policy; `derived` is the outputs'
     // table when it differs from the inputs'.
     let mut derived = None;
     if by_role {
-        if !cx.merge_by_role(mesh, inputs.len(), n_labels, out_axes) {
+        let mut out_axes = 0u32;
+        for &s in &f.named_set[..usize::from(f.n_out)] {
+            out_axes |= s;
+        }
+        if !cx.merge_by_role(mesh, n_in, n_labels, out_axes) {
             return false;
         }
     } else {
@@ -254,29 +368,24 @@ fn forward_with<const ELLIPSIS: bool>(
     let derived = derived.as_ref().unwrap_or(&cx.table);
     // Every axis some input carries, for the outputs' partial status.
     let mut input_axes = 0u32;
-    result.inputs.clear();
-    result.outputs.clear();
-    for (i, spec) in inputs.iter().enumerate() {
+    for (i, to) in sized(&mut result.inputs, n_in).iter_mut().enumerate() {
+        let rank = usize::from(f.ranks[i]);
         let mut dims = [Sharding::REPLICATED; 8];
-        for (d, &a) in dims.iter_mut().zip(&cx.carried[i][..spec.shape.len()]) {
+        for (d, &a) in dims.iter_mut().zip(&f.carried[i][..rank]) {
             if a != NOBODY {
                 input_axes |= 1 << a;
                 *d = cx.table[a as usize];
             }
         }
-        let mapping = DimsMapping::from_array(dims, spec.shape.len());
-        result.inputs.push(DistAttr::new(mapping));
+        *to = DistAttr::new(DimsMapping::from_array(dims, rank));
     }
-    for o in 0..plan.n_outputs() {
-        let term = plan.terms[n_in + o];
-        let rank = out_rank(term);
-        let dims = plan.dims_of(term);
+    let n_out = usize::from(f.n_out);
+    for (o, to) in sized(&mut result.outputs, n_out).iter_mut().enumerate() {
+        let rank = usize::from(f.ranks[n_in + o]);
         let mut shardings = [Sharding::REPLICATED; 8];
-        let mut axes = 0u32;
-        for (k, d) in shardings.iter_mut().enumerate().take(rank) {
-            if let Ok(Some(a)) = axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
-                axes |= 1 << a;
-                *d = derived[a];
+        for (d, &a) in shardings.iter_mut().zip(&f.named[o][..rank]) {
+            if a != NOBODY {
+                *d = derived[a as usize];
             }
         }
         let mapping = DimsMapping::from_array(shardings, rank);
@@ -284,7 +393,7 @@ fn forward_with<const ELLIPSIS: bool>(
         // ones its own dims split over: each mesh dim has one axis now).
         let mut partial = Partial::NONE;
         if !has_bit(rule.not_partial, o) {
-            let mut lacked = input_axes & !axes;
+            let mut lacked = input_axes & !f.named_set[o];
             while lacked != 0 {
                 for m in cx.table[lacked.trailing_zeros() as usize].iter() {
                     partial.set(m, ReduceType::Sum);
@@ -292,10 +401,10 @@ fn forward_with<const ELLIPSIS: bool>(
                 lacked &= lacked - 1;
             }
         }
-        result.outputs.push(DistAttr {
+        *to = DistAttr {
             dims_mapping: mapping,
             partial,
-        });
+        };
     }
     true
 }
@@ -336,10 +445,8 @@ fn backward_with<const ELLIPSIS: bool>(
     result: &mut RuleResult,
 ) -> bool {
     let plan = &rule.plan;
-    let n_in = plan.n_inputs();
-    if input_shapes.len() != n_in
-        || outputs.len() != plan.n_outputs()
-        || plan.terms.len() > MAX_PLAIN_TENSORS
+    let (n_in, n_out) = (plan.n_inputs(), plan.n_outputs());
+    if input_shapes.len() != n_in || outputs.len() != n_out || plan.terms.len() > MAX_PLAIN_TENSORS
     {
         return false;
     }
@@ -350,10 +457,11 @@ fn backward_with<const ELLIPSIS: bool>(
     if n_labels > MAX_PLAIN_AXES || never.0 >> n_labels != 0 {
         return false;
     }
-    let on_mesh = (1u32 << mesh.rank()) - 1;
-    let mut cx = Plain::new();
-    let count_unsharded = rule.policy.unsharded_claims == UnshardedClaims::Count;
-    // The ellipsis width and the extents from the inputs' shapes.
+    // The frame, from the shapes alone: the ellipsis width and the extents
+    // from the inputs' shapes, then the outputs' (the axis each dim of
+    // either carries kept).
+    let mut f = Frame::new(n_in, n_out, n_labels);
+    let mut width = 0;
     // The axes in every input (labels and `...` dims), for role priority.
     let mut in_every = u32::MAX;
     for (i, shape) in input_shapes.iter().enumerate() {
@@ -362,24 +470,25 @@ fn backward_with<const ELLIPSIS: bool>(
         let rank = shape.len();
         match term.ellipsis {
             Some(_) if ELLIPSIS && rank >= dims.len() && rank <= 8 => {
-                cx.width = cx.width.max(rank - dims.len())
+                width = width.max(rank - dims.len())
             }
             None if rank == dims.len() && rank <= 8 => {}
             _ => return false,
         }
-        if n_labels + cx.width > MAX_PLAIN_AXES {
+        if n_labels + width > MAX_PLAIN_AXES {
             return false;
         }
+        f.ranks[i] = rank as u8;
         let mut axes = 0u32;
         for (k, &size) in shape.iter().enumerate() {
             match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
                 Ok(Some(a)) => {
                     axes |= 1 << a;
-                    if !cx.learn(a, size) {
+                    if !f.learn(a, size) {
                         return false;
                     }
                     if size != 1 && !never.contains(a as u8) {
-                        cx.carried[i][k] = a as u8;
+                        f.carried[i][k] = a as u8;
                     }
                 }
                 Ok(None) => {}
@@ -388,41 +497,43 @@ fn backward_with<const ELLIPSIS: bool>(
         }
         in_every &= axes;
     }
-    let width = cx.width;
-    let rank_of = |term: Term| term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
-    // The outputs: checked, their extents learned, merged in order (the
-    // axis each output dim carries kept, as for inputs).
+    f.width = width as u8;
     // Each output's axes (labels and `...` dims), for its partial status.
-    let mut out_axes = [0u32; MAX_PLAIN_TENSORS];
     for (o, spec) in outputs.iter().enumerate() {
         let term = plan.terms[n_in + o];
         let dims = plan.dims_of(term);
         let rank = spec.shape.len();
-        let mapping = spec.attr.dims_mapping.as_slice();
-        if rank != rank_of(term)
-            || rank > 8
-            || mapping.len() != rank
-            || spec.attr.partial.is_partial()
-        {
+        if rank != term.len as usize + if term.ellipsis.is_some() { width } else { 0 } || rank > 8 {
             return false;
         }
-        let mut used = 0u32;
-        for (k, (&size, &s)) in spec.shape.iter().zip(mapping).enumerate() {
-            let mut a = NOBODY;
+        f.ranks[n_in + o] = rank as u8;
+        for (k, &size) in spec.shape.iter().enumerate() {
             match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
-                Ok(Some(axis)) => {
-                    out_axes[o] |= 1 << axis;
-                    if !cx.learn(axis, size) {
+                Ok(Some(a)) => {
+                    f.named_set[o] |= 1 << a;
+                    if !f.learn(a, size) {
                         return false;
                     }
-                    if size != 1 && !never.contains(axis as u8) {
-                        a = axis as u8;
-                        cx.carried[n_in + o][k] = a;
+                    if size != 1 && !never.contains(a as u8) {
+                        f.carried[n_in + o][k] = a as u8;
                     }
                 }
                 Ok(None) => {}
                 Err(()) => return false,
             }
+        }
+    }
+    // The outputs' layouts: checked and merged in order.
+    let on_mesh = (1u32 << mesh.rank()) - 1;
+    let count_unsharded = rule.policy.unsharded_claims == UnshardedClaims::Count;
+    let mut cx = Plain::new(&f);
+    for (o, spec) in outputs.iter().enumerate() {
+        let mapping = spec.attr.dims_mapping.as_slice();
+        if mapping.len() != spec.shape.len() || spec.attr.partial.is_partial() {
+            return false;
+        }
+        let mut used = 0u32;
+        for (&a, &s) in f.carried[n_in + o].iter().zip(mapping) {
             if s.is_replicated() {
                 continue;
             }
@@ -457,33 +568,28 @@ fn backward_with<const ELLIPSIS: bool>(
     if plan.terms[..n_in].iter().any(|t| t.ellipsis.is_some()) {
         input_axes |= ellipsis_axes;
     }
-    result.inputs.clear();
-    result.outputs.clear();
-    for (i, shape) in input_shapes.iter().enumerate() {
+    for (i, to) in sized(&mut result.inputs, n_in).iter_mut().enumerate() {
+        let rank = usize::from(f.ranks[i]);
         let mut dims = [Sharding::REPLICATED; 8];
-        for (d, &a) in dims.iter_mut().zip(&cx.carried[i][..shape.len()]) {
+        for (d, &a) in dims.iter_mut().zip(&f.carried[i][..rank]) {
             if a != NOBODY {
                 *d = derived[a as usize];
             }
         }
-        result
-            .inputs
-            .push(DistAttr::new(DimsMapping::from_array(dims, shape.len())));
+        *to = DistAttr::new(DimsMapping::from_array(dims, rank));
     }
-    for (o, spec) in outputs.iter().enumerate() {
+    for (o, to) in sized(&mut result.outputs, n_out).iter_mut().enumerate() {
+        let rank = usize::from(f.ranks[n_in + o]);
         let mut dims = [Sharding::REPLICATED; 8];
-        for (d, &a) in dims
-            .iter_mut()
-            .zip(&cx.carried[n_in + o][..spec.shape.len()])
-        {
+        for (d, &a) in dims.iter_mut().zip(&f.carried[n_in + o][..rank]) {
             if a != NOBODY {
                 *d = cx.table[a as usize];
             }
         }
-        let mapping = DimsMapping::from_array(dims, spec.shape.len());
+        let mapping = DimsMapping::from_array(dims, rank);
         let mut partial = Partial::NONE;
         if !has_bit(rule.not_partial, o) {
-            let mut lacked = input_axes & !out_axes[o];
+            let mut lacked = input_axes & !f.named_set[o];
             while lacked != 0 {
                 for m in derived[lacked.trailing_zeros() as usize].iter() {
                     partial.set(m, ReduceType::Sum);
@@ -492,62 +598,38 @@ fn backward_with<const ELLIPSIS: bool>(
             }
             partial.remove(mapping.mesh_set());
         }
-        result.outputs.push(DistAttr {
+        *to = DistAttr {
             dims_mapping: mapping,
             partial,
-        });
+        };
     }
     true
 }
 
-/// The state of one plain call.
-struct Plain {
-    /// Per axis: its extent (valid where `known` has its bit) and its
-    /// merged sharding (the inputs' side).
-    extent: [usize; MAX_PLAIN_AXES],
-    known: u32,
+/// The state of one plain call, over its frame.
+struct Plain<'f> {
+    f: &'f Frame,
+    /// Per axis: its merged sharding (the inputs' side).
     table: [Sharding; MAX_PLAIN_AXES],
-    /// Per input dim: the axis it carries (`NOBODY`: none); per input: the
-    /// set of them.
-    carried: [[u8; 8]; MAX_PLAIN_TENSORS],
-    carried_set: [u32; MAX_PLAIN_TENSORS],
     /// Role priority: per input, the axes its given dims split, and the
     /// mesh dim each is split over (valid where `split` has its bit).
     split: [u32; MAX_PLAIN_TENSORS],
     split_on: [[u8; MAX_PLAIN_AXES]; MAX_PLAIN_TENSORS],
-    width: usize,
     /// Per mesh dim (first-wins merges): the axis that claimed it first
     /// and every axis that claimed it.
     first: [u8; 8],
     claimants: [u32; 8],
 }
 
-impl Plain {
-    fn new() -> Plain {
+impl<'f> Plain<'f> {
+    fn new(f: &'f Frame) -> Plain<'f> {
         Plain {
-            extent: [0; MAX_PLAIN_AXES],
-            known: 0,
+            f,
             table: [Sharding::REPLICATED; MAX_PLAIN_AXES],
-            carried: [[NOBODY; 8]; MAX_PLAIN_TENSORS],
-            carried_set: [0; MAX_PLAIN_TENSORS],
             split: [0; MAX_PLAIN_TENSORS],
             split_on: [[0; MAX_PLAIN_AXES]; MAX_PLAIN_TENSORS],
-            width: 0,
             first: [NOBODY; 8],
             claimants: [0; 8],
-        }
-    }
-
-    /// Learns an extent: an extent of 1 broadcasts against any other; two
-    /// others must agree (`false`: the driver's error).
-    #[inline(always)]
-    fn learn(&mut self, a: usize, size: usize) -> bool {
-        if self.known & (1 << a) == 0 || self.extent[a] == 1 {
-            self.extent[a] = size;
-            self.known |= 1 << a;
-            true
-        } else {
-            self.extent[a] == size || size == 1
         }
     }
 
@@ -556,7 +638,7 @@ impl Plain {
     fn fit_one(&self, mesh: &Mesh, a: usize, mut s: Sharding) -> Sharding {
         while !s.is_replicated() {
             let product: usize = s.iter().map(|m| mesh.dim(m)).product();
-            if self.known & (1 << a) != 0 && divides(product, self.extent[a]) {
+            if self.f.known & (1 << a) != 0 && divides(product, self.f.extent[a]) {
                 break;
             }
             s = s.without_last();
@@ -665,10 +747,10 @@ impl Plain {
     /// owns is lost. `false` when a contracted axis is a `...` dim (their
     /// order would follow this pass's numbering, not the driver's).
     fn merge_by_role(&mut self, mesh: &Mesh, n_in: usize, n_labels: usize, out_axes: u32) -> bool {
-        let ellipsis_axes = ((1u32 << self.width) - 1) << n_labels;
+        let ellipsis_axes = ((1u32 << self.f.width) - 1) << n_labels;
         let mut everywhere = u32::MAX;
         let mut axes = 0u32;
-        for &c in &self.carried_set[..n_in] {
+        for &c in &self.f.carried_set[..n_in] {
             everywhere &= c;
             axes |= c;
         }
@@ -709,7 +791,7 @@ impl Plain {
         let mut key = [(0u32, 0u32); MAX_PLAIN_TENSORS];
         for i in (0..n_in).filter(|_| batch != 0) {
             let shards = (self.split[i] & batch).count_ones();
-            key[i] = (shards, (self.carried_set[i] & every_batch).count_ones());
+            key[i] = (shards, (self.f.carried_set[i] & every_batch).count_ones());
             // Insertion, after every input with a key as large.
             let mut at = i;
             while at > 0 && key[order[at - 1]] < key[i] {
@@ -738,7 +820,7 @@ impl Plain {
             let a = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             let mut at = n_free;
-            while at > 0 && self.extent[by_extent[at - 1]] < self.extent[a] {
+            while at > 0 && self.f.extent[by_extent[at - 1]] < self.f.extent[a] {
                 by_extent[at] = by_extent[at - 1];
                 at -= 1;
             }
@@ -746,7 +828,7 @@ impl Plain {
             n_free += 1;
         }
         for &a in &by_extent[..n_free] {
-            if let Some(i) = (0..n_in).find(|&i| self.carried_set[i] & (1 << a) != 0) {
+            if let Some(i) = (0..n_in).find(|&i| self.f.carried_set[i] & (1 << a) != 0) {
                 take(self, &mut owner, a, i);
             }
         }
@@ -758,7 +840,7 @@ impl Plain {
             // (With one mesh dim per dim, the sharded inputs in order; the
             // others give nothing.)
             for i in 0..n_in {
-                if self.carried_set[i] & (1 << a) != 0 {
+                if self.f.carried_set[i] & (1 << a) != 0 {
                     take(self, &mut owner, a, i);
                 }
             }
@@ -962,13 +1044,18 @@ mod tests {
     /// every mapping of a set of rules under each plain policy (with
     /// `...`, broadcasting, `1`s, size-1 dims, extent mismatches, partial
     /// inputs, co-shardings and declared output shapes); it answers most
-    /// of the calls the driver answers, and leaves the rest alone.
+    /// of the calls the driver answers, and leaves the rest alone. A
+    /// prepared call (`EinsumRule::prepare_forward`) answers or fails
+    /// exactly as the driver does, and takes the pass wherever the call
+    /// does.
     #[test]
     fn plain_answers_are_the_drivers() {
         let (cases, policies) = rules_and_policies();
         let meshes = [Mesh::new(&[2, 2]).unwrap(), Mesh::new(&[2, 3, 2]).unwrap()];
         let mut tally = Tally::default();
         let mut plain = RuleResult::default();
+        // The prepared calls' result, reused across rules of every arity.
+        let mut reused = RuleResult::default();
         for &(notation, shapes, outs) in &cases {
             let einsum = Einsum::new(notation).unwrap();
             for &set_policy in &policies {
@@ -995,12 +1082,26 @@ mod tests {
                             &mut full,
                         );
                         let took = forward(&rule, mesh, &specs, declared, &mut plain);
-                        tally.check(took, &full_says, (&plain, &full, &before), || {
+                        let what = || {
                             format!(
                                 "{notation} {:?} on {mesh:?}: {attrs:?} {shapes:?}",
                                 rule.policy
                             )
-                        });
+                        };
+                        // The same call prepared: the frame comes from the
+                        // shapes alone, and the answer (or the error) is
+                        // the driver's.
+                        let shape_refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+                        let prepared = rule.prepare_forward(&shape_refs, declared);
+                        assert!(!took || prepared.is_plain(), "{}", what());
+                        let attr_refs: Vec<&DistAttr> = attrs.iter().collect();
+                        let says = prepared.forward_into(mesh, &attr_refs, &mut reused);
+                        match (&full_says, &says) {
+                            (Ok(()), Ok(())) => assert_eq!(reused, full, "{}", what()),
+                            (Err(a), Err(b)) => assert_eq!(a, b, "{}", what()),
+                            _ => panic!("{}: {full_says:?} {says:?}", what()),
+                        }
+                        tally.check(took, &full_says, (&plain, &full, &before), what);
                     });
                 }
             }
