@@ -86,11 +86,11 @@ fn axis_at<const ELLIPSIS: bool>(
 
 /// `v` with exactly `n` entries, to overwrite: a caller that reuses its
 /// result for one op's calls holds the op's counts already, so no entry is
-/// dropped or pushed.
+/// dropped or pushed (one that alternates ops drops or pushes only the
+/// difference).
 #[inline(always)]
 fn sized(v: &mut SmallVec<[DistAttr; 4]>, n: usize) -> &mut [DistAttr] {
     if v.len() != n {
-        v.clear();
         v.resize(n, DistAttr::default());
     }
     v
