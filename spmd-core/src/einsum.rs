@@ -166,6 +166,21 @@ impl SpmdRule for Einsum {
     fn name(&self) -> &'static str {
         "einsum"
     }
+    fn prepare_plain_forward(
+        &self,
+        call: &crate::op::Call<'_>,
+    ) -> Result<Option<crate::PlainForward>, SpmdError> {
+        self.rule().plain_forward(call)
+    }
+    #[inline]
+    fn forward_plain(
+        &self,
+        call: &crate::op::Call<'_>,
+        plain: &crate::PlainForward,
+        result: &mut RuleResult,
+    ) -> Result<bool, SpmdError> {
+        Ok(plain.answer(call, result))
+    }
     fn infer_into(
         &self,
         call: &crate::op::Call<'_>,

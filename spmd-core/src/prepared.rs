@@ -5,12 +5,18 @@
 //! rule again and again with the same shapes and different layouts. What
 //! the shapes decide (the `...` width, each axis's extent, which axis each
 //! dim carries, whether the declared output shapes agree) is the same every
-//! time; [`EinsumRule::prepare_forward`] works it out once, and
-//! [`PreparedForward::forward_into`] reads only the layouts. The answer is
-//! the rule's own: a call the one-pass engine cannot answer (a co-sharded
-//! or partial-and-split input, a conflict the strict policy refuses, a
-//! rule that is not plain) runs the general driver with the prepared
-//! shapes, errors included.
+//! time; preparing works it out once ([`PlainForward`]), and each call
+//! then reads only the layouts. The answer is the rule's own: a call the
+//! one-pass engine cannot answer (a co-sharded or partial-and-split input,
+//! a conflict the strict policy refuses, a rule that is not plain) goes to
+//! the general driver, errors included.
+//!
+//! Two levels: [`EinsumRule::prepare_forward`] prepares a compiled rule and
+//! keeps the shapes ([`PreparedForward`]); any [`SpmdRule`] prepares
+//! through [`SpmdRule::prepare_plain_forward`] and answers through
+//! [`SpmdRule::forward_plain`] (what a graph keeps per op; `#[spmd_rule]`
+//! implements both, running the op's `validate` and `adjust` hooks and
+//! choosing its `case` on every call as `infer_into` does).
 
 use alloc::vec::Vec;
 
@@ -18,10 +24,131 @@ use smallvec::SmallVec;
 
 use crate::dist_attr::{DistAttr, Spec};
 use crate::error::{Role, SpmdError};
-use crate::infer::plain::{Frame, rule_is_plain, run_forward};
+use crate::infer::plain::{Frame, RunOptions, rule_is_plain, run_forward};
 use crate::mesh::Mesh;
-use crate::optional::AllPresent;
+use crate::op::Call;
+use crate::optional::{Absent, AllPresent};
 use crate::rule::{EinsumRule, RuleResult};
+
+/// A forward call's shapes read for the one-pass engine: owned (it borrows
+/// no rule), so a caller keeps one per op. It holds the shapes it was made
+/// for and answers only a call with exactly those ([`PlainForward::answer`]
+/// gives `false` for any other), so it cannot answer for the wrong tensors.
+#[derive(Clone, Debug)]
+pub struct PlainForward {
+    frame: Frame,
+    options: RunOptions,
+    /// Which of its notations the rule chose (`#[spmd_rule]`'s `case`s):
+    /// a call that chooses another is not answered.
+    case: u32,
+    /// The inputs' dims, then the declared outputs' dims (their ranks are
+    /// the frame's), and how many outputs were declared.
+    dims: SmallVec<[usize; 16]>,
+    declared: u8,
+}
+
+impl PlainForward {
+    /// The preparation of `rule` for forward calls with `call`'s shapes
+    /// and declared output shapes (its layouts are not read); `None` when
+    /// the rule or the shapes are not plain, or the call is not a forward
+    /// call with every tensor present.
+    pub(crate) fn of(rule: &EinsumRule<'_>, call: &Call<'_>) -> Option<PlainForward> {
+        let Call::Forward {
+            inputs,
+            output_shapes,
+            absent,
+            ..
+        } = *call
+        else {
+            return None;
+        };
+        if !absent.is_none() || !rule_is_plain(rule) || output_shapes.len() > u8::MAX as usize {
+            return None;
+        }
+        let mut frame = Frame::new(0, 0, 0);
+        if !frame.fill_forward(rule, inputs.len(), |i| inputs[i].shape, output_shapes) {
+            return None;
+        }
+        let mut dims = SmallVec::new();
+        for s in inputs {
+            dims.extend_from_slice(s.shape);
+        }
+        for s in output_shapes {
+            dims.extend_from_slice(s);
+        }
+        Some(PlainForward {
+            frame,
+            options: RunOptions::of(rule),
+            case: 0,
+            dims,
+            declared: output_shapes.len() as u8,
+        })
+    }
+
+    /// The same preparation, for the rule's notation `case` (what
+    /// `#[spmd_rule]` records, so that a call choosing another is left to
+    /// the rule).
+    pub fn with_case(self, case: u32) -> PlainForward {
+        PlainForward { case, ..self }
+    }
+
+    /// The notation case it was made for.
+    pub fn case(&self) -> u32 {
+        self.case
+    }
+
+    /// Answers the forward `call` into `result` when it has the prepared
+    /// shapes, every tensor present, and layouts the one-pass engine
+    /// takes; otherwise `false`, `result` untouched, and the caller asks
+    /// the rule ([`SpmdRule::infer_into`]), which answers or fails.
+    #[inline]
+    pub fn answer(&self, call: &Call<'_>, result: &mut RuleResult) -> bool {
+        let Call::Forward {
+            mesh,
+            inputs,
+            output_shapes,
+            absent,
+        } = *call
+        else {
+            return false;
+        };
+        absent == Absent::NONE
+            && self.has_shapes(inputs, output_shapes)
+            && run_forward(&self.options, &self.frame, mesh, |i| inputs[i].attr, result)
+    }
+
+    /// Whether the call's shapes are the prepared ones.
+    #[inline]
+    fn has_shapes(&self, inputs: &[Spec<'_>], output_shapes: &[&[usize]]) -> bool {
+        if inputs.len() != self.frame.n_inputs()
+            || output_shapes.len() != usize::from(self.declared)
+        {
+            return false;
+        }
+        // Dim by dim: shapes are short, and a slice compare calls `memcmp`.
+        let mut dims = self.dims.iter();
+        for s in inputs
+            .iter()
+            .map(|s| s.shape)
+            .chain(output_shapes.iter().copied())
+        {
+            for &d in s {
+                if dims.next() != Some(&d) {
+                    return false;
+                }
+            }
+        }
+        dims.next().is_none()
+    }
+
+    /// Answers with input `i` laid out as `attr(i)`: the shapes are the
+    /// caller's guarantee ([`PreparedForward`] keeps them).
+    #[inline]
+    fn answer_layouts(&self, mesh: &Mesh, inputs: &[&DistAttr], result: &mut RuleResult) -> bool {
+        inputs.len() == self.frame.n_inputs()
+            && run_forward(&self.options, &self.frame, mesh, |i| inputs[i], result)
+    }
+}
 
 /// A forward call of one rule with fixed shapes, prepared by
 /// [`EinsumRule::prepare_forward`].
@@ -45,9 +172,9 @@ pub struct PreparedForward<'r> {
     rule: EinsumRule<'r>,
     input_shapes: Vec<SmallVec<[usize; 8]>>,
     output_shapes: Vec<SmallVec<[usize; 8]>>,
-    /// What the shapes decide; `None` when the rule or its shapes are not
-    /// plain, and every call runs the general driver.
-    frame: Option<Frame>,
+    /// `None` when the rule or its shapes are not plain, and every call
+    /// runs the general driver.
+    plain: Option<PlainForward>,
 }
 
 impl<'r> EinsumRule<'r> {
@@ -62,9 +189,23 @@ impl<'r> EinsumRule<'r> {
         input_shapes: &[&[usize]],
         output_shapes: &[&[usize]],
     ) -> PreparedForward<'r> {
-        let mut frame = Frame::new(0, 0, 0);
-        let plain = rule_is_plain(self)
-            && frame.fill_forward(self, input_shapes.len(), |i| input_shapes[i], output_shapes);
+        // The preparation reads shapes only: any layout will do.
+        let placeholders: SmallVec<[DistAttr; 8]> = input_shapes
+            .iter()
+            .map(|s| DistAttr::replicated(s.len()))
+            .collect();
+        let specs: SmallVec<[Spec<'_>; 8]> = input_shapes
+            .iter()
+            .zip(&placeholders)
+            .map(|(s, a)| Spec::new(s, a))
+            .collect();
+        let mesh = Mesh::new(&[1]).expect("a one-device mesh is valid");
+        let call = Call::Forward {
+            mesh: &mesh,
+            inputs: &specs,
+            output_shapes,
+            absent: Absent::NONE,
+        };
         PreparedForward {
             rule: *self,
             input_shapes: input_shapes
@@ -75,8 +216,16 @@ impl<'r> EinsumRule<'r> {
                 .iter()
                 .map(|s| SmallVec::from_slice(s))
                 .collect(),
-            frame: plain.then_some(frame),
+            plain: self.plain_forward(&call).ok().flatten(),
         }
+    }
+
+    /// The one-pass engine's preparation of forward calls with `call`'s
+    /// shapes (see [`PlainForward`]); `Ok(None)` when the rule or the
+    /// shapes are not plain. A `Result` so that `#[spmd_rule]`'s rule
+    /// selection, which may fail, wraps it as it wraps every call.
+    pub fn plain_forward(&self, call: &Call<'_>) -> Result<Option<PlainForward>, SpmdError> {
+        Ok(PlainForward::of(self, call))
     }
 }
 
@@ -92,9 +241,9 @@ impl PreparedForward<'_> {
         inputs: &[&DistAttr],
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
-        if let Some(f) = &self.frame
+        if let Some(p) = &self.plain
             && inputs.len() == self.input_shapes.len()
-            && run_forward(&self.rule, f, mesh, |i| inputs[i], result)
+            && p.answer_layouts(mesh, inputs, result)
         {
             return Ok(());
         }
@@ -104,7 +253,7 @@ impl PreparedForward<'_> {
     /// Whether calls can take the one-pass engine (the rule and the shapes
     /// are plain); when not, every call runs the general driver.
     pub fn is_plain(&self) -> bool {
-        self.frame.is_some()
+        self.plain.is_some()
     }
 
     /// The general driver on the prepared shapes.

@@ -296,6 +296,31 @@ impl SpmdRule for Renamed {
             e
         })
     }
+
+    fn prepare_plain_forward(
+        &self,
+        call: &crate::Call<'_>,
+    ) -> Result<Option<crate::PlainForward>, SpmdError> {
+        self.rule.prepare_plain_forward(call).map_err(|mut e| {
+            e.set_op(self.name);
+            e
+        })
+    }
+
+    #[inline]
+    fn forward_plain(
+        &self,
+        call: &crate::Call<'_>,
+        plain: &crate::PlainForward,
+        result: &mut crate::RuleResult,
+    ) -> Result<bool, SpmdError> {
+        self.rule
+            .forward_plain(call, plain, result)
+            .map_err(|mut e| {
+                e.set_op(self.name);
+                e
+            })
+    }
 }
 
 #[cfg(test)]

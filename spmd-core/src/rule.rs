@@ -10,6 +10,7 @@ use crate::mesh::Mesh;
 use crate::op::Call;
 use crate::optional::{Absent, AllPresent, fill_shapes, fill_specs};
 use crate::policy::Policy;
+use crate::prepared::PlainForward;
 use crate::signature::GradSignature;
 use crate::trace::Trace;
 
@@ -527,6 +528,34 @@ pub trait SpmdRule: Send + Sync {
         result: &mut RuleResult,
     ) -> Result<(), SpmdError>;
 
+    /// Prepares this rule's forward calls with `call`'s shapes and
+    /// declared output shapes for the one-pass engine (its layouts are not
+    /// read): what a caller asking about many layouts of the same tensors
+    /// keeps, as a graph keeps one per op (see [`PlainForward`]).
+    /// `Ok(None)`, the default, when the rule cannot answer that way;
+    /// `#[spmd_rule]` implements it.
+    fn prepare_plain_forward(&self, call: &Call<'_>) -> Result<Option<PlainForward>, SpmdError> {
+        let _ = call;
+        Ok(None)
+    }
+
+    /// Answers the forward `call` by `plain` (made by
+    /// [`SpmdRule::prepare_plain_forward`]) into `result`: `Ok(true)` with
+    /// the answer [`SpmdRule::infer_into`] gives; `Ok(false)`, `result`
+    /// untouched, when `plain` does not apply (other shapes, another of the
+    /// rule's cases, layouts the engine leaves to the driver), and the
+    /// caller then calls `infer_into`; an error is the one `infer_into`
+    /// reports (a `validate` hook's). The default answers nothing.
+    fn forward_plain(
+        &self,
+        call: &Call<'_>,
+        plain: &PlainForward,
+        result: &mut RuleResult,
+    ) -> Result<bool, SpmdError> {
+        let _ = (call, plain, result);
+        Ok(false)
+    }
+
     /// Answers `call` (see [`SpmdRule::infer_into`]), by value.
     #[inline]
     fn infer(
@@ -683,6 +712,18 @@ pub trait SpmdRule: Send + Sync {
 impl SpmdRule for EinsumRule<'static> {
     fn name(&self) -> &'static str {
         self.name
+    }
+    fn prepare_plain_forward(&self, call: &Call<'_>) -> Result<Option<PlainForward>, SpmdError> {
+        self.plain_forward(call)
+    }
+    #[inline]
+    fn forward_plain(
+        &self,
+        call: &Call<'_>,
+        plain: &PlainForward,
+        result: &mut RuleResult,
+    ) -> Result<bool, SpmdError> {
+        Ok(plain.answer(call, result))
     }
     #[inline]
     fn infer_into(

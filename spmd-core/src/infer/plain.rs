@@ -90,8 +90,11 @@ fn axis_at<const ELLIPSIS: bool>(
 /// difference).
 #[inline(always)]
 fn sized(v: &mut SmallVec<[DistAttr; 4]>, n: usize) -> &mut [DistAttr] {
-    if v.len() != n {
-        v.resize(n, DistAttr::default());
+    // By hand: `SmallVec::resize` clones its fill value through an
+    // iterator, ~100 instructions for one entry.
+    v.truncate(n);
+    while v.len() < n {
+        v.push(DistAttr::default());
     }
     v
 }
@@ -120,7 +123,7 @@ pub(super) fn forward(
 ) -> bool {
     let mut f = Frame::new(0, 0, 0);
     f.fill_forward(rule, inputs.len(), |i| inputs[i].shape, output_shapes)
-        && run_forward(rule, &f, mesh, |i| inputs[i].attr, result)
+        && run_forward(&RunOptions::of(rule), &f, mesh, |i| inputs[i].attr, result)
 }
 
 fn has_ellipsis(rule: &EinsumRule<'_>) -> bool {
@@ -276,6 +279,11 @@ impl Frame {
         true
     }
 
+    /// The number of inputs it was made for.
+    pub(crate) fn n_inputs(&self) -> usize {
+        usize::from(self.n_in)
+    }
+
     /// Learns an extent: an extent of 1 broadcasts against any other; two
     /// others must agree (`false`: the driver's error).
     #[inline(always)]
@@ -290,12 +298,29 @@ impl Frame {
     }
 }
 
-/// Answers a forward call of `rule` whose shapes made `f`, input `i`
-/// laid out as `attr(i)`, into `result`; `false` (and `result` untouched)
-/// when the call is not plain by its layouts.
+/// What a plain forward run reads of its rule besides the frame: owned,
+/// so that a prepared call does not borrow the rule.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunOptions {
+    pub(crate) policy: crate::policy::Policy,
+    pub(crate) not_partial: u64,
+}
+
+impl RunOptions {
+    pub(crate) fn of(rule: &EinsumRule<'_>) -> RunOptions {
+        RunOptions {
+            policy: rule.policy,
+            not_partial: rule.not_partial,
+        }
+    }
+}
+
+/// Answers a forward call of a rule with options `rule` whose shapes made
+/// `f`, input `i` laid out as `attr(i)`, into `result`; `false` (and
+/// `result` untouched) when the call is not plain by its layouts.
 #[inline]
 pub(crate) fn run_forward<'a>(
-    rule: &EinsumRule<'_>,
+    rule: &RunOptions,
     f: &Frame,
     mesh: &Mesh,
     attr: impl Fn(usize) -> &'a DistAttr,
