@@ -130,3 +130,80 @@ fn conformance() {
     eprintln!("conformance: {passed} passed, {failed} failed");
     assert!(problems.is_empty(), "conformance problems:\n{problems}");
 }
+
+/// Every forward vector (without absent tensors) also runs as a prepared
+/// call, the way a graph runs it: the rule prepared once for the call's
+/// shapes with placeholder layouts (`SpmdRule::prepare_plain_forward`),
+/// then asked with the vector's layouts (`SpmdRule::forward_plain`),
+/// with and without the outputs' shapes declared. Whatever the prepared
+/// call answers must be what `infer_into` answers, errors included; the
+/// calls it declines go to `infer_into` in a graph. Most calls it answers.
+#[test]
+fn prepared_forward_calls_answer_as_the_rule_does() {
+    use spmd_conformance::{Direction, rule_for};
+    use spmd_core::{Absent, Call, DistAttr, Mesh, RuleResult, Spec};
+
+    let registry = spmd_ops::builtins();
+    let (mut answered, mut declined, mut unprepared) = (0usize, 0usize, 0usize);
+    for file in FILES {
+        for case in load(file) {
+            if case.direction != Direction::Forward || case.has_absent() {
+                continue;
+            }
+            let (Some(Ok(rule)), Ok(mesh), Ok(ins), Ok(outs)) = (
+                rule_for(&case, &registry),
+                Mesh::new(&case.mesh_shape),
+                case.input_parts(),
+                case.output_parts(),
+            ) else {
+                continue;
+            };
+            let specs: Vec<Spec<'_>> = ins.iter().map(|(s, a)| Spec::new(s, a)).collect();
+            let placeholders: Vec<DistAttr> = ins
+                .iter()
+                .map(|(s, _)| DistAttr::replicated(s.len()))
+                .collect();
+            let blank: Vec<Spec<'_>> = ins
+                .iter()
+                .zip(&placeholders)
+                .map(|((s, _), a)| Spec::new(s, a))
+                .collect();
+            let out_shapes: Vec<&[usize]> = outs.iter().map(|(s, _)| s.as_slice()).collect();
+            for declared in [&[][..], &out_shapes[..]] {
+                let call = |inputs| Call::Forward {
+                    mesh: &mesh,
+                    inputs,
+                    output_shapes: declared,
+                    absent: Absent::NONE,
+                };
+                let Ok(Some(plain)) = rule.prepare_plain_forward(&call(&blank)) else {
+                    unprepared += 1;
+                    continue;
+                };
+                let mut want = RuleResult::default();
+                let says = rule.infer_into(&call(&specs), None, &mut want);
+                let mut got = RuleResult::default();
+                match rule.forward_plain(&call(&specs), &plain, &mut got) {
+                    Ok(true) => {
+                        answered += 1;
+                        assert!(
+                            says.is_ok() && got == want,
+                            "{}: prepared {got:?}, infer_into {says:?} {want:?}",
+                            case.id
+                        );
+                    }
+                    Ok(false) => {
+                        declined += 1;
+                        assert_eq!(got, RuleResult::default(), "{}", case.id);
+                    }
+                    Err(e) => assert_eq!(Err(e), says, "{}", case.id),
+                }
+            }
+        }
+    }
+    eprintln!("prepared: {answered} answered, {declined} declined, {unprepared} not prepared");
+    assert!(
+        answered > declined && answered > 1000,
+        "{answered} {declined}"
+    );
+}

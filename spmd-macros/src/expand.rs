@@ -71,9 +71,14 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 .with_compounds(__spmd::Compounds::#cp)
         }
     };
-    let (consts, notations, with_rule): (TokenStream, Vec<LitStr>, WithRule<'_>) = match &rule
-        .source
-    {
+    // `case`: which notation the call chooses, as an expression (`None`
+    // for a plan built at run time, which is not prepared).
+    let (consts, notations, with_rule, case): (
+        TokenStream,
+        Vec<LitStr>,
+        WithRule<'_>,
+        Option<TokenStream>,
+    ) = match &rule.source {
         Source::Literal { default, cases } => {
             let mut consts = TokenStream::new();
             let mut literals = vec![default];
@@ -103,6 +108,13 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             }
             let notations = literals.iter().map(|l| l.lit.clone()).collect();
             let whens: Vec<Expr> = cases.iter().map(|(when, _)| when.clone()).collect();
+            let case = {
+                let arms = whens.iter().enumerate().map(|(k, when)| {
+                    let k = k as u32 + 1;
+                    quote!(if #when { #k } else)
+                });
+                quote!(#(#arms)* { 0u32 })
+            };
             let reduce_fn = rule.reduce_fn.clone();
             let reduce_now = match &reduce_fn {
                 Some(f) => quote!(__spmd::Option::Some(#f(self)?)),
@@ -170,7 +182,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                     quote!({ #chain { #b0 } })
                 })
             };
-            (consts, notations, with)
+            (consts, notations, with, Some(case))
         }
         Source::Build { path, cache } => {
             let options = runtime_options(rule, &policy);
@@ -219,6 +231,7 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                         __spmd::runtime_rule(&#options, &einsum, |rule| rule.#call)
                     }}
                 }),
+                None,
             )
         }
     };
@@ -294,12 +307,53 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             }
         }
     });
+    // Prepared forward calls (`SpmdRule::prepare_plain_forward`): the rule
+    // the call chooses, prepared with its case; each prepared call runs the
+    // hooks and chooses again as `infer_into` does, and answers by the
+    // preparation only when the case is the same.
+    let plain = case.map(|case| {
+        let prepare = with_rule(quote!(plain_forward(&call)));
+        quote! {
+            fn prepare_plain_forward(
+                &self,
+                call: &__spmd::Call<'_>,
+            ) -> __spmd::Result<__spmd::Option<__spmd::PlainForward>, __spmd::SpmdError> {
+                if !call.is_forward() {
+                    return __spmd::Ok(__spmd::Option::None);
+                }
+                let call: __spmd::Call<'_> = *call;
+                let case: u32 = #case;
+                let plain: __spmd::Option<__spmd::PlainForward> = #prepare?;
+                __spmd::Ok(plain.map(|p| p.with_case(case)))
+            }
+            #[inline]
+            fn forward_plain(
+                &self,
+                call: &__spmd::Call<'_>,
+                plain: &__spmd::PlainForward,
+                result: &mut __spmd::RuleResult,
+            ) -> __spmd::Result<bool, __spmd::SpmdError> {
+                if !call.is_forward() {
+                    return __spmd::Ok(false);
+                }
+                let call: __spmd::Call<'_> = *call;
+                #needs_shapes
+                #validate
+                if #case != plain.case() || !plain.answer(&call, result) {
+                    return __spmd::Ok(false);
+                }
+                #adjust
+                __spmd::Ok(true)
+            }
+        }
+    });
     let rule_impl = quote! {
         #[automatically_derived]
         impl __spmd::SpmdRule for #ident {
             fn name(&self) -> &'static str {
                 __NAME
             }
+            #plain
             #[inline]
             fn infer_into(
                 &self,
