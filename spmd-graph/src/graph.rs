@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use spmd_core::{Attrs, DistAttr, Mesh, Registry, Spec, SpmdError, SpmdRule};
+use spmd_core::{Attrs, DistAttr, Mesh, PlainForward, Registry, Spec, SpmdError, SpmdRule};
 
 use crate::error::{GraphError, MissingRule};
 
@@ -138,6 +138,11 @@ pub struct Graph {
     dims_at: Vec<u32>,
     /// Each op's kind, compact.
     kinds: Vec<OpKind>,
+    /// Per forward op that shares its signature with no other (the memo
+    /// answers the others): its rule's forward calls prepared for its
+    /// shapes, when the rule prepares (`SpmdRule::prepare_plain_forward`);
+    /// a rule call then reads only the layouts.
+    prepared: Vec<Option<PlainForward>>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -260,6 +265,46 @@ impl Graph {
         )
     }
 
+    /// Drops the prepared calls (tests compare against calls through
+    /// `infer_into` alone); how many there were.
+    #[cfg(test)]
+    pub(crate) fn forget_prepared(&mut self) -> usize {
+        let n = self.prepared.iter().flatten().count();
+        self.prepared.clear();
+        n
+    }
+
+    /// Op `o`'s forward calls prepared (see `prepared`).
+    fn prepare(&self, o: OpId) -> Option<PlainForward> {
+        if self.kinds[o.index()] != OpKind::Forward || self.shared[o.index()] {
+            return None;
+        }
+        let (inputs, outputs) = self.io(o);
+        // Preparing reads shapes only: any layouts will do.
+        let placeholders: smallvec::SmallVec<[DistAttr; 4]> = inputs
+            .iter()
+            .map(|&t| DistAttr::replicated(self.rank(t)))
+            .collect();
+        let specs: smallvec::SmallVec<[Spec<'_>; 8]> = inputs
+            .iter()
+            .zip(&placeholders)
+            .map(|(&t, a)| Spec::new(self.shape(t), a))
+            .collect();
+        let output_shapes: smallvec::SmallVec<[&[usize]; 4]> =
+            outputs.iter().map(|&t| self.shape(t)).collect();
+        let call = spmd_core::Call::Forward {
+            mesh: &self.mesh,
+            inputs: &specs,
+            output_shapes: &output_shapes,
+            absent: spmd_core::Absent::NONE,
+        };
+        // A rule that cannot prepare (or fails to) is called as usual.
+        self.rules[o.index()]
+            .prepare_plain_forward(&call)
+            .ok()
+            .flatten()
+    }
+
     fn call_seeing(
         &self,
         o: OpId,
@@ -296,16 +341,21 @@ impl Graph {
                 for &t in outputs {
                     output_shapes.push(self.shape(t));
                 }
-                rule.infer_into(
-                    &spmd_core::Call::Forward {
-                        mesh: &self.mesh,
-                        inputs: &specs,
-                        output_shapes: &output_shapes,
-                        absent: spmd_core::Absent::NONE,
-                    },
-                    None,
-                    out,
-                )
+                let call = spmd_core::Call::Forward {
+                    mesh: &self.mesh,
+                    inputs: &specs,
+                    output_shapes: &output_shapes,
+                    absent: spmd_core::Absent::NONE,
+                };
+                // The prepared call when there is one and it answers; the
+                // rule otherwise (the replicated fallback included).
+                if only.is_none()
+                    && let Some(Some(plain)) = self.prepared.get(o.index())
+                    && rule.forward_plain(&call, plain, out)?
+                {
+                    return Ok(());
+                }
+                rule.infer_into(&call, None, out)
             }
             OpKind::Grad { forward_inputs } => {
                 let (ins, grads) = specs.split_at(forward_inputs.min(specs.len()));
@@ -786,7 +836,10 @@ impl GraphBuilder {
             dims,
             dims_at,
             kinds,
+            prepared: Vec::new(),
         };
+        let prepared = graph.op_ids().map(|o| graph.prepare(o)).collect();
+        let graph = Graph { prepared, ..graph };
         if !check_calls {
             return Ok(graph);
         }

@@ -634,6 +634,80 @@ mod tests {
         plans_reuse_answers_faithfully(&loaded.graph, &p);
     }
 
+    /// Prepared rule calls (the graph's per-op `PlainForward`s) change no
+    /// answer: the exported Llama under tensor parallelism, and a chain of
+    /// matmuls and gelus no two of which share a signature, propagate and
+    /// plan as with every rule called through `infer_into`.
+    #[test]
+    fn prepared_calls_change_no_answer() {
+        let registry = spmd_ops::builtins();
+        // The exported Llama, its attention and MLP weights split as
+        // Megatron-LM splits them.
+        let llama = || {
+            let mut file: crate::json::GraphFile =
+                serde_json::from_str(include_str!("../graphs/hf/llama.json")).unwrap();
+            for t in &mut file.tensors {
+                let m = if t.name.ends_with("q_proj.weight") || t.name.ends_with("up_proj.weight") {
+                    "[0, -1]"
+                } else if t.name.ends_with("o_proj.weight") || t.name.ends_with("down_proj.weight")
+                {
+                    "[-1, 0]"
+                } else {
+                    continue;
+                };
+                t.dims_mapping = Some(serde_json::from_str(m).unwrap());
+            }
+            crate::json::from_file(&file, &registry).unwrap().graph
+        };
+        let chain = || {
+            let mut b = GraphBuilder::new(Mesh::new(&[2, 4]).unwrap());
+            let mut x = b.tensor("x", &[16, 8]).unwrap();
+            b.annotate(x, a(&[0, -1])).unwrap();
+            for i in 0..12 {
+                let (w, next) = (8 + 4 * i, 12 + 4 * i);
+                let split = if i % 2 == 0 { [-1, 1] } else { [1, -1] };
+                let wt = b
+                    .param(&format!("w{i}"), &[w, next], Some(a(&split)))
+                    .unwrap();
+                let h = b
+                    .apply(
+                        "",
+                        "matmul",
+                        Attrs::new(),
+                        &[x, wt],
+                        (&format!("h{i}"), &[16, next]),
+                    )
+                    .unwrap();
+                x = b
+                    .apply(
+                        "",
+                        "gelu",
+                        Attrs::new(),
+                        &[h],
+                        (&format!("g{i}"), &[16, next]),
+                    )
+                    .unwrap();
+            }
+            b.build(&registry).unwrap()
+        };
+        let sources: [&dyn Fn() -> Graph; 2] = [&llama, &chain];
+        for source in sources {
+            let with = source();
+            let mut without = source();
+            // Every chain op prepares (24), and some of the Llama's (the
+            // ops of its repeated layers share signatures: the memo
+            // answers those).
+            let prepared = without.forget_prepared();
+            assert!(prepared >= 23, "{prepared}");
+            let (p, q) = (propagate(&with).unwrap(), propagate(&without).unwrap());
+            assert_eq!(p, q);
+            assert_eq!(
+                plan(&with, &p, DType::F32).unwrap(),
+                plan(&without, &q, DType::F32).unwrap()
+            );
+        }
+    }
+
     /// Two annotated inputs of a strict elementwise rule disagree: neither
     /// annotation changes, the first input wins the output, and the plan
     /// moves the second (an all-to-all on mesh dim 0).
