@@ -8,6 +8,9 @@
 #   benches/instructions.sh sum_forward softmax_forward
 #   benches/instructions.sh --into     answered into one reused result
 #                                      (SpmdRule::infer_into), as a search does
+#   benches/instructions.sh --prepared the forward cases, answered by the call
+#                                      prepared for their shapes
+#                                      (SpmdRule::forward_plain), as a graph does
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 2; }
@@ -16,6 +19,9 @@ bin=target/release/examples/calls
 mode=
 if [ "${1:-}" = "--into" ]; then
     mode=into
+    shift
+elif [ "${1:-}" = "--prepared" ]; then
+    mode=prepared
     shift
 fi
 cases=("$@")
@@ -28,6 +34,10 @@ count() {
 }
 printf '%-26s %s\n' case instructions/call
 for c in "${cases[@]}"; do
+    # Backward cases have no prepared call.
+    if [ "$mode" = prepared ] && ! "$bin" "$c" 1 prepared 2>/dev/null; then
+        continue
+    fi
     a=$(count "$c" 1000)
     b=$(count "$c" 11000)
     printf '%-26s %s\n' "$c" $(( (b - a) / 10000 ))

@@ -2,8 +2,9 @@
 //! under callgrind to count instructions per call (the difference of two
 //! runs, so that start-up costs cancel).
 //!
-//! `cargo run --release --example calls -- CASE N [into]` (`--list` names
-//! the cases; `into` answers into one reused result).
+//! `cargo run --release --example calls -- CASE N [into|prepared]`
+//! (`--list` names the cases; `into` answers into one reused result,
+//! `prepared` by the call prepared for the case's shapes).
 
 #[path = "../benches/common/cases.rs"]
 mod cases;
@@ -45,8 +46,32 @@ fn main() {
     case.check();
     let mesh = cases::mesh();
     // `into`: answer into one reused result (`SpmdRule::infer_into`), as a
-    // search does; by default each call returns its result by value.
-    let into = args.get(2).map(String::as_str) == Some("into");
+    // search does; `prepared`: the same, by the call prepared for the
+    // case's shapes (`SpmdRule::forward_plain`); by default each call
+    // returns its result by value.
+    let mode = args.get(2).map(String::as_str);
+    if mode == Some("prepared") {
+        let Some(plain) = case.prepare(&mesh) else {
+            eprintln!(
+                "{name} has no prepared call (a backward case, or a rule that does not prepare)"
+            );
+            std::process::exit(2);
+        };
+        case.with_specs(|specs, _| {
+            let mut out = spmd_core::RuleResult::default();
+            let answered = case.call_prepared(&mesh, specs, &plain, &mut out);
+            assert!(
+                matches!(answered, Ok(true)),
+                "{name}: the prepared call answers"
+            );
+            for _ in 0..n {
+                black_box(case.call_prepared(black_box(&mesh), black_box(specs), &plain, &mut out))
+                    .expect("the case answers");
+            }
+        });
+        return;
+    }
+    let into = mode == Some("into");
     case.with_specs(|specs, shapes| {
         if into {
             let mut out = spmd_core::RuleResult::default();

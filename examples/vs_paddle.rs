@@ -3,7 +3,10 @@
 //! rules: `warmup` calls of every rule, then `batches` batches of `calls`
 //! calls, interleaved across the rules (batch b of every rule, then b + 1),
 //! each rule's median ns per call over its batches. Results are dropped
-//! inside the loop, as Paddle's `SpmdInfo` is.
+//! inside the loop, as Paddle's `SpmdInfo` is. The forward cases are also
+//! timed prepared for their shapes (`SpmdRule::forward_plain`, into one
+//! reused result), as a graph or a search calls a rule; Paddle has no
+//! such call, so that column compares our prepared call with its plain one.
 //!
 //! `cargo run --release --example vs_paddle -- [calls] [batches] [warmup] [--paddle FILE]`
 //! prints JSON; with `--paddle FILE` (the Paddle bench's JSON output, taken
@@ -51,42 +54,69 @@ fn main() {
     for case in &cases {
         case.check();
     }
+    // The forward cases also run prepared for their shapes (a graph's or a
+    // search's way), answering into one reused result.
+    let plains: Vec<Option<spmd_core::PlainForward>> =
+        cases.iter().map(|c| c.prepare(&mesh)).collect();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
-    for (case, _) in cases.iter().zip(&times) {
+    let mut prepared_times: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    for (case, plain) in cases.iter().zip(&plains) {
         run(case, &mesh, warmup);
+        if let Some(plain) = plain {
+            run_prepared(case, plain, &mesh, warmup);
+        }
     }
     for _ in 0..batches {
-        for (case, t) in cases.iter().zip(&mut times) {
+        for ((case, plain), (t, tp)) in cases
+            .iter()
+            .zip(&plains)
+            .zip(times.iter_mut().zip(&mut prepared_times))
+        {
             let start = Instant::now();
             run(case, &mesh, calls);
             t.push(start.elapsed().as_nanos() as f64 / calls as f64);
+            if let Some(plain) = plain {
+                let start = Instant::now();
+                run_prepared(case, plain, &mesh, calls);
+                tp.push(start.elapsed().as_nanos() as f64 / calls as f64);
+            }
         }
     }
     let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+    let prepared: Vec<Option<f64>> = prepared_times
+        .iter_mut()
+        .map(|t| (!t.is_empty()).then(|| median(t)))
+        .collect();
 
     match paddle {
         None => {
             println!(
                 "{{\n  \"calls_per_batch\": {calls},\n  \"batches\": {batches},\n  \"warmup_calls\": {warmup},\n  \"rules\": {{"
             );
-            for (i, (case, m)) in cases.iter().zip(&medians).enumerate() {
+            for (i, (case, (m, p))) in cases.iter().zip(medians.iter().zip(&prepared)).enumerate() {
                 let comma = if i + 1 < cases.len() { "," } else { "" };
+                let p = p.map_or(String::new(), |p| {
+                    format!(", \"prepared_median_ns\": {p:.1}")
+                });
                 println!(
-                    "    \"{}\": {{\"median_ns\": {m:.1}}}{comma}",
+                    "    \"{}\": {{\"median_ns\": {m:.1}{p}}}{comma}",
                     key(case.name)
                 );
             }
             println!("  }}\n}}");
         }
         Some(p) => {
-            println!("| case | Paddle 3.3.1 C++ | spmd | ratio |");
-            println!("|---|--:|--:|--:|");
-            for (case, m) in cases.iter().zip(&medians) {
+            println!("| case | Paddle 3.3.1 C++ | spmd | ratio | spmd prepared | ratio |");
+            println!("|---|--:|--:|--:|--:|--:|");
+            for (case, (m, pm)) in cases.iter().zip(medians.iter().zip(&prepared)) {
                 let theirs = p["rules"][key(case.name)]["median_ns"]
                     .as_f64()
                     .unwrap_or_else(|| fail(&format!("no {} in the Paddle JSON", key(case.name))));
+                let prepared = pm.map_or("| — | — |".to_string(), |pm| {
+                    format!("| {pm:.0} ns | {:.1}× |", theirs / pm)
+                });
                 println!(
-                    "| {} | {:.0} ns | {m:.0} ns | {:.1}× |",
+                    "| {} | {:.0} ns | {m:.0} ns | {:.1}× {prepared}",
                     key(case.name),
                     theirs,
                     theirs / m
@@ -105,6 +135,26 @@ fn run(case: &cases::Case, mesh: &spmd_core::Mesh, n: u64) {
                 black_box(specs),
                 black_box(shapes),
             )));
+        }
+    });
+}
+
+/// `n` calls of `case` by its prepared call, into one reused result.
+fn run_prepared(
+    case: &cases::Case,
+    plain: &spmd_core::PlainForward,
+    mesh: &spmd_core::Mesh,
+    n: u64,
+) {
+    case.with_specs(|specs, _| {
+        let mut out = spmd_core::RuleResult::default();
+        for _ in 0..n {
+            let answered = case.call_prepared(black_box(mesh), black_box(specs), plain, &mut out);
+            assert!(
+                matches!(answered, Ok(true)),
+                "{}: the prepared call answers",
+                case.name
+            );
         }
     });
 }

@@ -113,6 +113,35 @@ impl Case {
         self.op.infer_into(&call, None, out)
     }
 
+    /// A forward case's call prepared for its shapes
+    /// (`SpmdRule::prepare_plain_forward`), the way a graph prepares an op;
+    /// `None` for a backward case or a rule that does not prepare.
+    #[allow(dead_code)] // Not every target that includes this file calls it.
+    pub fn prepare(&self, mesh: &Mesh) -> Option<spmd_core::PlainForward> {
+        let Direction::Forward = self.direction else {
+            return None;
+        };
+        self.with_specs(|specs, _| {
+            self.op
+                .prepare_plain_forward(&Call::forward(mesh, specs))
+                .expect("the case prepares")
+        })
+    }
+
+    /// One call answered by `plain` into `out`: `Ok(true)` when it did.
+    #[allow(dead_code)] // As `prepare`.
+    #[inline(always)]
+    pub fn call_prepared(
+        &self,
+        mesh: &Mesh,
+        specs: &[Spec<'_>],
+        plain: &spmd_core::PlainForward,
+        out: &mut RuleResult,
+    ) -> Result<bool, SpmdError> {
+        self.op
+            .forward_plain(&Call::forward(mesh, specs), plain, out)
+    }
+
     /// Panics unless the call answers what the case expects.
     pub fn check(&self) {
         let mesh = mesh();
