@@ -92,9 +92,11 @@ fn axis_at<const ELLIPSIS: bool>(
 fn sized(v: &mut SmallVec<[DistAttr; 4]>, n: usize) -> &mut [DistAttr] {
     // By hand: `SmallVec::resize` clones its fill value through an
     // iterator, ~100 instructions for one entry.
-    v.truncate(n);
-    while v.len() < n {
-        v.push(DistAttr::default());
+    if v.len() != n {
+        v.truncate(n);
+        while v.len() < n {
+            v.push(DistAttr::default());
+        }
     }
     v
 }
@@ -318,7 +320,7 @@ impl RunOptions {
 /// Answers a forward call of a rule with options `rule` whose shapes made
 /// `f`, input `i` laid out as `attr(i)`, into `result`; `false` (and
 /// `result` untouched) when the call is not plain by its layouts.
-#[inline]
+#[inline(always)]
 pub(crate) fn run_forward<'a>(
     rule: &RunOptions,
     f: &Frame,
