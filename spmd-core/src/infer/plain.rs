@@ -220,41 +220,10 @@ impl Frame {
         }
         let f = self;
         (f.n_in, f.n_out, f.n_labels) = (n_in as u8, n_out as u8, n_labels as u8);
-        let mut width = 0;
-        for i in 0..n_in {
-            let term = plan.terms[i];
-            let dims = plan.dims_of(term);
-            let shape = shape(i);
-            let rank = shape.len();
-            match term.ellipsis {
-                Some(_) if ELLIPSIS && rank >= dims.len() && rank <= 8 => {
-                    width = width.max(rank - dims.len())
-                }
-                None if rank == dims.len() && rank <= 8 => {}
-                _ => return false,
-            }
-            if n_labels + width > MAX_PLAIN_AXES {
-                return false;
-            }
-            f.ranks[i] = rank as u8;
-            for (k, &size) in shape.iter().enumerate() {
-                match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
-                    Ok(Some(a)) => {
-                        if !f.learn(a, size) {
-                            return false;
-                        }
-                        // A size-1 dim holds no part of its axis.
-                        if size != 1 && !never.contains(a as u8) {
-                            f.carried[i][k] = a as u8;
-                            f.carried_set[i] |= 1 << a;
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(()) => return false,
-                }
-            }
+        if f.read_inputs::<ELLIPSIS>(rule, shape).is_none() {
+            return false;
         }
-        f.width = width as u8;
+        let width = usize::from(f.width);
         // Outputs of rank 8 at most, as inputs (their mappings are built in
         // arrays of 8). Declared output shapes are checked as the general
         // driver does (when there is one per output): any disagreement is
@@ -279,6 +248,61 @@ impl Frame {
             }
         }
         true
+    }
+
+    /// Reads the inputs' shapes (input `i`'s is `shape(i)`; the counts
+    /// are set): the `...` width, the extents and the axis each dim
+    /// carries. Gives the axes every input names (labels and `...` dims,
+    /// for role priority), or `None` when the shapes are not plain.
+    #[inline(always)]
+    fn read_inputs<'s, const ELLIPSIS: bool>(
+        &mut self,
+        rule: &EinsumRule<'_>,
+        shape: impl Fn(usize) -> &'s [usize],
+    ) -> Option<u32> {
+        let plan = &rule.plan;
+        let never = rule.never_sharded;
+        let n_labels = usize::from(self.n_labels);
+        let mut width = 0;
+        let mut in_every = u32::MAX;
+        for i in 0..usize::from(self.n_in) {
+            let term = plan.terms[i];
+            let dims = plan.dims_of(term);
+            let shape = shape(i);
+            let rank = shape.len();
+            match term.ellipsis {
+                Some(_) if ELLIPSIS && rank >= dims.len() && rank <= 8 => {
+                    width = width.max(rank - dims.len())
+                }
+                None if rank == dims.len() && rank <= 8 => {}
+                _ => return None,
+            }
+            if n_labels + width > MAX_PLAIN_AXES {
+                return None;
+            }
+            self.ranks[i] = rank as u8;
+            let mut axes = 0u32;
+            for (k, &size) in shape.iter().enumerate() {
+                match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
+                    Ok(Some(a)) => {
+                        axes |= 1 << a;
+                        if !self.learn(a, size) {
+                            return None;
+                        }
+                        // A size-1 dim holds no part of its axis.
+                        if size != 1 && !never.contains(a as u8) {
+                            self.carried[i][k] = a as u8;
+                            self.carried_set[i] |= 1 << a;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(()) => return None,
+                }
+            }
+            in_every &= axes;
+        }
+        self.width = width as u8;
+        Some(in_every)
     }
 
     /// The number of inputs it was made for.
@@ -488,43 +512,11 @@ fn backward_with<const ELLIPSIS: bool>(
     // from the inputs' shapes, then the outputs' (the axis each dim of
     // either carries kept).
     let mut f = Frame::new(n_in, n_out, n_labels);
-    let mut width = 0;
     // The axes in every input (labels and `...` dims), for role priority.
-    let mut in_every = u32::MAX;
-    for (i, shape) in input_shapes.iter().enumerate() {
-        let term = plan.terms[i];
-        let dims = plan.dims_of(term);
-        let rank = shape.len();
-        match term.ellipsis {
-            Some(_) if ELLIPSIS && rank >= dims.len() && rank <= 8 => {
-                width = width.max(rank - dims.len())
-            }
-            None if rank == dims.len() && rank <= 8 => {}
-            _ => return false,
-        }
-        if n_labels + width > MAX_PLAIN_AXES {
-            return false;
-        }
-        f.ranks[i] = rank as u8;
-        let mut axes = 0u32;
-        for (k, &size) in shape.iter().enumerate() {
-            match axis_at::<ELLIPSIS>(dims, term.ellipsis, rank, k, n_labels) {
-                Ok(Some(a)) => {
-                    axes |= 1 << a;
-                    if !f.learn(a, size) {
-                        return false;
-                    }
-                    if size != 1 && !never.contains(a as u8) {
-                        f.carried[i][k] = a as u8;
-                    }
-                }
-                Ok(None) => {}
-                Err(()) => return false,
-            }
-        }
-        in_every &= axes;
-    }
-    f.width = width as u8;
+    let Some(in_every) = f.read_inputs::<ELLIPSIS>(rule, |i| input_shapes[i]) else {
+        return false;
+    };
+    let width = usize::from(f.width);
     // Each output's axes (labels and `...` dims), for its partial status.
     for (o, spec) in outputs.iter().enumerate() {
         let term = plan.terms[n_in + o];
