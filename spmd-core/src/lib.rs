@@ -17,6 +17,12 @@
 //! assert_eq!(r.outputs[0].to_string(), "[1, -1] partial{0: SUM}");
 //! # Ok::<(), spmd_core::SpmdError>(())
 //! ```
+//!
+//! A caller asking about many layouts of the same tensors (a strategy
+//! search, a graph) prepares the call once: [`EinsumRule::prepare_forward`]
+//! for a compiled rule, [`SpmdRule::prepare_plain_forward`] for any rule
+//! ([`PlainForward`]); each call then reads only the layouts, and answers
+//! what the unprepared call answers.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
 

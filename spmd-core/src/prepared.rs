@@ -100,7 +100,7 @@ impl PlainForward {
     /// Answers the forward `call` into `result` when it has the prepared
     /// shapes, every tensor present, and layouts the one-pass engine
     /// takes; otherwise `false`, `result` untouched, and the caller asks
-    /// the rule ([`SpmdRule::infer_into`]), which answers or fails.
+    /// the rule ([`SpmdRule::infer_into`](crate::SpmdRule::infer_into)), which answers or fails.
     #[inline]
     pub fn answer(&self, call: &Call<'_>, result: &mut RuleResult) -> bool {
         let Call::Forward {
