@@ -53,25 +53,37 @@ impl PlainForward {
     /// the rule or the shapes are not plain, or the call is not a forward
     /// call with every tensor present.
     pub(crate) fn of(rule: &EinsumRule<'_>, call: &Call<'_>) -> Option<PlainForward> {
-        let Call::Forward {
-            inputs,
-            output_shapes,
-            absent,
-            ..
-        } = *call
-        else {
-            return None;
-        };
-        if !absent.is_none() || !rule_is_plain(rule) || output_shapes.len() > u8::MAX as usize {
+        match *call {
+            Call::Forward {
+                inputs,
+                output_shapes,
+                absent,
+                ..
+            } if absent.is_none() => {
+                PlainForward::of_shapes(rule, inputs.len(), |i| inputs[i].shape, output_shapes)
+            }
+            _ => None,
+        }
+    }
+
+    /// [`PlainForward::of`], from `n_inputs` shapes (input `i`'s is
+    /// `shape(i)`) and the declared output shapes.
+    fn of_shapes<'s>(
+        rule: &EinsumRule<'_>,
+        n_inputs: usize,
+        shape: impl Fn(usize) -> &'s [usize] + Copy,
+        output_shapes: &[&[usize]],
+    ) -> Option<PlainForward> {
+        if !rule_is_plain(rule) || output_shapes.len() > u8::MAX as usize {
             return None;
         }
         let mut frame = Frame::new(0, 0, 0);
-        if !frame.fill_forward(rule, inputs.len(), |i| inputs[i].shape, output_shapes) {
+        if !frame.fill_forward(rule, n_inputs, shape, output_shapes) {
             return None;
         }
         let mut dims = SmallVec::new();
-        for s in inputs {
-            dims.extend_from_slice(s.shape);
+        for i in 0..n_inputs {
+            dims.extend_from_slice(shape(i));
         }
         for s in output_shapes {
             dims.extend_from_slice(s);
@@ -189,23 +201,6 @@ impl<'r> EinsumRule<'r> {
         input_shapes: &[&[usize]],
         output_shapes: &[&[usize]],
     ) -> PreparedForward<'r> {
-        // The preparation reads shapes only: any layout will do.
-        let placeholders: SmallVec<[DistAttr; 8]> = input_shapes
-            .iter()
-            .map(|s| DistAttr::replicated(s.len()))
-            .collect();
-        let specs: SmallVec<[Spec<'_>; 8]> = input_shapes
-            .iter()
-            .zip(&placeholders)
-            .map(|(s, a)| Spec::new(s, a))
-            .collect();
-        let mesh = Mesh::new(&[1]).expect("a one-device mesh is valid");
-        let call = Call::Forward {
-            mesh: &mesh,
-            inputs: &specs,
-            output_shapes,
-            absent: Absent::NONE,
-        };
         PreparedForward {
             rule: *self,
             input_shapes: input_shapes
@@ -216,7 +211,12 @@ impl<'r> EinsumRule<'r> {
                 .iter()
                 .map(|s| SmallVec::from_slice(s))
                 .collect(),
-            plain: self.plain_forward(&call).ok().flatten(),
+            plain: PlainForward::of_shapes(
+                self,
+                input_shapes.len(),
+                |i| input_shapes[i],
+                output_shapes,
+            ),
         }
     }
 
@@ -241,8 +241,8 @@ impl PreparedForward<'_> {
         inputs: &[&DistAttr],
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
+        // (A preparation's input count is the prepared shapes'.)
         if let Some(p) = &self.plain
-            && inputs.len() == self.input_shapes.len()
             && p.answer_layouts(mesh, inputs, result)
         {
             return Ok(());
