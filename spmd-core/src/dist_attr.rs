@@ -275,9 +275,11 @@ impl DimsMapping {
             .map(DimsMapping)
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.0.len()
     }
+    #[inline]
     pub fn as_slice(&self) -> &[Sharding] {
         &self.0
     }
@@ -286,6 +288,7 @@ impl DimsMapping {
     pub fn get_mut(&mut self, dim: usize) -> Option<&mut Sharding> {
         self.0.get_mut(dim)
     }
+    #[inline]
     pub fn get(&self, dim: usize) -> Option<&Sharding> {
         self.0.get(dim)
     }
@@ -298,6 +301,16 @@ impl DimsMapping {
     #[inline(always)]
     pub(crate) fn from_array(dims: [Sharding; 8], rank: usize) -> DimsMapping {
         DimsMapping(SmallVec::from_buf_and_len(dims, rank))
+    }
+    /// This mapping's `rank` (at most 8) dims, to overwrite: in place when
+    /// it has that rank already (a result reused for one op's calls), so
+    /// the plain pass writes an answer's dims without a move or a drop.
+    #[inline(always)]
+    pub(crate) fn overwrite(&mut self, rank: usize) -> &mut [Sharding] {
+        if self.0.len() != rank {
+            *self = DimsMapping::from_array([Sharding::REPLICATED; 8], rank);
+        }
+        &mut self.0
     }
     pub fn clear(&mut self) {
         self.0.clear()
@@ -422,6 +435,14 @@ impl Partial {
             p.set(d, r);
         }
         p
+    }
+
+    /// Partial over `dims`, all by `Sum`: the set alone, as `Sum` is
+    /// reduce type 0 (one move, for the plain pass).
+    #[inline(always)]
+    pub(crate) const fn sum_over(dims: MeshSet) -> Partial {
+        const _: () = assert!(ReduceType::Sum as u32 == 0);
+        Partial(dims.0 as u32)
     }
 
     /// Marks mesh dim `d` partial with reduce type `r` (a dim beyond any

@@ -256,6 +256,20 @@ pub enum SpmdError {
     #[error("{op}: {message}")]
     Rejected { op: &'static str, message: String },
 
+    /// A prepared call's answer does not fit an
+    /// [`InlineResult`](crate::InlineResult): answer into a
+    /// [`RuleResult`](crate::RuleResult) instead.
+    #[error(
+        "{op}: the answer has {tensors} tensors, the largest of rank {rank}; an InlineResult holds at most {} tensors of rank {} at most (answer into a RuleResult)",
+        crate::InlineResult::MAX_TENSORS,
+        crate::InlineResult::MAX_RANK
+    )]
+    InlineCapacity {
+        op: &'static str,
+        tensors: usize,
+        rank: usize,
+    },
+
     /// An attribute the op does not take (a typo is never "the default").
     #[error(
         "{op}: unknown attribute `{attr}`{}; {op} takes: {}",
@@ -313,6 +327,7 @@ impl SpmdError {
             | MeshMismatch { op, .. }
             | InvalidAttr { op, .. }
             | Rejected { op, .. }
+            | InlineCapacity { op, .. }
             | UnknownAttr { op, .. }
             | OutputShapesNeeded { op }
             | AbsentTensor { op, .. }

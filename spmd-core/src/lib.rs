@@ -73,7 +73,7 @@ pub use policy::{
     BackwardPartial, Compounds, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy,
     UnshardedClaims,
 };
-pub use prepared::{PlainForward, PreparedForward};
+pub use prepared::{InlineResult, PlainForward, PreparedForward};
 pub use registry::{Registry, RuleInfo};
 #[cfg(feature = "std")]
 pub use registry::{global, global_mut, register_global};

@@ -22,9 +22,9 @@ use alloc::vec::Vec;
 
 use smallvec::SmallVec;
 
-use crate::dist_attr::{DistAttr, Spec};
+use crate::dist_attr::{DimsMapping, DistAttr, Partial, Sharding, Spec};
 use crate::error::{Role, SpmdError};
-use crate::infer::plain::{Frame, RunOptions, rule_is_plain, run_forward};
+use crate::infer::plain::{Frame, MAX_PLAIN_TENSORS, RunOptions, rule_is_plain, run_forward};
 use crate::mesh::Mesh;
 use crate::op::Call;
 use crate::optional::{Absent, AllPresent};
@@ -162,6 +162,157 @@ impl PlainForward {
     }
 }
 
+/// A rule's answer held in fixed arrays: at most
+/// [`InlineResult::MAX_TENSORS`] tensors (inputs, then outputs), each of
+/// rank [`InlineResult::MAX_RANK`] at most. `Copy`, with no heap and no
+/// drop: what a search keeps per candidate layout, and the cheapest answer
+/// to write ([`PreparedForward::forward_inline`]). Every prepared call the
+/// one-pass engine takes fits; [`RuleResult`] holds any answer.
+///
+/// Past a tensor's rank, and past the last tensor, every entry is
+/// replicated, so equal answers are equal words (`==` and `Hash` compare
+/// the arrays).
+///
+/// ```
+/// use spmd_core::{DistAttr, Einsum, InlineResult, Mesh};
+///
+/// let matmul = Einsum::new("mk,kn->mn")?;
+/// let rule = matmul.rule();
+/// let call = rule.prepare_forward(&[&[1024, 512], &[512, 256]], &[]);
+/// let mesh = Mesh::new(&[2, 4])?;
+/// let x = DistAttr::from_paddle(&[0, 1]).unwrap();
+/// let w = DistAttr::from_paddle(&[1, -1]).unwrap();
+/// let mut out = InlineResult::default();
+/// call.forward_inline(&mesh, &[&x, &w], &mut out)?;
+/// assert_eq!(out.output(0).unwrap().to_string(), "[0, -1] partial{1: SUM}");
+/// assert_eq!(out.to_result().inputs[1].to_string(), "[1, -1]");
+/// # Ok::<(), spmd_core::SpmdError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InlineResult {
+    pub(crate) n_inputs: u8,
+    pub(crate) n_outputs: u8,
+    pub(crate) ranks: [u8; MAX_PLAIN_TENSORS],
+    pub(crate) dims: [[Sharding; InlineResult::MAX_RANK]; MAX_PLAIN_TENSORS],
+    pub(crate) partial: [Partial; MAX_PLAIN_TENSORS],
+}
+
+impl Default for InlineResult {
+    /// No tensors.
+    fn default() -> InlineResult {
+        InlineResult {
+            n_inputs: 0,
+            n_outputs: 0,
+            ranks: [0; MAX_PLAIN_TENSORS],
+            dims: [[Sharding::REPLICATED; InlineResult::MAX_RANK]; MAX_PLAIN_TENSORS],
+            partial: [Partial::NONE; MAX_PLAIN_TENSORS],
+        }
+    }
+}
+
+impl InlineResult {
+    /// Inputs and outputs together.
+    pub const MAX_TENSORS: usize = MAX_PLAIN_TENSORS;
+    /// Of each tensor.
+    pub const MAX_RANK: usize = 8;
+
+    pub fn n_inputs(&self) -> usize {
+        usize::from(self.n_inputs)
+    }
+
+    pub fn n_outputs(&self) -> usize {
+        usize::from(self.n_outputs)
+    }
+
+    /// Tensor `t` (inputs, then outputs): its dims and partial status.
+    #[inline]
+    fn tensor(&self, t: usize) -> (&[Sharding], Partial) {
+        let rank = usize::from(self.ranks[t]);
+        (&self.dims[t][..rank], self.partial[t])
+    }
+
+    /// Tensor `t`'s first `rank` dims, to overwrite: its rank is set, and
+    /// dims an earlier answer left past it are reset.
+    #[inline(always)]
+    pub(crate) fn tensor_mut(&mut self, t: usize, rank: usize) -> &mut [Sharding] {
+        let dims = &mut self.dims[t];
+        if usize::from(self.ranks[t]) > rank {
+            dims[rank..].fill(Sharding::REPLICATED);
+        }
+        self.ranks[t] = rank as u8;
+        &mut dims[..rank]
+    }
+
+    /// Input `i`'s required dims, read in place.
+    #[inline]
+    pub fn input_dims(&self, i: usize) -> Option<&[Sharding]> {
+        (i < self.n_inputs()).then(|| self.tensor(i).0)
+    }
+
+    /// Output `o`'s dims, read in place.
+    #[inline]
+    pub fn output_dims(&self, o: usize) -> Option<&[Sharding]> {
+        (o < self.n_outputs()).then(|| self.tensor(self.n_inputs() + o).0)
+    }
+
+    /// Output `o`'s partial status.
+    #[inline]
+    pub fn output_partial(&self, o: usize) -> Option<Partial> {
+        (o < self.n_outputs()).then(|| self.tensor(self.n_inputs() + o).1)
+    }
+
+    /// Input `i`'s requirement, as a [`DistAttr`].
+    pub fn input(&self, i: usize) -> Option<DistAttr> {
+        (i < self.n_inputs()).then(|| self.attr(i))
+    }
+
+    /// Output `o`'s layout, as a [`DistAttr`].
+    pub fn output(&self, o: usize) -> Option<DistAttr> {
+        (o < self.n_outputs()).then(|| self.attr(self.n_inputs() + o))
+    }
+
+    fn attr(&self, t: usize) -> DistAttr {
+        let (dims, partial) = self.tensor(t);
+        DistAttr::new(DimsMapping::from_shardings(dims)).with_partial(partial)
+    }
+
+    /// The same answer as a [`RuleResult`].
+    pub fn to_result(&self) -> RuleResult {
+        let n_in = self.n_inputs();
+        RuleResult {
+            inputs: (0..n_in).map(|t| self.attr(t)).collect(),
+            outputs: (n_in..n_in + self.n_outputs())
+                .map(|t| self.attr(t))
+                .collect(),
+        }
+    }
+
+    /// `result` in fixed arrays; `None` when it has more than
+    /// [`InlineResult::MAX_TENSORS`] tensors or one of rank above
+    /// [`InlineResult::MAX_RANK`].
+    pub fn from_result(result: &RuleResult) -> Option<InlineResult> {
+        let (n_in, n_out) = (result.inputs.len(), result.outputs.len());
+        if n_in + n_out > Self::MAX_TENSORS {
+            return None;
+        }
+        let mut inline = InlineResult {
+            n_inputs: n_in as u8,
+            n_outputs: n_out as u8,
+            ..InlineResult::default()
+        };
+        for (t, attr) in result.inputs.iter().chain(&result.outputs).enumerate() {
+            let dims = attr.dims_mapping.as_slice();
+            if dims.len() > Self::MAX_RANK {
+                return None;
+            }
+            inline.dims[t][..dims.len()].copy_from_slice(dims);
+            inline.ranks[t] = dims.len() as u8;
+            inline.partial[t] = attr.partial;
+        }
+        Some(inline)
+    }
+}
+
 /// A forward call of one rule with fixed shapes, prepared by
 /// [`EinsumRule::prepare_forward`].
 ///
@@ -250,6 +401,50 @@ impl PreparedForward<'_> {
         self.in_full(mesh, inputs, result)
     }
 
+    /// [`PreparedForward::forward_into`], answered into fixed arrays:
+    /// the same answer and errors, and an
+    /// [`SpmdError::InlineCapacity`] error for an answer that does not
+    /// fit (never one the one-pass engine gives: see [`InlineResult`]).
+    #[inline]
+    pub fn forward_inline(
+        &self,
+        mesh: &Mesh,
+        inputs: &[&DistAttr],
+        result: &mut InlineResult,
+    ) -> Result<(), SpmdError> {
+        if let Some(p) = &self.plain
+            && inputs.len() == p.frame.n_inputs()
+            && run_forward(&p.options, &p.frame, mesh, |i| inputs[i], result)
+        {
+            return Ok(());
+        }
+        self.inline_in_full(mesh, inputs, result)
+    }
+
+    /// The general driver's answer, in fixed arrays.
+    #[cold]
+    fn inline_in_full(
+        &self,
+        mesh: &Mesh,
+        inputs: &[&DistAttr],
+        result: &mut InlineResult,
+    ) -> Result<(), SpmdError> {
+        let mut full = RuleResult::default();
+        self.in_full(mesh, inputs, &mut full)?;
+        *result = InlineResult::from_result(&full).ok_or_else(|| SpmdError::InlineCapacity {
+            op: self.rule.name,
+            tensors: full.inputs.len() + full.outputs.len(),
+            rank: full
+                .inputs
+                .iter()
+                .chain(&full.outputs)
+                .map(|a| a.dims_mapping.rank())
+                .max()
+                .unwrap_or(0),
+        })?;
+        Ok(())
+    }
+
     /// Whether calls can take the one-pass engine (the rule and the shapes
     /// are plain); when not, every call runs the general driver.
     pub fn is_plain(&self) -> bool {
@@ -323,6 +518,9 @@ mod tests {
                 }) => assert_eq!(found, given.len()),
                 other => panic!("{other:?}"),
             }
+            let mut inline = InlineResult::default();
+            let e = call.forward_inline(&mesh, given, &mut inline).unwrap_err();
+            assert!(matches!(e, SpmdError::Arity { expected: 2, .. }), "{e:?}");
         }
         assert_eq!(out, RuleResult::default());
     }
@@ -341,6 +539,62 @@ mod tests {
         call.forward_into(&mesh, &[&x], &mut out).unwrap();
         assert_eq!(out.outputs[0].to_string(), "[-1] partial{0: MAX}");
         assert_eq!(out, e.forward(&mesh, &[Spec::new(&[4, 6], &x)]).unwrap());
+    }
+
+    /// An answer into fixed arrays reads as the `RuleResult` answer, and
+    /// reading past its tensors gives `None`, never a panic.
+    #[test]
+    fn inline_answers_read_as_the_rule_result() {
+        let e = Einsum::new("mk,kn->mn").unwrap();
+        let rule = e.rule();
+        let call = rule.prepare_forward(&[&[4, 6], &[6, 8]], &[]);
+        let mesh = Mesh::new(&[2, 2]).unwrap();
+        let (x, w) = (attr(&[0, 1]), attr(&[1, -1]));
+        let mut inline = InlineResult::default();
+        call.forward_inline(&mesh, &[&x, &w], &mut inline).unwrap();
+        let mut full = RuleResult::default();
+        call.forward_into(&mesh, &[&x, &w], &mut full).unwrap();
+        assert_eq!(inline.to_result(), full);
+        assert_eq!((inline.n_inputs(), inline.n_outputs()), (2, 1));
+        assert_eq!(inline.input(1), Some(w.clone()));
+        assert_eq!(
+            inline.output_dims(0),
+            Some(full.outputs[0].dims_mapping.as_slice())
+        );
+        assert_eq!(inline.output_partial(0), Some(full.outputs[0].partial));
+        assert_eq!(inline.input(2), None);
+        assert_eq!(inline.output(1), None);
+        assert_eq!(inline.input_dims(2), None);
+        assert_eq!(inline.output_partial(1), None);
+    }
+
+    /// A prepared call whose answer does not fit fixed arrays (here a rank-9
+    /// tensor, which the one-pass engine leaves to the driver) is a typed
+    /// error naming the op, the tensor count and the rank; the same call
+    /// into a `RuleResult` answers.
+    #[test]
+    fn an_answer_too_large_for_fixed_arrays_is_an_error() {
+        let e = Einsum::new("abcdefghi->abcdefghi").unwrap();
+        let rule = e.rule();
+        let shape = [2usize; 9];
+        let call = rule.prepare_forward(&[&shape], &[]);
+        assert!(!call.is_plain());
+        let mesh = Mesh::new(&[2]).unwrap();
+        let x = attr(&[0, -1, -1, -1, -1, -1, -1, -1, -1]);
+        let mut inline = InlineResult::default();
+        let e = call.forward_inline(&mesh, &[&x], &mut inline).unwrap_err();
+        assert_eq!(
+            e,
+            SpmdError::InlineCapacity {
+                op: rule.name,
+                tensors: 2,
+                rank: 9
+            }
+        );
+        assert_eq!(inline, InlineResult::default());
+        let mut full = RuleResult::default();
+        call.forward_into(&mesh, &[&x], &mut full).unwrap();
+        assert_eq!(InlineResult::from_result(&full), None);
     }
 
     /// Shapes the rule rejects are reported by each call, as the

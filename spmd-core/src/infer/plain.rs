@@ -20,15 +20,18 @@ use spmd_notation::Dim;
 
 use super::cx::has_bit;
 use crate::dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
-use crate::mesh::Mesh;
+use crate::mesh::{Mesh, MeshSet};
 use crate::policy::{Conflicts, Divisibility, MissingAxis, PartialInputs, UnshardedClaims};
+use crate::prepared::InlineResult;
 use crate::rule::{EinsumRule, RuleResult};
 
 /// Axes a plain call may have, labels and `...` dims together (its tables
 /// live on the stack).
 const MAX_PLAIN_AXES: usize = 16;
+// Role priority packs a mesh dim per axis in four bits of a word.
+const _: () = assert!(MAX_PLAIN_AXES * 4 <= 64);
 /// Tensors (inputs and outputs) a plain call may have.
-const MAX_PLAIN_TENSORS: usize = 6;
+pub(crate) const MAX_PLAIN_TENSORS: usize = 6;
 /// No axis claimed the mesh dim yet.
 const NOBODY: u8 = u8::MAX;
 /// The claimant of a sharded dim that carries no axis (a `1`, a size-1
@@ -146,6 +149,8 @@ pub(crate) struct Frame {
     /// tensor: the set of them.
     carried: [[u8; 8]; MAX_PLAIN_TENSORS],
     carried_set: [u32; MAX_PLAIN_TENSORS],
+    /// Every axis some input carries.
+    input_axes: u32,
     /// Forward outputs: the axis each dim names (`NOBODY`: a `1`), and
     /// per output the set of them.
     named: [[u8; 8]; MAX_PLAIN_TENSORS],
@@ -165,6 +170,7 @@ impl Frame {
             known: 0,
             carried: [[NOBODY; 8]; MAX_PLAIN_TENSORS],
             carried_set: [0; MAX_PLAIN_TENSORS],
+            input_axes: 0,
             named: [[NOBODY; 8]; MAX_PLAIN_TENSORS],
             named_set: [0; MAX_PLAIN_TENSORS],
             ranks: [0; MAX_PLAIN_TENSORS],
@@ -300,6 +306,7 @@ impl Frame {
                 }
             }
             in_every &= axes;
+            self.input_axes |= self.carried_set[i];
         }
         self.width = width as u8;
         Some(in_every)
@@ -350,16 +357,146 @@ pub(crate) fn run_forward<'a>(
     f: &Frame,
     mesh: &Mesh,
     attr: impl Fn(usize) -> &'a DistAttr,
-    result: &mut RuleResult,
+    result: &mut impl ForwardAnswer,
+) -> bool {
+    let mut cx = Plain::new(f);
+    let merged = if rule.policy.conflicts == Conflicts::RolePriority {
+        merge_forward::<true>(rule, f, mesh, attr, &mut cx)
+    } else {
+        merge_forward::<false>(rule, f, mesh, attr, &mut cx)
+    };
+    if !merged {
+        return false;
+    }
+    let merged = Merged {
+        table: &cx.table,
+        outputs: cx.derived.as_ref().unwrap_or(&cx.table),
+    };
+    result.write(rule, f, &merged);
+    true
+}
+
+/// What a plain forward call's layouts merged to, per axis: the inputs'
+/// side, and the outputs' side (the same table unless the divisibility
+/// policy made them differ).
+pub(crate) struct Merged<'a> {
+    table: &'a [Sharding; MAX_PLAIN_AXES],
+    outputs: &'a [Sharding; MAX_PLAIN_AXES],
+}
+
+impl Merged<'_> {
+    /// Forward output `o`'s partial status: over the mesh dims of the
+    /// sharded axes some input carries and it lacks (never ones its own
+    /// dims split over: each mesh dim has one axis now).
+    #[inline(always)]
+    fn output_partial(&self, rule: &RunOptions, f: &Frame, o: usize) -> Partial {
+        if has_bit(rule.not_partial, o) {
+            return Partial::NONE;
+        }
+        let mut over = MeshSet::EMPTY;
+        let mut lacked = f.input_axes & !f.named_set[o];
+        while lacked != 0 {
+            over = over.union(self.table[lacked.trailing_zeros() as usize].mesh_set());
+            lacked &= lacked - 1;
+        }
+        Partial::sum_over(over)
+    }
+}
+
+/// Where a plain forward answer is written: a [`RuleResult`], or a
+/// prepared call's [`InlineResult`].
+pub(crate) trait ForwardAnswer {
+    /// Writes the answer of a call with frame `f` that merged to `m`.
+    fn write(&mut self, rule: &RunOptions, f: &Frame, m: &Merged<'_>);
+}
+
+impl ForwardAnswer for RuleResult {
+    #[inline(always)]
+    fn write(&mut self, rule: &RunOptions, f: &Frame, m: &Merged<'_>) {
+        let n_in = usize::from(f.n_in);
+        for (i, to) in sized(&mut self.inputs, n_in).iter_mut().enumerate() {
+            let dims = to.dims_mapping.overwrite(usize::from(f.ranks[i]));
+            for (d, &a) in dims.iter_mut().zip(&f.carried[i]) {
+                *d = sharding_of(m.table, a);
+            }
+            to.partial = Partial::NONE;
+        }
+        let n_out = usize::from(f.n_out);
+        for (o, to) in sized(&mut self.outputs, n_out).iter_mut().enumerate() {
+            let dims = to.dims_mapping.overwrite(usize::from(f.ranks[n_in + o]));
+            for (d, &a) in dims.iter_mut().zip(&f.named[o]) {
+                *d = sharding_of(m.outputs, a);
+            }
+            to.partial = m.output_partial(rule, f, o);
+        }
+    }
+}
+
+impl ForwardAnswer for InlineResult {
+    /// Only the answer's own dims are written; entries an earlier, larger
+    /// answer left are reset, so that past a tensor's rank and past the
+    /// last tensor every entry is replicated (equal answers are equal
+    /// words).
+    #[inline(always)]
+    fn write(&mut self, rule: &RunOptions, f: &Frame, m: &Merged<'_>) {
+        let (n_in, n_out) = (usize::from(f.n_in), usize::from(f.n_out));
+        let before = usize::from(self.n_inputs) + usize::from(self.n_outputs);
+        self.n_inputs = f.n_in;
+        self.n_outputs = f.n_out;
+        for t in 0..n_in {
+            let dims = self.tensor_mut(t, usize::from(f.ranks[t]));
+            for (d, &a) in dims.iter_mut().zip(&f.carried[t]) {
+                *d = sharding_of(m.table, a);
+            }
+            self.partial[t] = Partial::NONE;
+        }
+        for o in 0..n_out {
+            let t = n_in + o;
+            let dims = self.tensor_mut(t, usize::from(f.ranks[t]));
+            for (d, &a) in dims.iter_mut().zip(&f.named[o]) {
+                *d = sharding_of(m.outputs, a);
+            }
+            self.partial[t] = m.output_partial(rule, f, o);
+        }
+        for t in n_in + n_out..before {
+            self.tensor_mut(t, 0);
+            self.partial[t] = Partial::NONE;
+        }
+    }
+}
+
+/// The sharding of a dim carrying axis `a` (`NOBODY`: replicated).
+#[inline(always)]
+fn sharding_of(table: &[Sharding; MAX_PLAIN_AXES], a: u8) -> Sharding {
+    if a != NOBODY {
+        table[a as usize]
+    } else {
+        Sharding::REPLICATED
+    }
+}
+
+/// Merges a plain forward call's layouts (input `i` laid out as
+/// `attr(i)`) into `cx`; `false` when the call is not plain by its
+/// layouts. `BY_ROLE`: the rule's conflicts go by role priority.
+#[inline(always)]
+fn merge_forward<'a, const BY_ROLE: bool>(
+    rule: &RunOptions,
+    f: &Frame,
+    mesh: &Mesh,
+    attr: impl Fn(usize) -> &'a DistAttr,
+    cx: &mut Plain<'_>,
 ) -> bool {
     let n_in = usize::from(f.n_in);
     let n_labels = usize::from(f.n_labels);
     let width = usize::from(f.width);
     let on_mesh = (1u32 << mesh.rank()) - 1;
-    let mut cx = Plain::new(f);
     // First-wins and strict merges happen dim by dim as the inputs are
     // read; role priority needs every input's dims first.
-    let by_role = rule.policy.conflicts == Conflicts::RolePriority;
+    let by_role = BY_ROLE;
+    let mut roles = Roles {
+        split: [0; MAX_PLAIN_TENSORS],
+        split_on: [0; MAX_PLAIN_TENSORS],
+    };
     let count_unsharded = rule.policy.unsharded_claims == UnshardedClaims::Count;
     // Every input's mapping checked.
     for i in 0..n_in {
@@ -384,8 +521,8 @@ pub(crate) fn run_forward<'a>(
                 // Role priority reads each input's split axes after all
                 // the inputs are read.
                 if a != NOBODY {
-                    cx.split[i] |= 1 << a;
-                    cx.split_on[i][a as usize] = m as u8;
+                    roles.split[i] |= 1 << a;
+                    roles.split_on[i] |= (m as u64) << (4 * a);
                 }
             } else if !cx.claim(a, s, m, count_unsharded) {
                 return false;
@@ -397,15 +534,13 @@ pub(crate) fn run_forward<'a>(
             return false;
         }
     }
-    // The merge's end, by the rule's policy; `derived` is the outputs'
-    // table when it differs from the inputs'.
-    let mut derived = None;
+    // The merge's end, by the rule's policy.
     if by_role {
         let mut out_axes = 0u32;
         for &s in &f.named_set[..usize::from(f.n_out)] {
             out_axes |= s;
         }
-        if !cx.merge_by_role(mesh, n_in, n_labels, out_axes) {
+        if !cx.merge_by_role(&roles, mesh, n_in, n_labels, out_axes) {
             return false;
         }
     } else {
@@ -413,49 +548,8 @@ pub(crate) fn run_forward<'a>(
             return false;
         }
         if rule.policy.divisibility != Divisibility::Uneven {
-            derived = cx.fit(mesh, n_labels + width, rule.policy.divisibility);
+            cx.derived = cx.fit(mesh, n_labels + width, rule.policy.divisibility);
         }
-    }
-    let derived = derived.as_ref().unwrap_or(&cx.table);
-    // Every axis some input carries, for the outputs' partial status.
-    let mut input_axes = 0u32;
-    for (i, to) in sized(&mut result.inputs, n_in).iter_mut().enumerate() {
-        let rank = usize::from(f.ranks[i]);
-        let mut dims = [Sharding::REPLICATED; 8];
-        for (d, &a) in dims.iter_mut().zip(&f.carried[i][..rank]) {
-            if a != NOBODY {
-                input_axes |= 1 << a;
-                *d = cx.table[a as usize];
-            }
-        }
-        *to = DistAttr::new(DimsMapping::from_array(dims, rank));
-    }
-    let n_out = usize::from(f.n_out);
-    for (o, to) in sized(&mut result.outputs, n_out).iter_mut().enumerate() {
-        let rank = usize::from(f.ranks[n_in + o]);
-        let mut shardings = [Sharding::REPLICATED; 8];
-        for (d, &a) in shardings.iter_mut().zip(&f.named[o][..rank]) {
-            if a != NOBODY {
-                *d = derived[a as usize];
-            }
-        }
-        let mapping = DimsMapping::from_array(shardings, rank);
-        // Partial over the mesh dims of the sharded axes it lacks (never
-        // ones its own dims split over: each mesh dim has one axis now).
-        let mut partial = Partial::NONE;
-        if !has_bit(rule.not_partial, o) {
-            let mut lacked = input_axes & !f.named_set[o];
-            while lacked != 0 {
-                for m in cx.table[lacked.trailing_zeros() as usize].iter() {
-                    partial.set(m, ReduceType::Sum);
-                }
-                lacked &= lacked - 1;
-            }
-        }
-        *to = DistAttr {
-            dims_mapping: mapping,
-            partial,
-        };
     }
     true
 }
@@ -630,14 +724,24 @@ struct Plain<'f> {
     f: &'f Frame,
     /// Per axis: its merged sharding (the inputs' side).
     table: [Sharding; MAX_PLAIN_AXES],
-    /// Role priority: per input, the axes its given dims split, and the
-    /// mesh dim each is split over (valid where `split` has its bit).
-    split: [u32; MAX_PLAIN_TENSORS],
-    split_on: [[u8; MAX_PLAIN_AXES]; MAX_PLAIN_TENSORS],
+    /// The outputs' side, when the divisibility policy made it differ.
+    derived: Option<[Sharding; MAX_PLAIN_AXES]>,
     /// Per mesh dim (first-wins merges): the axis that claimed it first
     /// and every axis that claimed it.
     first: [u8; 8],
     claimants: [u32; 8],
+    /// Whether some mesh dim has more than one claimant.
+    contested: bool,
+}
+
+/// Role priority reads each input's split axes after all the inputs are
+/// read: per input, the axes its given dims split, and the mesh dim each
+/// is split over (four bits per axis, valid where `split` has its bit).
+/// A local of the role-priority merge only, so that no other call clears
+/// it.
+struct Roles {
+    split: [u32; MAX_PLAIN_TENSORS],
+    split_on: [u64; MAX_PLAIN_TENSORS],
 }
 
 impl<'f> Plain<'f> {
@@ -645,10 +749,10 @@ impl<'f> Plain<'f> {
         Plain {
             f,
             table: [Sharding::REPLICATED; MAX_PLAIN_AXES],
-            split: [0; MAX_PLAIN_TENSORS],
-            split_on: [[0; MAX_PLAIN_AXES]; MAX_PLAIN_TENSORS],
+            derived: None,
             first: [NOBODY; 8],
             claimants: [0; 8],
+            contested: false,
         }
     }
 
@@ -674,29 +778,45 @@ impl<'f> Plain<'f> {
         if a == NOBODY {
             // Replicated in the end, but the claim may count.
             if count_unsharded {
-                if self.first[m] == NOBODY {
-                    self.first[m] = UNSHARDED;
-                }
-                self.claimants[m] |= 1 << UNSHARDED;
+                self.claim_mesh_dim(m, UNSHARDED);
             }
             return true;
         }
         let cur = self.table[a as usize];
         if cur.is_replicated() {
             self.table[a as usize] = s;
-            if self.first[m] == NOBODY {
-                self.first[m] = a;
-            }
-            self.claimants[m] |= 1 << a;
+            self.claim_mesh_dim(m, a);
             true
         } else {
             cur == s
         }
     }
 
+    /// Claimant `c` (an axis, or `UNSHARDED`) claims mesh dim `m`; a
+    /// second claimant contests it.
+    #[inline(always)]
+    fn claim_mesh_dim(&mut self, m: usize, c: u8) {
+        let first = self.first[m];
+        if first == NOBODY {
+            self.first[m] = c;
+        } else if first != c {
+            self.contested = true;
+        }
+        self.claimants[m] |= 1 << c;
+    }
+
     /// After the claims: a mesh dim claimed by several axes stays with the
-    /// first claim (strict: `false`, the driver's error).
+    /// first claim (strict: `false`, the driver's error). Nothing to do
+    /// when no mesh dim was contested, as in most calls.
+    #[inline(always)]
     fn settle(&mut self, mesh: &Mesh, strict: bool) -> bool {
+        if !self.contested {
+            return true;
+        }
+        self.settle_contested(mesh, strict)
+    }
+
+    fn settle_contested(&mut self, mesh: &Mesh, strict: bool) -> bool {
         for m in 0..mesh.rank() {
             let f = self.first[m];
             if f == NOBODY {
@@ -765,7 +885,14 @@ impl<'f> Plain<'f> {
     /// more shards first, trimmed until divisible. A mesh dim another axis
     /// owns is lost. `false` when a contracted axis is a `...` dim (their
     /// order would follow this pass's numbering, not the driver's).
-    fn merge_by_role(&mut self, mesh: &Mesh, n_in: usize, n_labels: usize, out_axes: u32) -> bool {
+    fn merge_by_role(
+        &mut self,
+        roles: &Roles,
+        mesh: &Mesh,
+        n_in: usize,
+        n_labels: usize,
+        out_axes: u32,
+    ) -> bool {
         let ellipsis_axes = ((1u32 << self.f.width) - 1) << n_labels;
         let mut everywhere = u32::MAX;
         let mut axes = 0u32;
@@ -781,15 +908,15 @@ impl<'f> Plain<'f> {
         }
         // Only axes some input splits can take a mesh dim: the loops below
         // visit those alone.
-        let split = self.split[..n_in].iter().fold(0, |m, &s| m | s);
+        let split = roles.split[..n_in].iter().fold(0, |m, &s| m | s);
         let every_batch = batch;
         let (batch, free, contracted) = (batch & split, free & split, contracted & split);
         let mut owner = [NOBODY; 8];
         // Axis `a` takes the mesh dim input `i` splits it over, unless
         // another axis owns that mesh dim.
         let take = |cx: &mut Plain, owner: &mut [u8; 8], a: usize, i: usize| {
-            if cx.split[i] & (1 << a) != 0 {
-                let m = cx.split_on[i][a];
+            if roles.split[i] & (1 << a) != 0 {
+                let m = ((roles.split_on[i] >> (4 * a)) & 15) as u8;
                 if owner[m as usize] == NOBODY {
                     owner[m as usize] = a as u8;
                     cx.table[a].push(m);
@@ -809,7 +936,7 @@ impl<'f> Plain<'f> {
         let mut order = [0usize; MAX_PLAIN_TENSORS];
         let mut key = [(0u32, 0u32); MAX_PLAIN_TENSORS];
         for i in (0..n_in).filter(|_| batch != 0) {
-            let shards = (self.split[i] & batch).count_ones();
+            let shards = (roles.split[i] & batch).count_ones();
             key[i] = (shards, (self.f.carried_set[i] & every_batch).count_ones());
             // Insertion, after every input with a key as large.
             let mut at = i;
@@ -1073,8 +1200,10 @@ mod tests {
         let meshes = [Mesh::new(&[2, 2]).unwrap(), Mesh::new(&[2, 3, 2]).unwrap()];
         let mut tally = Tally::default();
         let mut plain = RuleResult::default();
-        // The prepared calls' result, reused across rules of every arity.
+        // The prepared calls' results, reused across rules of every arity
+        // and rank (an entry a larger answer left must not show).
         let mut reused = RuleResult::default();
+        let mut inline = InlineResult::default();
         for &(notation, shapes, outs) in &cases {
             let einsum = Einsum::new(notation).unwrap();
             for &set_policy in &policies {
@@ -1117,6 +1246,17 @@ mod tests {
                         let says = prepared.forward_into(mesh, &attr_refs, &mut reused);
                         match (&full_says, &says) {
                             (Ok(()), Ok(())) => assert_eq!(reused, full, "{}", what()),
+                            (Err(a), Err(b)) => assert_eq!(a, b, "{}", what()),
+                            _ => panic!("{}: {full_says:?} {says:?}", what()),
+                        }
+                        // Into fixed arrays: the same answer, and the same
+                        // words as a fresh conversion of it.
+                        let says = prepared.forward_inline(mesh, &attr_refs, &mut inline);
+                        match (&full_says, &says) {
+                            (Ok(()), Ok(())) => {
+                                assert_eq!(inline.to_result(), full, "{}", what());
+                                assert_eq!(Some(inline), InlineResult::from_result(&full));
+                            }
                             (Err(a), Err(b)) => assert_eq!(a, b, "{}", what()),
                             _ => panic!("{}: {full_says:?} {says:?}", what()),
                         }
