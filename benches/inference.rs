@@ -83,6 +83,29 @@ fn prepared_matmul_forward(bencher: Bencher) {
     });
 }
 
+/// The same prepared call answered into fixed arrays
+/// (`PreparedForward::forward_inline`): no `SmallVec` to check or drop.
+#[divan::bench(sample_count = 300, sample_size = 1000)]
+fn inline_matmul_forward(bencher: Bencher) {
+    let n = notation("mk,kn->mn");
+    let rule = EinsumRule::new("matmul", n.plan());
+    let call = rule.prepare_forward(&[&[1024, 512], &[512, 256]], &[]);
+    let mesh = mesh_2x4();
+    let (xa, ya) = (attr(&[0, 1]), attr(&[1, -1]));
+    let attrs = [&xa, &ya];
+    let mut out = spmd_core::InlineResult::default();
+
+    call.forward_inline(&mesh, &attrs, &mut out).unwrap();
+    assert_eq!(
+        out.output(0).unwrap().to_string(),
+        "[0, -1] partial{1: SUM}"
+    );
+
+    bencher.bench_local(|| {
+        black_box(call.forward_inline(black_box(&mesh), black_box(&attrs), &mut out)).unwrap()
+    });
+}
+
 /// Matmul backward: the output's mapping gives both inputs' requirements
 /// (`k` is in no output, so it is replicated on the inputs).
 #[divan::bench(sample_count = 300, sample_size = 1000)]

@@ -18,6 +18,7 @@ fn main() {
             println!("{}", c.name);
         }
         println!("{}", cases::PREPARED_MATMUL);
+        println!("{}", cases::INLINE_MATMUL);
         return;
     }
     let (Some(name), Some(n)) = (
@@ -34,6 +35,18 @@ fn main() {
             let mut out = spmd_core::RuleResult::default();
             for _ in 0..n {
                 black_box(call.forward_into(black_box(&mesh), black_box(attrs), &mut out))
+                    .expect("the case answers");
+            }
+        });
+        return;
+    }
+    if name == cases::INLINE_MATMUL {
+        // The same prepared call, answered into fixed arrays.
+        let mesh = cases::mesh();
+        cases::with_prepared_matmul(|call, attrs| {
+            let mut out = spmd_core::InlineResult::default();
+            for _ in 0..n {
+                black_box(call.forward_inline(black_box(&mesh), black_box(attrs), &mut out))
                     .expect("the case answers");
             }
         });

@@ -376,6 +376,11 @@ pub fn by_name(name: &str) -> Option<Case> {
 /// The name of [`with_prepared_matmul`]'s case.
 pub const PREPARED_MATMUL: &str = "prepared_matmul_forward";
 
+/// [`with_prepared_matmul`]'s call answered into an `InlineResult`
+/// (`PreparedForward::forward_inline`).
+#[allow(dead_code)] // Not every bench target that includes this file names it.
+pub const INLINE_MATMUL: &str = "inline_matmul_forward";
+
 /// `direct_matmul_forward`'s call prepared once
 /// (`EinsumRule::prepare_forward`), as a search asking about many layouts
 /// of the same tensors calls it: `f` gets the prepared call and the
