@@ -22,7 +22,8 @@
 //! search, a graph) prepares the call once: [`EinsumRule::prepare_forward`]
 //! for a compiled rule, [`SpmdRule::prepare_plain_forward`] for any rule
 //! ([`PlainForward`]); each call then reads only the layouts, and answers
-//! what the unprepared call answers.
+//! what the unprepared call answers (into a [`RuleResult`], or the fixed
+//! arrays of an [`InlineResult`]).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
 

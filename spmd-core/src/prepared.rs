@@ -17,6 +17,10 @@
 //! [`SpmdRule::forward_plain`] (what a graph keeps per op; `#[spmd_rule]`
 //! implements both, running the op's `validate` and `adjust` hooks and
 //! choosing its `case` on every call as `infer_into` does).
+//!
+//! A prepared call answers into a [`RuleResult`], or into an
+//! [`InlineResult`] ([`PreparedForward::forward_inline`]): fixed arrays,
+//! `Copy`, the cheapest answer to write and to keep.
 
 use alloc::vec::Vec;
 
