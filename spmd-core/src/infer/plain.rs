@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 use spmd_notation::Dim;
 
 use super::cx::has_bit;
-use crate::dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
+use crate::dist_attr::{DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::mesh::{Mesh, MeshSet};
 use crate::policy::{Conflicts, Divisibility, MissingAxis, PartialInputs, UnshardedClaims};
 use crate::prepared::InlineResult;
@@ -131,6 +131,7 @@ pub(super) fn forward(
         && run_forward(&RunOptions::of(rule), &f, mesh, |i| inputs[i].attr, result)
 }
 
+#[inline]
 fn has_ellipsis(rule: &EinsumRule<'_>) -> bool {
     rule.plan.terms.iter().any(|t| t.ellipsis.is_some())
 }
@@ -682,39 +683,29 @@ fn backward_with<const ELLIPSIS: bool>(
         input_axes |= ellipsis_axes;
     }
     for (i, to) in sized(&mut result.inputs, n_in).iter_mut().enumerate() {
-        let rank = usize::from(f.ranks[i]);
-        let mut dims = [Sharding::REPLICATED; 8];
-        for (d, &a) in dims.iter_mut().zip(&f.carried[i][..rank]) {
-            if a != NOBODY {
-                *d = derived[a as usize];
-            }
+        let dims = to.dims_mapping.overwrite(usize::from(f.ranks[i]));
+        for (d, &a) in dims.iter_mut().zip(&f.carried[i]) {
+            *d = sharding_of(derived, a);
         }
-        *to = DistAttr::new(DimsMapping::from_array(dims, rank));
+        to.partial = Partial::NONE;
     }
     for (o, to) in sized(&mut result.outputs, n_out).iter_mut().enumerate() {
-        let rank = usize::from(f.ranks[n_in + o]);
-        let mut dims = [Sharding::REPLICATED; 8];
-        for (d, &a) in dims.iter_mut().zip(&f.carried[n_in + o][..rank]) {
-            if a != NOBODY {
-                *d = cx.table[a as usize];
-            }
+        let dims = to.dims_mapping.overwrite(usize::from(f.ranks[n_in + o]));
+        for (d, &a) in dims.iter_mut().zip(&f.carried[n_in + o]) {
+            *d = sharding_of(&cx.table, a);
         }
-        let mapping = DimsMapping::from_array(dims, rank);
-        let mut partial = Partial::NONE;
+        // Partial over the mesh dims of the sharded input axes it lacks:
+        // never ones its own dims split over, as after settling each mesh
+        // dim has one axis, and fitting only drops an axis's trailing ones.
+        let mut over = MeshSet::EMPTY;
         if !has_bit(rule.not_partial, o) {
             let mut lacked = input_axes & !f.named_set[o];
             while lacked != 0 {
-                for m in derived[lacked.trailing_zeros() as usize].iter() {
-                    partial.set(m, ReduceType::Sum);
-                }
+                over = over.union(derived[lacked.trailing_zeros() as usize].mesh_set());
                 lacked &= lacked - 1;
             }
-            partial.remove(mapping.mesh_set());
         }
-        *to = DistAttr {
-            dims_mapping: mapping,
-            partial,
-        };
+        to.partial = Partial::sum_over(over);
     }
     true
 }
@@ -1001,6 +992,7 @@ mod tests {
     use alloc::vec::Vec;
 
     use super::*;
+    use crate::dist_attr::DimsMapping;
     use crate::einsum::Einsum;
     use crate::optional::AllPresent;
     use crate::trace::NoTrace;
