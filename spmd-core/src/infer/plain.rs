@@ -493,7 +493,6 @@ fn merge_forward<'a, const BY_ROLE: bool>(
     let on_mesh = (1u32 << mesh.rank()) - 1;
     // First-wins and strict merges happen dim by dim as the inputs are
     // read; role priority needs every input's dims first.
-    let by_role = BY_ROLE;
     let mut roles = Roles {
         split: [0; MAX_PLAIN_TENSORS],
         split_on: [0; MAX_PLAIN_TENSORS],
@@ -518,7 +517,7 @@ fn merge_forward<'a, const BY_ROLE: bool>(
             }
             used |= bits;
             let m = bits.trailing_zeros() as usize;
-            if by_role {
+            if BY_ROLE {
                 // Role priority reads each input's split axes after all
                 // the inputs are read.
                 if a != NOBODY {
@@ -536,7 +535,7 @@ fn merge_forward<'a, const BY_ROLE: bool>(
         }
     }
     // The merge's end, by the rule's policy.
-    if by_role {
+    if BY_ROLE {
         let mut out_axes = 0u32;
         for &s in &f.named_set[..usize::from(f.n_out)] {
             out_axes |= s;
@@ -728,8 +727,9 @@ struct Plain<'f> {
 /// Role priority reads each input's split axes after all the inputs are
 /// read: per input, the axes its given dims split, and the mesh dim each
 /// is split over (four bits per axis, valid where `split` has its bit).
-/// A local of the role-priority merge only, so that no other call clears
-/// it.
+/// A local of [`merge_forward`], which is compiled apart for role
+/// priority: the other policies never touch it, so their calls do not
+/// clear it.
 struct Roles {
     split: [u32; MAX_PLAIN_TENSORS],
     split_on: [u64; MAX_PLAIN_TENSORS],
