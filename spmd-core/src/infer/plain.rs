@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 use spmd_notation::Dim;
 
 use super::cx::has_bit;
-use crate::dist_attr::{DistAttr, Partial, ReduceType, Sharding, Spec};
+use crate::dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::mesh::{Mesh, MeshSet};
 use crate::policy::{Conflicts, Divisibility, MissingAxis, PartialInputs, UnshardedClaims};
 use crate::prepared::InlineResult;
@@ -87,21 +87,36 @@ fn axis_at<const ELLIPSIS: bool>(
     }
 }
 
-/// `v` with exactly `n` entries, to overwrite: a caller that reuses its
-/// result for one op's calls holds the op's counts already, so no entry is
-/// dropped or pushed (one that alternates ops drops or pushes only the
-/// difference).
+/// Writes `n` answers into `v`: answer `t` has `rank(t)` (at most 8)
+/// dims, set by `dims(t, ..)` (every one of them), and partial status
+/// `partial(t)`. In place when `v` has `n` entries already (a caller that
+/// reuses its result for one op's calls), so nothing is moved or dropped;
+/// otherwise built afresh in arrays and pushed whole (a fresh result, as a
+/// call by value has), not pushed as defaults and then overwritten.
 #[inline(always)]
-fn sized(v: &mut SmallVec<[DistAttr; 4]>, n: usize) -> &mut [DistAttr] {
-    // By hand: `SmallVec::resize` clones its fill value through an
-    // iterator, ~100 instructions for one entry.
-    if v.len() != n {
-        v.truncate(n);
-        while v.len() < n {
-            v.push(DistAttr::default());
+fn write_answers(
+    v: &mut SmallVec<[DistAttr; 4]>,
+    n: usize,
+    rank: impl Fn(usize) -> usize,
+    mut dims: impl FnMut(usize, &mut [Sharding]),
+    partial: impl Fn(usize) -> Partial,
+) {
+    if v.len() == n {
+        for (t, to) in v.iter_mut().enumerate() {
+            dims(t, to.dims_mapping.overwrite(rank(t)));
+            to.partial = partial(t);
+        }
+    } else {
+        v.clear();
+        for t in 0..n {
+            let (mut buf, r) = ([Sharding::REPLICATED; 8], rank(t));
+            dims(t, &mut buf[..r]);
+            v.push(DistAttr {
+                dims_mapping: DimsMapping::from_array(buf, r),
+                partial: partial(t),
+            });
         }
     }
-    v
 }
 
 /// Whether `product` (a product of mesh dims, at least 1) divides
@@ -414,22 +429,29 @@ pub(crate) trait ForwardAnswer {
 impl ForwardAnswer for RuleResult {
     #[inline(always)]
     fn write(&mut self, rule: &RunOptions, f: &Frame, m: &Merged<'_>) {
-        let n_in = usize::from(f.n_in);
-        for (i, to) in sized(&mut self.inputs, n_in).iter_mut().enumerate() {
-            let dims = to.dims_mapping.overwrite(usize::from(f.ranks[i]));
-            for (d, &a) in dims.iter_mut().zip(&f.carried[i]) {
-                *d = sharding_of(m.table, a);
-            }
-            to.partial = Partial::NONE;
-        }
-        let n_out = usize::from(f.n_out);
-        for (o, to) in sized(&mut self.outputs, n_out).iter_mut().enumerate() {
-            let dims = to.dims_mapping.overwrite(usize::from(f.ranks[n_in + o]));
-            for (d, &a) in dims.iter_mut().zip(&f.named[o]) {
-                *d = sharding_of(m.outputs, a);
-            }
-            to.partial = m.output_partial(rule, f, o);
-        }
+        let (n_in, n_out) = (usize::from(f.n_in), usize::from(f.n_out));
+        write_answers(
+            &mut self.inputs,
+            n_in,
+            |i| usize::from(f.ranks[i]),
+            |i, dims| {
+                for (d, &a) in dims.iter_mut().zip(&f.carried[i]) {
+                    *d = sharding_of(m.table, a);
+                }
+            },
+            |_| Partial::NONE,
+        );
+        write_answers(
+            &mut self.outputs,
+            n_out,
+            |o| usize::from(f.ranks[n_in + o]),
+            |o, dims| {
+                for (d, &a) in dims.iter_mut().zip(&f.named[o]) {
+                    *d = sharding_of(m.outputs, a);
+                }
+            },
+            |o| m.output_partial(rule, f, o),
+        );
     }
 }
 
@@ -681,31 +703,42 @@ fn backward_with<const ELLIPSIS: bool>(
     if plan.terms[..n_in].iter().any(|t| t.ellipsis.is_some()) {
         input_axes |= ellipsis_axes;
     }
-    for (i, to) in sized(&mut result.inputs, n_in).iter_mut().enumerate() {
-        let dims = to.dims_mapping.overwrite(usize::from(f.ranks[i]));
-        for (d, &a) in dims.iter_mut().zip(&f.carried[i]) {
-            *d = sharding_of(derived, a);
-        }
-        to.partial = Partial::NONE;
-    }
-    for (o, to) in sized(&mut result.outputs, n_out).iter_mut().enumerate() {
-        let dims = to.dims_mapping.overwrite(usize::from(f.ranks[n_in + o]));
-        for (d, &a) in dims.iter_mut().zip(&f.carried[n_in + o]) {
-            *d = sharding_of(&cx.table, a);
-        }
+    write_answers(
+        &mut result.inputs,
+        n_in,
+        |i| usize::from(f.ranks[i]),
+        |i, dims| {
+            for (d, &a) in dims.iter_mut().zip(&f.carried[i]) {
+                *d = sharding_of(derived, a);
+            }
+        },
+        |_| Partial::NONE,
+    );
+    let table = &cx.table;
+    write_answers(
+        &mut result.outputs,
+        n_out,
+        |o| usize::from(f.ranks[n_in + o]),
+        |o, dims| {
+            for (d, &a) in dims.iter_mut().zip(&f.carried[n_in + o]) {
+                *d = sharding_of(table, a);
+            }
+        },
         // Partial over the mesh dims of the sharded input axes it lacks:
         // never ones its own dims split over, as after settling each mesh
         // dim has one axis, and fitting only drops an axis's trailing ones.
-        let mut over = MeshSet::EMPTY;
-        if !has_bit(rule.not_partial, o) {
-            let mut lacked = input_axes & !f.named_set[o];
-            while lacked != 0 {
-                over = over.union(derived[lacked.trailing_zeros() as usize].mesh_set());
-                lacked &= lacked - 1;
+        |o| {
+            let mut over = MeshSet::EMPTY;
+            if !has_bit(rule.not_partial, o) {
+                let mut lacked = input_axes & !f.named_set[o];
+                while lacked != 0 {
+                    over = over.union(derived[lacked.trailing_zeros() as usize].mesh_set());
+                    lacked &= lacked - 1;
+                }
             }
-        }
-        to.partial = Partial::sum_over(over);
-    }
+            Partial::sum_over(over)
+        },
+    );
     true
 }
 
@@ -992,7 +1025,6 @@ mod tests {
     use alloc::vec::Vec;
 
     use super::*;
-    use crate::dist_attr::DimsMapping;
     use crate::einsum::Einsum;
     use crate::optional::AllPresent;
     use crate::trace::NoTrace;
@@ -1222,6 +1254,14 @@ mod tests {
                             &mut full,
                         );
                         let took = forward(&rule, mesh, &specs, declared, &mut plain);
+                        // Into a fresh result too (answers built, not
+                        // overwritten, as a call by value has them).
+                        let mut fresh = RuleResult::default();
+                        let took_fresh = forward(&rule, mesh, &specs, declared, &mut fresh);
+                        assert_eq!(took_fresh, took);
+                        if took {
+                            assert_eq!(fresh, plain);
+                        }
                         let what = || {
                             format!(
                                 "{notation} {:?} on {mesh:?}: {attrs:?} {shapes:?}",
@@ -1294,6 +1334,11 @@ mod tests {
                         );
                         let took = rule_is_plain(&rule)
                             && backward(&rule, mesh, &input_shapes, &specs, &mut plain);
+                        let mut fresh = RuleResult::default();
+                        if took {
+                            assert!(backward(&rule, mesh, &input_shapes, &specs, &mut fresh));
+                            assert_eq!(fresh, plain);
+                        }
                         tally.check(took, &full_says, (&plain, &full, &before), || {
                             format!(
                                 "{notation} {:?} on {mesh:?}: {attrs:?} {input_shapes:?}",
