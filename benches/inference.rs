@@ -62,24 +62,28 @@ fn matmul_forward(bencher: Bencher) {
     bencher.bench_local(|| drop(black_box(rule.forward(black_box(&mesh), black_box(&specs)))));
 }
 
-/// `matmul_forward`'s call prepared once (`EinsumRule::prepare_forward`):
-/// each call reads only the layouts, into one reused result, as a search
-/// asking about many layouts of the same tensors calls it.
-#[divan::bench(sample_count = 300, sample_size = 1000)]
-fn prepared_matmul_forward(bencher: Bencher) {
+/// Runs `f` with `matmul_forward`'s call prepared once
+/// (`EinsumRule::prepare_forward`), its mesh and its layouts.
+fn with_prepared_matmul(f: impl FnOnce(&spmd_core::PreparedForward<'_>, &Mesh, &[&DistAttr])) {
     let n = notation("mk,kn->mn");
     let rule = EinsumRule::new("matmul", n.plan());
     let call = rule.prepare_forward(&[&[1024, 512], &[512, 256]], &[]);
-    let mesh = mesh_2x4();
     let (xa, ya) = (attr(&[0, 1]), attr(&[1, -1]));
-    let attrs = [&xa, &ya];
-    let mut out = spmd_core::RuleResult::default();
+    f(&call, &mesh_2x4(), &[&xa, &ya]);
+}
 
-    call.forward_into(&mesh, &attrs, &mut out).unwrap();
-    assert_eq!(out.outputs[0].to_string(), "[0, -1] partial{1: SUM}");
-
-    bencher.bench_local(|| {
-        black_box(call.forward_into(black_box(&mesh), black_box(&attrs), &mut out)).unwrap()
+/// The prepared call: each call reads only the layouts, into one reused
+/// result, as a search asking about many layouts of the same tensors
+/// calls it.
+#[divan::bench(sample_count = 300, sample_size = 1000)]
+fn prepared_matmul_forward(bencher: Bencher) {
+    with_prepared_matmul(|call, mesh, attrs| {
+        let mut out = spmd_core::RuleResult::default();
+        call.forward_into(mesh, attrs, &mut out).unwrap();
+        assert_eq!(out.outputs[0].to_string(), "[0, -1] partial{1: SUM}");
+        bencher.bench_local(|| {
+            black_box(call.forward_into(black_box(mesh), black_box(attrs), &mut out)).unwrap()
+        });
     });
 }
 
@@ -87,22 +91,14 @@ fn prepared_matmul_forward(bencher: Bencher) {
 /// (`PreparedForward::forward_inline`): no `SmallVec` to check or drop.
 #[divan::bench(sample_count = 300, sample_size = 1000)]
 fn inline_matmul_forward(bencher: Bencher) {
-    let n = notation("mk,kn->mn");
-    let rule = EinsumRule::new("matmul", n.plan());
-    let call = rule.prepare_forward(&[&[1024, 512], &[512, 256]], &[]);
-    let mesh = mesh_2x4();
-    let (xa, ya) = (attr(&[0, 1]), attr(&[1, -1]));
-    let attrs = [&xa, &ya];
-    let mut out = spmd_core::InlineResult::default();
-
-    call.forward_inline(&mesh, &attrs, &mut out).unwrap();
-    assert_eq!(
-        out.output(0).unwrap().to_string(),
-        "[0, -1] partial{1: SUM}"
-    );
-
-    bencher.bench_local(|| {
-        black_box(call.forward_inline(black_box(&mesh), black_box(&attrs), &mut out)).unwrap()
+    with_prepared_matmul(|call, mesh, attrs| {
+        let mut out = spmd_core::InlineResult::default();
+        call.forward_inline(mesh, attrs, &mut out).unwrap();
+        let answer = out.output(0).unwrap().to_string();
+        assert_eq!(answer, "[0, -1] partial{1: SUM}");
+        bencher.bench_local(|| {
+            black_box(call.forward_inline(black_box(mesh), black_box(attrs), &mut out)).unwrap()
+        });
     });
 }
 
