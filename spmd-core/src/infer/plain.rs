@@ -430,17 +430,7 @@ impl ForwardAnswer for RuleResult {
     #[inline(always)]
     fn write(&mut self, rule: &RunOptions, f: &Frame, m: &Merged<'_>) {
         let (n_in, n_out) = (usize::from(f.n_in), usize::from(f.n_out));
-        write_answers(
-            &mut self.inputs,
-            n_in,
-            |i| usize::from(f.ranks[i]),
-            |i, dims| {
-                for (d, &a) in dims.iter_mut().zip(&f.carried[i]) {
-                    *d = sharding_of(m.table, a);
-                }
-            },
-            |_| Partial::NONE,
-        );
+        write_requirements(&mut self.inputs, f, m.table);
         write_answers(
             &mut self.outputs,
             n_out,
@@ -486,6 +476,27 @@ impl ForwardAnswer for InlineResult {
             self.partial[t] = Partial::NONE;
         }
     }
+}
+
+/// The inputs' requirements, in either direction: each dim takes the
+/// sharding `table` gives the axis it carries, and none is partial.
+#[inline(always)]
+fn write_requirements(
+    inputs: &mut SmallVec<[DistAttr; 4]>,
+    f: &Frame,
+    table: &[Sharding; MAX_PLAIN_AXES],
+) {
+    write_answers(
+        inputs,
+        usize::from(f.n_in),
+        |i| usize::from(f.ranks[i]),
+        |i, dims| {
+            for (d, &a) in dims.iter_mut().zip(&f.carried[i]) {
+                *d = sharding_of(table, a);
+            }
+        },
+        |_| Partial::NONE,
+    );
 }
 
 /// The sharding of a dim carrying axis `a` (`NOBODY`: replicated).
@@ -703,17 +714,7 @@ fn backward_with<const ELLIPSIS: bool>(
     if plan.terms[..n_in].iter().any(|t| t.ellipsis.is_some()) {
         input_axes |= ellipsis_axes;
     }
-    write_answers(
-        &mut result.inputs,
-        n_in,
-        |i| usize::from(f.ranks[i]),
-        |i, dims| {
-            for (d, &a) in dims.iter_mut().zip(&f.carried[i]) {
-                *d = sharding_of(derived, a);
-            }
-        },
-        |_| Partial::NONE,
-    );
+    write_requirements(&mut result.inputs, &f, derived);
     let table = &cx.table;
     write_answers(
         &mut result.outputs,
