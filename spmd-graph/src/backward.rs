@@ -26,15 +26,79 @@ use std::sync::Arc;
 use spmd_core::{Attrs, DistAttr, Partial, Registry};
 
 use crate::error::GraphError;
-use crate::graph::{Graph, GraphBuilder, OpKind, Prebuilt, Stage, TensorId};
+use crate::graph::{Graph, GraphBuilder, OpId, OpKind, Prebuilt, Stage, TensorId};
 use crate::propagate::Propagation;
 
 /// A backward graph and where each forward parameter's gradient is in it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Backward {
     pub graph: Graph,
     /// (forward parameter, its final gradient in [`Backward::graph`]).
     pub param_grads: Vec<(TensorId, TensorId)>,
+    /// Where each annotation of [`Backward::graph`] comes from, in the
+    /// order they were made: the graph's structure does not depend on the
+    /// forward attrs, only these annotations do ([`Backward::reannotate`]).
+    sources: Vec<(TensorId, Source)>,
+}
+
+/// What a backward tensor's annotation is read from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// The forward tensor's attr without partial status (a seed, a
+    /// parameter's final gradient).
+    Complete(TensorId),
+    /// What forward op `op` required of its input `input` (a saved input).
+    Required { op: OpId, input: usize },
+}
+
+impl Backward {
+    /// Annotates this backward graph as [`backward_graph`] would for
+    /// another propagation `prop` of the same forward graph (only its
+    /// annotations changed): the same graph, without building it again. A
+    /// search that prices many plans of one graph reuses one backward graph.
+    pub fn reannotate(&mut self, forward: &Graph, prop: &Propagation) -> Result<(), GraphError> {
+        let mut called = spmd_core::RuleResult::default();
+        let mut current: Option<OpId> = None;
+        let mut needs: Vec<DistAttr> = Vec::new();
+        for &(t, source) in &self.sources {
+            let attr = match source {
+                Source::Complete(f) => complete(prop.attr(f)),
+                Source::Required { op, input } => {
+                    if current != Some(op) {
+                        needs.clear();
+                        needs.extend_from_slice(requirements(forward, prop, op, &mut called)?);
+                        current = Some(op);
+                    }
+                    needs[input].clone()
+                }
+            };
+            self.graph.set_annotation(t, Some((attr, 0)))?;
+        }
+        Ok(())
+    }
+}
+
+/// What forward op `o` requires of its inputs under `prop`'s attrs:
+/// propagation's own answer when it was given the final attrs, else the
+/// rule's (answered into `called`).
+fn requirements<'a>(
+    forward: &Graph,
+    prop: &'a Propagation,
+    o: OpId,
+    called: &'a mut spmd_core::RuleResult,
+) -> Result<&'a [DistAttr], GraphError> {
+    match prop.answer(forward, o) {
+        Some((needs, _)) => Ok(needs),
+        None => {
+            forward
+                .call_resolving_into(o, &prop.attrs, 0, called)
+                .map_err(|source| GraphError::Rule {
+                    op: forward.op(o).name.clone(),
+                    source,
+                })?;
+            Ok(called.inputs.as_slice())
+        }
+    }
 }
 
 /// Builds the backward graph of `forward` under the attrs of `prop`, seeded
@@ -69,6 +133,7 @@ pub fn backward_graph(
             }
         }
     }
+    let mut sources = Vec::new();
     // Gradient contributions per forward tensor.
     let mut contributions: Vec<Vec<TensorId>> = vec![Vec::new(); forward.tensors().len()];
     // Each grad op's tensors, in buffers reused op after op.
@@ -80,6 +145,7 @@ pub fn backward_graph(
         }
         let seed = fresh(&mut b, join(&["d", &info.name]), &info.shape)?;
         b.annotate(seed, complete(prop.attr(t)))?;
+        sources.push((seed, Source::Complete(t)));
         contributions[t.index()].push(seed);
     }
     for o in forward.op_ids().rev() {
@@ -99,26 +165,15 @@ pub fn backward_graph(
             // upstream takes one.
             continue;
         }
-        // What the forward op required of its inputs: propagation's own
-        // answer when it was given the final attrs, else the rule's.
+        // What the forward op required of its inputs.
         let mut called = spmd_core::RuleResult::default();
-        let needs = match prop.answer(forward, o) {
-            Some((needs, _)) => needs,
-            None => {
-                forward
-                    .call_resolving_into(o, &prop.attrs, 0, &mut called)
-                    .map_err(|source| GraphError::Rule {
-                        op: op.name.clone(),
-                        source,
-                    })?;
-                called.inputs.as_slice()
-            }
-        };
+        let needs = requirements(forward, prop, o, &mut called)?;
         grad_inputs.clear();
-        for (&t, need) in op.inputs.iter().zip(needs) {
+        for (i, (&t, need)) in op.inputs.iter().zip(needs).enumerate() {
             let info = forward.tensor(t);
             let saved = fresh(&mut b, join(&[&info.name, "@", &op.name]), &info.shape)?;
             b.annotate(saved, need.clone())?;
+            sources.push((saved, Source::Required { op: o, input: i }));
             grad_inputs.push(saved);
         }
         for &t in &op.outputs {
@@ -173,11 +228,13 @@ pub fn backward_graph(
         }
         let g = accumulate(&mut b, &add, forward, t, &mut contributions[t.index()])?;
         b.annotate(g, complete(prop.attr(t)))?;
+        sources.push((g, Source::Complete(t)));
         param_grads.push((t, g));
     }
     Ok(Backward {
         graph: b.build_derived(registry)?,
         param_grads,
+        sources,
     })
 }
 
@@ -302,6 +359,58 @@ mod tests {
                 .reshards
                 .is_empty()
         );
+    }
+
+    /// Re-annotating a backward graph for another plan of the same forward
+    /// graph gives exactly the annotations building it anew gives.
+    #[test]
+    fn reannotating_equals_building_anew() {
+        let registry = spmd_ops::builtins();
+        let mut b = GraphBuilder::new(Mesh::new(&[2, 2]).unwrap());
+        let x = b.tensor("x", &[4, 6]).unwrap();
+        let w1 = b.param("w1", &[6, 8], None).unwrap();
+        let w2 = b.param("w2", &[8, 6], None).unwrap();
+        let h = b
+            .apply("fc1", "matmul", Attrs::new(), &[x, w1], ("h", &[4, 8]))
+            .unwrap();
+        let a = b
+            .apply("act", "relu", Attrs::new(), &[h], ("a", &[4, 8]))
+            .unwrap();
+        let y = b
+            .apply("fc2", "matmul", Attrs::new(), &[a, w2], ("y", &[4, 6]))
+            .unwrap();
+        let mut g = b.build(&registry).unwrap();
+        let plans: [&[(TensorId, &[i64])]; 3] = [
+            &[(x, &[0, -1])],
+            &[(w1, &[-1, 1]), (w2, &[1, -1])],
+            &[(x, &[0, -1]), (w1, &[-1, 1]), (w2, &[1, -1])],
+        ];
+        let p = propagate(&g).unwrap();
+        let mut reused = backward_graph(&g, &p, &registry, &[y]).unwrap();
+        for plan in plans {
+            for t in [x, w1, w2] {
+                g.set_annotation(t, None).unwrap();
+            }
+            for &(t, m) in plan {
+                g.set_annotation(t, Some((DistAttr::from_paddle(m).unwrap(), 0)))
+                    .unwrap();
+            }
+            let p = propagate(&g).unwrap();
+            let fresh = backward_graph(&g, &p, &registry, &[y]).unwrap();
+            reused.reannotate(&g, &p).unwrap();
+            let annotations = |bw: &Backward| -> Vec<Option<DistAttr>> {
+                bw.graph
+                    .tensors()
+                    .iter()
+                    .map(|t| t.annotation.clone())
+                    .collect()
+            };
+            assert_eq!(annotations(&reused), annotations(&fresh), "{plan:?}");
+            assert!(annotations(&fresh).iter().any(|a| {
+                a.as_ref()
+                    .is_some_and(|a| a.dims_mapping.mesh_set() != spmd_core::MeshSet::EMPTY)
+            }));
+        }
     }
 
     /// Grad ops run the very rules the forward graph built, and the

@@ -112,6 +112,7 @@ impl Stage {
 /// assert_eq!(graph.tensor(y).shape, [8, 32]);
 /// # Ok::<(), spmd_graph::GraphError>(())
 /// ```
+#[derive(Clone)]
 pub struct Graph {
     mesh: Mesh,
     tensors: Vec<TensorInfo>,
@@ -199,6 +200,29 @@ impl Graph {
     }
 
     /// The tensor called `name`.
+    /// Replaces tensor `t`'s annotation (`None` removes it), checked as
+    /// [`GraphBuilder::annotate_with_priority`] checks one. A search that
+    /// tries many plans on one graph changes its annotations in place
+    /// rather than building every op's rule again.
+    pub fn set_annotation(
+        &mut self,
+        t: TensorId,
+        annotation: Option<(DistAttr, u32)>,
+    ) -> Result<(), GraphError> {
+        let Some(info) = self.tensors.get_mut(t.index()) else {
+            return Err(GraphError::UnknownTensor {
+                op: "set_annotation".into(),
+                name: format!("#{}", t.0),
+            });
+        };
+        if let Some((attr, _)) = &annotation {
+            check_attr(&self.mesh, &info.name, &info.shape, attr)?;
+        }
+        info.priority = annotation.as_ref().map_or(0, |&(_, p)| p);
+        info.annotation = annotation.map(|(a, _)| a);
+        Ok(())
+    }
+
     pub fn find(&self, name: &str) -> Option<TensorId> {
         self.tensors
             .iter()
