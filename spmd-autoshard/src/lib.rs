@@ -1,0 +1,339 @@
+//! Automatic sharding: given a graph, a mesh and a memory budget, choose
+//! the plan, the layouts of the graph's parameters and data inputs, that
+//! makes one training step cheapest under a cost model of compute,
+//! communication and memory.
+//!
+//! - The **decisions** are the graph's leaves, with layers that repeat
+//!   decided once ([`space`]); every other tensor's layout, and every
+//!   collective, is what spmd's own propagation and reshard plans derive
+//!   from them, forward and backward. No strategy is hand-written, and an op
+//!   without a rule is refused when the graph loads.
+//! - The **price** of a plan ([`measure`]) is its modelled step time, with
+//!   its per-device memory checked against the budget; the constants are
+//!   those of [`cost`], documented with their sources in `docs/autoshard.md`.
+//! - The **search** ([`search`]) descends from each [`baselines`] plan and
+//!   from the unannotated graph, and keeps the best; the baselines are
+//!   reported beside it, priced by the same model.
+//!
+//! ```
+//! use spmd_autoshard::{Options, autoshard};
+//! use spmd_graph::json::GraphFile;
+//!
+//! let text = include_str!("../../spmd-graph/graphs/hf/llama.json");
+//! let file: GraphFile = serde_json::from_str(text)?;
+//! let mut options = Options::new(vec![4]);
+//! options.memory = Some(1 << 30);
+//! let outcome = autoshard(&file, &spmd_ops::builtins(), &options, &mut |_| {})?;
+//! assert!(outcome.figures.memory.total <= 1 << 30);
+//! // Never worse than the best baseline that fits.
+//! for b in outcome.baselines.iter().filter_map(|b| b.figures.as_ref().ok()) {
+//!     assert!(b.memory.total > 1 << 30 || outcome.figures.step_time <= b.step_time);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod baselines;
+pub mod cost;
+pub mod measure;
+pub mod report;
+pub mod search;
+pub mod space;
+
+use std::time::Instant;
+
+use serde::Serialize;
+use spmd_core::Registry;
+use spmd_graph::annotations::{self, AnnotationFile};
+use spmd_graph::json::{self, GraphFile};
+use spmd_graph::{DType, GraphError};
+
+pub use cost::{Collective, CostModel, Device};
+pub use measure::{CollectiveCost, Figures, Measurer, Memory};
+pub use search::SearchStats;
+pub use space::{Layout, Space};
+
+/// What can go wrong choosing a plan.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AutoshardError {
+    /// The graph (or the pins) could not be read, built or propagated.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// No plan the search met fits the budget.
+    #[error(
+        "no plan fits {budget} per device: the smallest plan found needs {smallest} ({plan})",
+        budget = bytes(*budget), smallest = bytes(*smallest)
+    )]
+    NoPlanFits {
+        budget: u64,
+        /// The least memory per device of any plan priced, bytes.
+        smallest: u64,
+        /// That plan, in words.
+        plan: String,
+    },
+    #[error("the mesh {mesh:?} has {problem}")]
+    BadMesh { mesh: Vec<usize>, problem: String },
+}
+
+/// `1.50 GiB`, `12.0 MiB`, `512 B`.
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {}", UNITS[u])
+}
+
+/// How many of the best role-built plans the search descends from.
+pub const STARTS: usize = 1;
+
+/// What to plan for.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The device mesh (replaces the graph's).
+    pub mesh: Vec<usize>,
+    /// Bytes per device the plan must fit in (`None`: no limit).
+    pub memory: Option<u64>,
+    pub device: Device,
+    /// The element type of activations, parameters and messages (`None`:
+    /// the graph's).
+    pub dtype: Option<DType>,
+    /// The fraction of peak FLOP/s an op reaches.
+    pub efficiency: f64,
+    /// Layouts the user fixes: the search fills in the rest.
+    pub pins: Option<AnnotationFile>,
+}
+
+impl Options {
+    pub fn new(mesh: Vec<usize>) -> Options {
+        Options {
+            mesh,
+            memory: None,
+            device: Device::h100(),
+            dtype: None,
+            efficiency: 0.6,
+            pins: None,
+        }
+    }
+}
+
+/// A baseline, priced, or why it does not apply.
+#[derive(Clone, Debug, Serialize)]
+pub struct BaselineResult {
+    pub name: &'static str,
+    #[serde(serialize_with = "report::ok_or_reason")]
+    pub figures: Result<Figures, String>,
+    /// Its plan, when it applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<AnnotationFile>,
+}
+
+/// The chosen plan and everything the report says of it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub mesh: Vec<usize>,
+    pub device: Device,
+    pub dtype: DType,
+    pub memory_budget: Option<u64>,
+    /// The plan file (`spmd propagate --plan` reads it).
+    pub plan: AnnotationFile,
+    /// The chosen plan's decisions in words: (pattern, layout).
+    pub decisions: Vec<(String, String)>,
+    pub figures: Figures,
+    /// A lower bound on any plan's step time (perfectly split arithmetic,
+    /// no communication), seconds.
+    pub step_time_bound: f64,
+    pub baselines: Vec<BaselineResult>,
+    pub search: SearchStats,
+    /// Seconds the whole call took, graph building included.
+    pub seconds: f64,
+}
+
+impl Outcome {
+    /// How far the plan's step time is above the lower bound, as a fraction
+    /// of the bound.
+    pub fn gap(&self) -> f64 {
+        (self.figures.step_time - self.step_time_bound)
+            / self.step_time_bound.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Chooses the plan for `file` (see the crate docs). `progress` hears a line
+/// per search pass.
+pub fn autoshard(
+    file: &GraphFile,
+    registry: &Registry,
+    options: &Options,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Outcome, AutoshardError> {
+    let started = Instant::now();
+    if options.mesh.is_empty() || options.mesh.contains(&0) {
+        return Err(AutoshardError::BadMesh {
+            mesh: options.mesh.clone(),
+            problem: if options.mesh.is_empty() {
+                "no dims".into()
+            } else {
+                "a dim of size 0".into()
+            },
+        });
+    }
+    let mut file = file.clone();
+    file.mesh = options.mesh.clone();
+    // The graph's own annotations are pins too.
+    let graph_pins: Vec<annotations::Annotation> = file
+        .tensors
+        .iter()
+        .filter(|t| t.dims_mapping.is_some())
+        .map(|t| annotations::Annotation {
+            tensors: t.name.clone(),
+            dims_mapping: t.dims_mapping.clone(),
+            partial_dims: t.partial_dims.clone(),
+            priority: t.priority,
+        })
+        .collect();
+    let mut pins = options.pins.clone().unwrap_or(AnnotationFile {
+        mesh: None,
+        annotations: Vec::new(),
+    });
+    pins.mesh = None;
+    annotations::apply(&mut file, &pins)?;
+    let loaded = json::from_file(&file, registry)?;
+    let dtype = options.dtype.unwrap_or(loaded.dtype);
+    let mut model = CostModel::new(options.device.clone(), loaded.graph.mesh());
+    model.efficiency = options.efficiency;
+    let measurer = Measurer::new(loaded.graph, registry, loaded.outputs, dtype, model);
+    let mut space = Space::new(measurer.graph());
+    let free: Vec<u16> = vec![0; space.groups.len()];
+
+    let mut starts = baselines::all_combinations(&mut space, measurer.graph());
+    starts.insert(0, free);
+    let mut named = Vec::new();
+    for name in baselines::NAMES {
+        named.push((
+            name,
+            baselines::baseline(name, &mut space, measurer.graph()),
+        ));
+    }
+    let mut eval = search::Evaluator::new(measurer, space);
+    let mut baseline_results = Vec::new();
+    for (name, choice) in named {
+        let figures = match &choice {
+            Ok(c) => eval
+                .price(c)?
+                .ok_or_else(|| "the rules refuse this plan".to_string()),
+            Err(reason) => Err(reason.clone()),
+        };
+        let plan = choice
+            .as_ref()
+            .ok()
+            .filter(|_| figures.is_ok())
+            .map(|c| AnnotationFile {
+                mesh: Some(options.mesh.clone()),
+                annotations: eval.space.annotations(eval.measurer().graph(), c),
+            });
+        baseline_results.push(BaselineResult {
+            name,
+            figures,
+            plan,
+        });
+    }
+
+    // Every role combination is priced; the search descends from the best
+    // few, and keeps the best plan it reaches.
+    let priced = eval.price_all(&starts)?;
+    let mut ranked: Vec<(Vec<u16>, Figures)> = starts
+        .into_iter()
+        .zip(priced)
+        .filter_map(|(c, f)| Some((c, f?)))
+        .collect();
+    // A stable insertion sort by `better`: ties keep the enumeration order.
+    let mut order: Vec<usize> = Vec::new();
+    for i in 0..ranked.len() {
+        let at = order
+            .iter()
+            .position(|&j| search::better(&ranked[i].1, &ranked[j].1, options.memory))
+            .unwrap_or(order.len());
+        order.insert(at, i);
+    }
+    progress(&format!(
+        "{} role combinations priced; descending from the best {}",
+        eval.stats.evaluated,
+        STARTS.min(order.len())
+    ));
+    let mut best: Option<(Vec<u16>, Figures)> = None;
+    for &i in order.iter().take(STARTS) {
+        let start = std::mem::take(&mut ranked[i].0);
+        if let Some((c, f)) = eval.descend(start, options.memory, progress)?
+            && best
+                .as_ref()
+                .is_none_or(|(_, b)| search::better(&f, b, options.memory))
+        {
+            best = Some((c, f));
+        }
+    }
+    let stats = eval.stats.clone();
+    let (mut measurer, space) = eval.into_parts();
+    let Some((choice, figures)) = best else {
+        return Err(AutoshardError::NoPlanFits {
+            budget: options.memory.unwrap_or(0),
+            smallest: 0,
+            plan: "the rules refused every plan".into(),
+        });
+    };
+    let describe = |c: &[u16]| -> Vec<(String, String)> {
+        space
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(g, group)| (group.pattern.clone(), space.layout(g, c).describe()))
+            .collect()
+    };
+    if let Some(budget) = options.memory
+        && figures.memory.total > budget
+    {
+        // The search keeps the least memory when nothing fits.
+        let plan = describe(&choice)
+            .into_iter()
+            .filter(|(_, l)| l != "free")
+            .map(|(p, l)| format!("{p}: {l}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(AutoshardError::NoPlanFits {
+            budget,
+            smallest: figures.memory.total,
+            plan: if plan.is_empty() {
+                "no annotation".into()
+            } else {
+                plan
+            },
+        });
+    }
+    // Leave the graph as chosen, for the plan file's patterns.
+    space.apply(&mut measurer.graph, &choice)?;
+    let mut annotations = graph_pins;
+    annotations.extend(pins.annotations.iter().cloned());
+    annotations.extend(space.annotations(measurer.graph(), &choice));
+    Ok(Outcome {
+        mesh: options.mesh.clone(),
+        device: options.device.clone(),
+        dtype,
+        memory_budget: options.memory,
+        plan: AnnotationFile {
+            mesh: Some(options.mesh.clone()),
+            annotations,
+        },
+        decisions: describe(&choice),
+        figures,
+        step_time_bound: measurer.step_time_bound(),
+        baselines: baseline_results,
+        search: stats,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,306 @@
+//! The decisions a plan makes, and the layouts each can take.
+//!
+//! A plan annotates the graph's leaves, the tensors no op produces:
+//! parameters and data inputs. Propagation, with the rules, decides every
+//! other tensor, so the search never proposes a layout the rules would not
+//! derive. Leaves that differ only in a layer index (`layers.3.mlp.w` and
+//! `layers.7.mlp.w`) and have one shape are **one decision**: layers that
+//! repeat are decided once, and the plan file names them with a `*`
+//! pattern.
+//!
+//! Each decision's layouts are every way its dims can take mesh dims (each
+//! mesh dim splits at most one dim, evenly; several mesh dims on one dim
+//! co-shard it), plus two that are not a fixed layout:
+//! - *free*: no annotation, propagation decides;
+//! - for parameters, each split layout also at priority 1, as *stored*
+//!   split: the ops read the parameter as propagation from the data decides
+//!   (an all-gather before use), the gradient is reduce-scattered back to
+//!   the stored layout. That is ZeRO-3/FSDP, in spmd's own plans.
+
+use spmd_core::{DimsMapping, DistAttr, MeshDim, Sharding};
+use spmd_graph::annotations::Annotation;
+use spmd_graph::{Graph, TensorId};
+
+/// One layout a decision can take.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// No annotation: propagation decides.
+    Free,
+    /// Annotated: at priority 0 the layout the ops see; at priority 1 the
+    /// stored layout of a parameter the ops may read otherwise.
+    Fixed { attr: DistAttr, priority: u32 },
+}
+
+impl Layout {
+    pub fn fixed(attr: DistAttr) -> Layout {
+        Layout::Fixed { attr, priority: 0 }
+    }
+
+    /// `free`, `[0, -1]`, `stored [[0, 1], -1]`.
+    pub fn describe(&self) -> String {
+        match self {
+            Layout::Free => "free".into(),
+            Layout::Fixed { attr, priority: 0 } => attr.to_string(),
+            Layout::Fixed { attr, .. } => format!("stored {attr}"),
+        }
+    }
+}
+
+/// Leaves decided together.
+#[derive(Clone, Debug)]
+pub struct Group {
+    /// The plan-file pattern: the name with each all-digit component `*`.
+    pub pattern: String,
+    pub tensors: Vec<TensorId>,
+    pub shape: Vec<usize>,
+    pub param: bool,
+}
+
+/// Every decision of a graph and the layouts each can take; option 0 is
+/// always [`Layout::Free`].
+#[derive(Clone, Debug)]
+pub struct Space {
+    pub groups: Vec<Group>,
+    pub options: Vec<Vec<Layout>>,
+}
+
+/// A plan in a [`Space`]: per group, the index of its option.
+pub type Choice = Vec<u16>;
+
+impl Space {
+    /// The decisions of `graph`: its unannotated leaves that some op reads
+    /// (annotated ones are the user's pins and stay as they are).
+    pub fn new(graph: &Graph) -> Space {
+        let mut groups: Vec<Group> = Vec::new();
+        for t in graph.tensor_ids() {
+            let info = graph.tensor(t);
+            if info.producer.is_some()
+                || info.annotation.is_some()
+                || info.consumers.is_empty()
+                || info.shape.is_empty()
+            {
+                continue;
+            }
+            let pattern = pattern_of(&info.name);
+            match groups
+                .iter_mut()
+                .find(|g| g.pattern == pattern && g.shape == info.shape && g.param == info.param)
+            {
+                Some(g) => g.tensors.push(t),
+                None => groups.push(Group {
+                    pattern,
+                    tensors: vec![t],
+                    shape: info.shape.clone(),
+                    param: info.param,
+                }),
+            }
+        }
+        let mesh = graph.mesh().shape();
+        let options = groups
+            .iter()
+            .map(|g| layouts(&g.shape, mesh, g.param))
+            .collect();
+        Space { groups, options }
+    }
+
+    /// The option of `group` that is `layout`, added if it is not one yet
+    /// (a baseline's uneven split, say).
+    pub fn option(&mut self, group: usize, layout: Layout) -> u16 {
+        let options = &mut self.options[group];
+        let i = options
+            .iter()
+            .position(|l| *l == layout)
+            .unwrap_or_else(|| {
+                options.push(layout);
+                options.len() - 1
+            });
+        i as u16
+    }
+
+    /// Annotates `graph` as `choice` says.
+    pub fn apply(&self, graph: &mut Graph, choice: &[u16]) -> Result<(), spmd_graph::GraphError> {
+        for (g, group) in self.groups.iter().enumerate() {
+            let annotation = match self.layout(g, choice) {
+                Layout::Free => None,
+                Layout::Fixed { attr, priority } => Some((attr.clone(), *priority)),
+            };
+            for &t in &group.tensors {
+                graph.set_annotation(t, annotation.clone())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The layout `choice` gives group `g`.
+    pub fn layout(&self, g: usize, choice: &[u16]) -> &Layout {
+        &self.options[g][choice[g] as usize]
+    }
+
+    /// The plan file's annotations for `choice`: one per fixed group, by its
+    /// pattern where the pattern names exactly the group's tensors, else
+    /// one per tensor.
+    pub fn annotations(&self, graph: &Graph, choice: &[u16]) -> Vec<Annotation> {
+        let mut out = Vec::new();
+        for (g, group) in self.groups.iter().enumerate() {
+            let Layout::Fixed { attr, priority } = self.layout(g, choice) else {
+                continue;
+            };
+            let entry = |tensors: String| Annotation {
+                tensors,
+                dims_mapping: Some(spmd_core::json::Mapping::from_dims_mapping(
+                    &attr.dims_mapping,
+                )),
+                partial_dims: Vec::new(),
+                priority: (*priority > 0).then_some(*priority),
+            };
+            let named: Vec<TensorId> = graph
+                .tensor_ids()
+                .filter(|&t| matches(&group.pattern, &graph.tensor(t).name))
+                .collect();
+            if named == group.tensors {
+                out.push(entry(group.pattern.clone()));
+            } else {
+                out.extend(
+                    group
+                        .tensors
+                        .iter()
+                        .map(|&t| entry(graph.tensor(t).name.clone())),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// A leaf's name with each all-digit dotted component replaced by `*`.
+pub fn pattern_of(name: &str) -> String {
+    name.split('.')
+        .map(|c| {
+            if !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()) {
+                "*"
+            } else {
+                c
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Whether `name` is `pattern`, `*` standing for any run (the plan file's
+/// matching).
+fn matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for p in middle {
+        match rest.find(p) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// Whether `parts` devices split `extent` into equal non-empty blocks.
+pub fn splits_evenly(extent: usize, parts: usize) -> bool {
+    extent >= parts && extent.is_multiple_of(parts)
+}
+
+/// Free, then every even split of `shape` over `mesh` (replicated
+/// included), then, for parameters, each split again as stored.
+pub fn layouts(shape: &[usize], mesh: &[usize], param: bool) -> Vec<Layout> {
+    let rank = shape.len();
+    let mut out = vec![Layout::Free];
+    let mut stored = Vec::new();
+    // Each mesh dim takes a tensor dim or none (`rank`): (rank + 1)^mesh.
+    let count = (rank + 1).pow(mesh.len() as u32);
+    for code in 0..count {
+        let mut c = code;
+        let mut on: Vec<Vec<MeshDim>> = vec![Vec::new(); rank];
+        for m in 0..mesh.len() {
+            let d = c % (rank + 1);
+            c /= rank + 1;
+            if d < rank {
+                on[d].push(m as MeshDim);
+            }
+        }
+        let even = on.iter().zip(shape).all(|(ms, &e)| {
+            let n: usize = ms.iter().map(|&m| mesh[m as usize]).product();
+            splits_evenly(e, n)
+        });
+        if !even {
+            continue;
+        }
+        let shardings: Vec<Sharding> = on
+            .iter()
+            .map(|ms| Sharding::co(ms).unwrap_or(Sharding::REPLICATED))
+            .collect();
+        let attr = DistAttr::new(DimsMapping::from_shardings(&shardings));
+        let split = on.iter().any(|ms| !ms.is_empty());
+        if param && split {
+            stored.push(Layout::Fixed {
+                attr: attr.clone(),
+                priority: 1,
+            });
+        }
+        out.push(Layout::fixed(attr));
+    }
+    out.extend(stored);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_indices_become_stars() {
+        assert_eq!(
+            pattern_of("model.layers.12.mlp.up_proj.weight"),
+            "model.layers.*.mlp.up_proj.weight"
+        );
+        assert_eq!(pattern_of("h2.0.w1"), "h2.*.w1");
+        assert_eq!(pattern_of("input_ids"), "input_ids");
+    }
+
+    #[test]
+    fn layouts_are_every_even_split_once() {
+        // [8, 6] on [2, 4]: mesh dim 0 on dim 0, 1 or none; mesh dim 1 on
+        // dim 0 or none (6 % 4 != 0); co-shard [[0, 1], -1] is 8 | 8.
+        let l = layouts(&[8, 6], &[2, 4], false);
+        let mut names: Vec<String> = l.iter().map(Layout::describe).collect();
+        assert_eq!(names[0], "free");
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "[-1, -1]",
+                "[-1, 0]",
+                "[0, -1]",
+                "[1, -1]",
+                "[1, 0]",
+                "[[0,1], -1]",
+                "free"
+            ]
+        );
+        let p = layouts(&[8, 6], &[2, 4], true);
+        assert_eq!(p.len(), names.len() + 5, "each split again as stored");
+        assert!(p.iter().all(
+            |l| !matches!(l, Layout::Fixed { attr, priority: 1 } if attr.to_string() == "[-1, -1]")
+        ));
+    }
+
+    #[test]
+    fn patterns_match_like_plan_files() {
+        assert!(matches("a.*.w", "a.3.w"));
+        assert!(matches("a.*.w", "a.3.b.4.w"));
+        assert!(!matches("a.*.w", "a.3.wx"));
+        assert!(matches("x", "x") && !matches("x", "xy"));
+    }
+}

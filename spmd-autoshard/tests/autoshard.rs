@@ -1,0 +1,336 @@
+//! The planner on the committed small graphs (Llama, OPT, GPT-NeoX, GPT-2
+//! and the builder's GPT layer): budgets, baselines, pins, determinism, the
+//! plan file, and memory recounted from the propagated layouts.
+
+use spmd_autoshard::{AutoshardError, Measurer, Options, Outcome, autoshard};
+use spmd_core::{DistAttr, Mesh};
+use spmd_graph::annotations::{AnnotationFile, apply};
+use spmd_graph::json::{GraphFile, from_file};
+use spmd_graph::{DType, propagate};
+
+const GRAPHS: [(&str, &str); 5] = [
+    (
+        "llama",
+        include_str!("../../spmd-graph/graphs/hf/llama.json"),
+    ),
+    ("opt", include_str!("../../spmd-graph/graphs/hf/opt.json")),
+    (
+        "gpt-neox",
+        include_str!("../../spmd-graph/graphs/hf/gpt-neox.json"),
+    ),
+    ("gpt2", include_str!("../../spmd-graph/graphs/hf/gpt2.json")),
+    (
+        "gpt_layer",
+        include_str!("../../spmd-graph/graphs/gpt_layer.json"),
+    ),
+];
+
+/// The graph without its own annotations: the search plans all of it.
+fn file(text: &str) -> GraphFile {
+    let mut f: GraphFile = serde_json::from_str(text).expect("graph JSON");
+    for t in &mut f.tensors {
+        t.dims_mapping = None;
+        t.partial_dims.clear();
+    }
+    f
+}
+
+fn run(text: &str, options: &Options) -> Result<Outcome, AutoshardError> {
+    autoshard(&file(text), &spmd_ops::builtins(), options, &mut |_| {})
+}
+
+/// The fully replicated plan's memory per device on `mesh`.
+fn replicated_memory(text: &str, mesh: &[usize]) -> u64 {
+    let mut f = file(text);
+    f.mesh = mesh.to_vec();
+    for t in f.tensors.iter_mut().filter(|t| t.param) {
+        t.dims_mapping = Some(spmd_core::json::Mapping::from_dims_mapping(
+            &spmd_core::DimsMapping::replicated(t.shape.len()),
+        ));
+    }
+    let registry = spmd_ops::builtins();
+    let loaded = from_file(&f, &registry).unwrap();
+    let p = propagate(&loaded.graph).unwrap();
+    let model = spmd_autoshard::CostModel::new(spmd_autoshard::Device::h100(), loaded.graph.mesh());
+    Measurer::new(loaded.graph, &registry, loaded.outputs, DType::F32, model)
+        .memory(&p)
+        .total
+}
+
+/// With a budget full replication cannot meet, every graph gets a plan
+/// that fits, no worse than any baseline that fits, and no worse than
+/// Megatron TP (Megatron's own setting: a 1-D mesh).
+#[test]
+fn plans_fit_the_budget_and_beat_every_baseline() {
+    for (name, text) in GRAPHS {
+        for mesh in [vec![4], vec![2, 2]] {
+            let budget = replicated_memory(text, &mesh) * 3 / 4;
+            let mut options = Options::new(mesh.clone());
+            options.memory = Some(budget);
+            let o = run(text, &options).unwrap_or_else(|e| panic!("{name} on {mesh:?}: {e}"));
+            assert!(
+                o.figures.memory.total <= budget,
+                "{name} {mesh:?}: over budget"
+            );
+            let mut fitting = 0;
+            for b in &o.baselines {
+                if let Ok(f) = &b.figures
+                    && f.memory.total <= budget
+                {
+                    fitting += 1;
+                    assert!(
+                        o.figures.step_time <= f.step_time,
+                        "{name} {mesh:?}: {} is faster ({} < {})",
+                        b.name,
+                        f.step_time,
+                        o.figures.step_time
+                    );
+                }
+            }
+            assert!(o.step_time_bound > 0.0 && o.step_time_bound <= o.figures.step_time);
+            if name != "gpt_layer" {
+                // Megatron applies to every Hugging Face graph here.
+                let megatron = o
+                    .baselines
+                    .iter()
+                    .find(|b| b.name == "Megatron TP")
+                    .unwrap();
+                assert!(megatron.figures.is_ok(), "{name}: {:?}", megatron.figures);
+                assert!(
+                    fitting > 0 || mesh.len() > 1,
+                    "{name} {mesh:?}: no baseline fits"
+                );
+            }
+        }
+    }
+}
+
+/// An impossible budget is a typed error giving the least memory any plan
+/// the search met needs; that much is then enough.
+#[test]
+fn an_impossible_budget_names_the_smallest_plan() {
+    let text = GRAPHS[0].1;
+    let mut options = Options::new(vec![4]);
+    options.memory = Some(1024);
+    let Err(AutoshardError::NoPlanFits {
+        budget,
+        smallest,
+        plan,
+    }) = run(text, &options)
+    else {
+        panic!("1 KiB cannot hold Llama's parameters");
+    };
+    assert_eq!(budget, 1024);
+    assert!(smallest > budget, "{smallest}");
+    assert!(!plan.is_empty());
+    options.memory = Some(smallest);
+    let o = run(text, &options).unwrap();
+    assert_eq!(o.figures.memory.total, smallest);
+}
+
+/// The same input gives the same plan, to the bit.
+#[test]
+fn the_search_is_deterministic() {
+    let mut options = Options::new(vec![2, 2]);
+    options.memory = Some(replicated_memory(GRAPHS[1].1, &[2, 2]) / 2);
+    let a = run(GRAPHS[1].1, &options).unwrap();
+    let b = run(GRAPHS[1].1, &options).unwrap();
+    assert_eq!(a.plan, b.plan);
+    assert_eq!(a.figures, b.figures);
+}
+
+/// The plan file, applied to the graph as `spmd propagate --plan` applies
+/// it, gives the very figures the report states.
+#[test]
+fn the_plan_file_reproduces_the_report() {
+    for (name, text) in GRAPHS {
+        let mut options = Options::new(vec![4]);
+        options.memory = Some(replicated_memory(text, &[4]) * 3 / 4);
+        let o = run(text, &options).unwrap();
+        let written = spmd_autoshard::report::plan_json(&o.plan);
+        let plan: AnnotationFile = serde_json::from_str(&written).unwrap();
+        assert_eq!(plan, o.plan);
+        let mut f = file(text);
+        apply(&mut f, &plan).unwrap();
+        let registry = spmd_ops::builtins();
+        let loaded = from_file(&f, &registry).unwrap();
+        let model =
+            spmd_autoshard::CostModel::new(spmd_autoshard::Device::h100(), loaded.graph.mesh());
+        let dtype = loaded.dtype;
+        let mut m = Measurer::new(loaded.graph, &registry, loaded.outputs, dtype, model);
+        assert_eq!(m.measure().unwrap(), o.figures, "{name}");
+    }
+}
+
+/// A pinned layout stays as given, and the rest is chosen around it.
+#[test]
+fn pins_are_kept() {
+    let text = GRAPHS[0].1;
+    let pins: AnnotationFile = serde_json::from_str(
+        r#"{"annotations": [{"tensors": "model.layers.*.mlp.down_proj.weight", "dims_mapping": [0, -1]}]}"#,
+    )
+    .unwrap();
+    let mut options = Options::new(vec![4]);
+    options.pins = Some(pins.clone());
+    let o = run(text, &options).unwrap();
+    assert!(o.plan.annotations.contains(&pins.annotations[0]));
+    assert!(o.decisions.iter().all(|(p, _)| !p.contains("down_proj")));
+    let mut f = file(text);
+    apply(&mut f, &o.plan).unwrap();
+    let registry = spmd_ops::builtins();
+    let loaded = from_file(&f, &registry).unwrap();
+    let p = propagate(&loaded.graph).unwrap();
+    let w = loaded
+        .graph
+        .find("model.layers.1.mlp.down_proj.weight")
+        .unwrap();
+    assert_eq!(p.attr(w), &DistAttr::from_paddle(&[0, -1]).unwrap());
+}
+
+/// The report's memory, recounted independently from the propagated
+/// layouts of the plan: each parameter's local block (ceiling division per
+/// split dim) at 4 bytes, as much again for its gradient, 8 for Adam's
+/// moments; each distinct storage a gradient-path op reads, once.
+#[test]
+fn memory_matches_an_independent_count() {
+    for (name, text) in GRAPHS {
+        let mut options = Options::new(vec![2, 2]);
+        options.memory = Some(replicated_memory(text, &[2, 2]) * 3 / 4);
+        let o = run(text, &options).unwrap();
+        let mut f = file(text);
+        apply(&mut f, &o.plan).unwrap();
+        let registry = spmd_ops::builtins();
+        let g = from_file(&f, &registry).unwrap().graph;
+        let p = propagate(&g).unwrap();
+        let mesh = Mesh::new(&[2, 2]).unwrap();
+        let local = |t: spmd_graph::TensorId| -> u64 {
+            let info = g.tensor(t);
+            let a = p.attr(t);
+            info.shape
+                .iter()
+                .enumerate()
+                .map(|(d, &e)| {
+                    let parts: usize = a.dims_mapping.as_slice()[d]
+                        .iter()
+                        .map(|m| mesh.dim(m))
+                        .product();
+                    e.div_ceil(parts) as u64
+                })
+                .product()
+        };
+        let params: u64 = g
+            .tensor_ids()
+            .filter(|&t| g.tensor(t).param)
+            .map(local)
+            .sum();
+        // gpt_layer is bf16: 2-byte parameters, and a 4-byte master copy.
+        let (bytes, master) = if name == "gpt_layer" { (2, 4) } else { (4, 0) };
+        assert_eq!(o.figures.memory.parameters, bytes * params, "{name}");
+        assert_eq!(o.figures.memory.gradients, bytes * params, "{name}");
+        assert_eq!(o.figures.memory.optimizer, (8 + master) * params, "{name}");
+
+        // The gradient path, by fixed point rather than in one ordered pass.
+        let mut on_path = vec![false; g.tensors().len()];
+        loop {
+            let mut grew = false;
+            for op in g.ops() {
+                let reads = op
+                    .inputs
+                    .iter()
+                    .any(|t| on_path[t.index()] || g.tensor(*t).param);
+                for t in &op.outputs {
+                    if reads && !on_path[t.index()] {
+                        on_path[t.index()] = true;
+                        grew = true;
+                    }
+                }
+            }
+            if !grew {
+                break;
+            }
+        }
+        let base = |mut t: spmd_graph::TensorId| {
+            while let Some(o) = g.tensor(t).producer {
+                let op = g.op(o);
+                let view = [
+                    "aten.view",
+                    "aten._unsafe_view",
+                    "aten.reshape",
+                    "aten.permute",
+                    "aten.t",
+                    "aten.transpose.int",
+                    "aten.unsqueeze",
+                    "aten.squeeze",
+                    "aten.squeeze.dim",
+                    "aten.expand",
+                    "aten.slice.Tensor",
+                    "aten.select.int",
+                    "aten.alias",
+                    "aten.detach",
+                    "reshape",
+                    "transpose",
+                    "unsqueeze",
+                    "squeeze",
+                    "expand",
+                    "slice",
+                ];
+                if !view.contains(&op.rule.as_str()) {
+                    break;
+                }
+                t = op.inputs[0];
+            }
+            t
+        };
+        let mut saved = std::collections::BTreeSet::new();
+        for op in g.ops() {
+            if op
+                .inputs
+                .iter()
+                .any(|t| on_path[t.index()] || g.tensor(*t).param)
+            {
+                for &t in op.inputs.iter().filter(|&&t| !g.tensor(t).param) {
+                    saved.insert(base(t));
+                }
+            }
+        }
+        let activations: u64 = saved.into_iter().map(|t| bytes * local(t)).sum();
+        assert_eq!(o.figures.memory.activations, activations, "{name}");
+    }
+}
+
+/// The graph's own annotations are pins too: the builder's GPT layer keeps
+/// its Megatron layouts, and the plan file lists them.
+#[test]
+fn a_graphs_own_annotations_are_kept() {
+    let text = GRAPHS[4].1;
+    let o = autoshard(
+        &serde_json::from_str(text).unwrap(),
+        &spmd_ops::builtins(),
+        &Options::new(vec![2, 4]),
+        &mut |_| {},
+    )
+    .unwrap();
+    for (tensor, mapping) in [("l0.qkv.weight", "[-1,1]"), ("ids", "[0,-1]")] {
+        let a = o
+            .plan
+            .annotations
+            .iter()
+            .find(|a| a.tensors == tensor)
+            .unwrap();
+        assert_eq!(serde_json::to_string(&a.dims_mapping).unwrap(), mapping);
+    }
+    assert!(
+        o.decisions
+            .iter()
+            .all(|(p, _)| p != "l0.qkv.weight" && p != "ids")
+    );
+}
+
+/// Bad meshes are typed errors, not panics.
+#[test]
+fn bad_meshes_are_errors() {
+    for mesh in [vec![], vec![2, 0]] {
+        let e = run(GRAPHS[0].1, &Options::new(mesh)).unwrap_err();
+        assert!(matches!(e, AutoshardError::BadMesh { .. }), "{e}");
+    }
+}
