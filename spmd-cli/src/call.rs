@@ -436,7 +436,18 @@ pub fn read_input(path: &str) -> Result<String> {
             .map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
         return Ok(s);
     }
-    std::fs::read_to_string(path).map_err(|e| CliError::usage(format!("cannot read {path}: {e}")))
+    let raw =
+        std::fs::read(path).map_err(|e| CliError::usage(format!("cannot read {path}: {e}")))?;
+    // gzip's magic bytes: `.json.gz` is read wherever `.json` is.
+    let raw = if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&raw[..]), &mut out)
+            .map_err(|e| CliError::usage(format!("cannot decompress {path}: {e}")))?;
+        out
+    } else {
+        raw
+    };
+    String::from_utf8(raw).map_err(|e| CliError::usage(format!("{path}: not UTF-8 text: {e}")))
 }
 
 pub fn display_path(path: &str) -> &str {

@@ -86,6 +86,17 @@ their annotation; every other tensor gets the attr propagation finds (replicated
 when no annotation reaches it). The reshard plan lists each collective with its
 bytes per device (ring algorithms).";
 
+const AUTOSHARD_EXAMPLES: &str = "\
+Examples:
+  spmd autoshard spmd-graph/graphs/hf/llama.json --mesh 4
+  spmd autoshard spmd-graph/graphs/hf/llama-2-7b.json.gz --mesh 8 --memory 24GiB -o plan.json
+  spmd autoshard graph.json --mesh 2x4 --device a100 --dtype bf16 --json
+  spmd autoshard graph.json --mesh 2x4 --plan pins.json     (pinned layouts stay; the rest is chosen)
+
+The plan written by -o is a plan file: `spmd propagate GRAPH --plan plan.json --backward`
+shows every tensor and collective of it. The cost model (every constant, and its source)
+is in docs/autoshard.md.";
+
 const OPS_EXAMPLES: &str = "\
 Examples:
   spmd ops
@@ -160,6 +171,10 @@ pub enum Command {
     /// Propagate a graph's annotations to every tensor and print the reshard plan.
     #[command(after_help = PROPAGATE_EXAMPLES)]
     Propagate(PropagateArgs),
+
+    /// Choose a plan for a graph: the cheapest training step that fits the memory budget.
+    #[command(after_help = AUTOSHARD_EXAMPLES)]
+    Autoshard(AutoshardArgs),
 }
 
 /// The tensors, mesh and direction of one rule call.
@@ -304,6 +319,61 @@ pub struct OpsArgs {
     pub name: Option<String>,
 
     /// Print the list as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct AutoshardArgs {
+    /// The graph JSON file, `.json` or `.json.gz` (`-` = stdin).
+    #[arg(value_name = "GRAPH.json")]
+    pub graph: String,
+
+    /// The device mesh: extents joined by `x` (2x4; the last dim is the one inside a node).
+    #[arg(long, value_name = "SHAPE")]
+    pub mesh: String,
+
+    /// Memory per device the plan must fit in: 24GiB, 80GB, 512MiB, or bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub memory: Option<String>,
+
+    /// Device preset: a100, h100, h200.
+    #[arg(long, default_value = "h100", value_name = "NAME")]
+    pub device: String,
+
+    /// Element type of parameters, activations and messages (f32 bf16 ...); default: the file's.
+    #[arg(long, value_name = "DTYPE")]
+    pub dtype: Option<String>,
+
+    /// Pinned layouts (a plan file): they stay as given; the search fills in the rest.
+    #[arg(long, value_name = "PLAN.json")]
+    pub plan: Option<String>,
+
+    /// Write the chosen plan to this file (a plan file for `spmd propagate --plan`).
+    #[arg(short = 'o', long = "output", value_name = "PLAN.json")]
+    pub output: Option<String>,
+
+    /// The fraction of peak FLOP/s an op reaches (default 0.6).
+    #[arg(long, value_name = "FRACTION")]
+    pub efficiency: Option<f64>,
+
+    /// Override the preset's dense peak, TFLOP/s (for the chosen dtype).
+    #[arg(long, value_name = "TFLOPS")]
+    pub peak_tflops: Option<f64>,
+
+    /// Override the intra-node link bandwidth, GB/s per direction.
+    #[arg(long, value_name = "GB_PER_S")]
+    pub intra_bandwidth: Option<f64>,
+
+    /// Override the inter-node bandwidth, GB/s per device.
+    #[arg(long, value_name = "GB_PER_S")]
+    pub inter_bandwidth: Option<f64>,
+
+    /// Devices per node (default 8).
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<usize>,
+
+    /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -69,6 +69,7 @@ where
         Command::Conformance(a) => cmd::conformance::conformance(a),
         Command::Ops(a) => cmd::ops::ops(a),
         Command::Propagate(a) => cmd::propagate::propagate(a),
+        Command::Autoshard(a) => cmd::autoshard::autoshard(a),
     };
     let (text, fail) = match result {
         Ok(o) => (o.text, o.fail),

@@ -1,0 +1,145 @@
+//! `spmd autoshard`: choose a plan for a graph file, write it as a plan
+//! file, and report it beside the baselines.
+
+use std::io::Write;
+
+use spmd_autoshard::{Device, Options, autoshard as search, report};
+use spmd_graph::annotations::AnnotationFile;
+use spmd_graph::json::GraphFile;
+
+use crate::Output;
+use crate::call::{display_path, read_input};
+use crate::cli::AutoshardArgs;
+use crate::error::{CliError, Result};
+
+pub fn autoshard(args: &AutoshardArgs) -> Result<Output> {
+    let mesh = crate::parse::mesh(&args.mesh)
+        .map_err(|e| CliError::usage(format!("--mesh: {e}")))?
+        .shape()
+        .to_vec();
+    let mut options = Options::new(mesh);
+    options.device = args.device.parse::<Device>().map_err(CliError::usage)?;
+    if let Some(m) = &args.memory {
+        options.memory =
+            Some(parse_bytes(m).map_err(|e| CliError::usage(format!("--memory: {e}")))?);
+    }
+    if let Some(d) = &args.dtype {
+        options.dtype = Some(d.parse().map_err(CliError::usage)?);
+    }
+    if let Some(e) = args.efficiency {
+        if !(e > 0.0 && e <= 1.0) {
+            return Err(CliError::usage(format!(
+                "--efficiency {e}: a fraction of peak, above 0 and at most 1"
+            )));
+        }
+        options.efficiency = e;
+    }
+    let positive = |name: &str, v: f64| -> Result<f64> {
+        if v > 0.0 && v.is_finite() {
+            Ok(v)
+        } else {
+            Err(CliError::usage(format!(
+                "--{name} {v}: must be a positive number"
+            )))
+        }
+    };
+    if let Some(t) = args.peak_tflops {
+        let t = positive("peak-tflops", t)? * 1e12;
+        options.device.peak_flops_16 = t;
+        options.device.peak_flops_32 = t;
+    }
+    if let Some(b) = args.intra_bandwidth {
+        options.device.intra_bandwidth = positive("intra-bandwidth", b)? * 1e9;
+    }
+    if let Some(b) = args.inter_bandwidth {
+        options.device.inter_bandwidth = positive("inter-bandwidth", b)? * 1e9;
+    }
+    if let Some(n) = args.gpus_per_node {
+        if n == 0 {
+            return Err(CliError::usage(
+                "--gpus-per-node 0: a node has at least one device",
+            ));
+        }
+        options.device.per_node = n;
+    }
+    if let Some(p) = &args.plan {
+        let pins: AnnotationFile = serde_json::from_str(&read_input(p)?)
+            .map_err(|e| CliError::usage(format!("{}: plan JSON: {e}", display_path(p))))?;
+        options.pins = Some(pins);
+    }
+    let file: GraphFile = serde_json::from_str(&read_input(&args.graph)?)
+        .map_err(|e| CliError::usage(format!("{}: graph JSON: {e}", display_path(&args.graph))))?;
+
+    // One progress line per pass on stderr, once the search has run a second.
+    let started = std::time::Instant::now();
+    let mut progress = |line: &str| {
+        if started.elapsed().as_secs_f64() >= 1.0 {
+            let _ = writeln!(std::io::stderr(), "autoshard: {line}");
+        }
+    };
+    let registry = spmd_ops::builtins();
+    let outcome = search(&file, &registry, &options, &mut progress)
+        .map_err(|e| CliError::usage(format!("{}: {e}", display_path(&args.graph))))?;
+
+    if let Some(path) = &args.output {
+        std::fs::write(path, report::plan_json(&outcome.plan))
+            .map_err(|e| CliError::usage(format!("cannot write {path}: {e}")))?;
+    }
+    if args.json {
+        let v = serde_json::to_value(&outcome)
+            .map_err(|e| CliError::usage(format!("cannot write the report: {e}")))?;
+        return Ok(Output::ok(format!("{}\n", crate::report::to_json(&v))));
+    }
+    let mut text = report::text(&outcome);
+    if let Some(path) = &args.output {
+        text.push_str(&format!("plan written to {path}\n"));
+    }
+    Ok(Output::ok(text))
+}
+
+/// `24GiB`, `80GB`, `512MiB`, `1.5TiB`, `1000000`: bytes.
+pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number.trim().parse().map_err(|_| {
+        format!("`{text}` is not a size (expected a number and a unit, like 24GiB)")
+    })?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024f64.powi(2),
+        "gib" => 1024f64.powi(3),
+        "tib" => 1024f64.powi(4),
+        u => {
+            return Err(format!(
+                "unknown unit `{u}` in `{text}` (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            ));
+        }
+    };
+    let bytes = n * scale;
+    if !(bytes.is_finite() && bytes >= 1.0) {
+        return Err(format!("`{text}`: a budget must be at least one byte"));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_take_decimal_and_binary_units() {
+        assert_eq!(parse_bytes("24GiB"), Ok(24 << 30));
+        assert_eq!(parse_bytes("80GB"), Ok(80_000_000_000));
+        assert_eq!(parse_bytes("1.5 KiB"), Ok(1536));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("24 gigs").unwrap_err().contains("unknown unit"));
+        assert!(parse_bytes("GiB").unwrap_err().contains("not a size"));
+        assert!(parse_bytes("0GiB").is_err());
+    }
+}
