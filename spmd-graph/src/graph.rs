@@ -215,7 +215,9 @@ impl Graph {
                 name: format!("#{}", t.0),
             });
         };
-        if let Some((attr, _)) = &annotation {
+        if let Some((attr, _)) = &annotation
+            && info.annotation.as_ref() != Some(attr)
+        {
             check_attr(&self.mesh, &info.name, &info.shape, attr)?;
         }
         info.priority = annotation.as_ref().map_or(0, |&(_, p)| p);
@@ -927,16 +929,19 @@ fn check_attr(mesh: &Mesh, name: &str, shape: &[usize], attr: &DistAttr) -> Resu
         .enumerate()
         .flat_map(|(dim, s)| s.iter().map(move |m| (Some(dim), m)))
         .chain(attr.partial.dims().iter().map(|m| (None, m)));
+    // The place is named only for an error: this runs for every annotation
+    // a search tries.
+    let place = |dim: Option<usize>| dim.map_or("partial".to_string(), |d| format!("dim {d}"));
     for (dim, m) in dims {
-        let place = dim.map_or("partial".to_string(), |d| format!("dim {d}"));
         if m as usize >= mesh.rank() {
+            let place = place(dim);
             return Err(bad(format!(
                 "{place} uses mesh dim {m}, but the mesh {mesh} has rank {}",
                 mesh.rank()
             )));
         }
         if used.contains(m) {
-            return Err(bad(format!("mesh dim {m} is used twice ({place})")));
+            return Err(bad(format!("mesh dim {m} is used twice ({})", place(dim))));
         }
         used = used.with(m);
     }
