@@ -91,9 +91,6 @@ pub fn bytes(b: u64) -> String {
     format!("{v:.2} {}", UNITS[u])
 }
 
-/// How many of the best role-built plans the search descends from.
-pub const STARTS: usize = 1;
-
 /// What to plan for.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -109,6 +106,10 @@ pub struct Options {
     pub efficiency: f64,
     /// Layouts the user fixes: the search fills in the rest.
     pub pins: Option<AnnotationFile>,
+    /// How many of the best role-built plans the search descends from (at
+    /// least 1): more finds better plans on rugged graphs, at a descent's
+    /// cost each.
+    pub starts: usize,
 }
 
 impl Options {
@@ -120,6 +121,7 @@ impl Options {
             dtype: None,
             efficiency: 0.6,
             pins: None,
+            starts: 1,
         }
     }
 }
@@ -246,8 +248,22 @@ pub fn autoshard(
     }
 
     // Every role combination is priced; the search descends from the best
-    // few, and keeps the best plan it reaches.
-    let priced = eval.price_all(&starts)?;
+    // few, and keeps the best plan it reaches. For one start, a combination
+    // that cannot beat the best baseline (itself a combination) need not be
+    // priced whole.
+    let incumbent = baseline_results
+        .iter()
+        .filter_map(|b| b.figures.as_ref().ok())
+        .fold(None::<&Figures>, |best, f| match best {
+            Some(b) if !search::better(f, b, options.memory) => Some(b),
+            _ => Some(f),
+        })
+        .cloned();
+    let prune = incumbent
+        .as_ref()
+        .filter(|_| options.starts <= 1)
+        .map(|f| (f, options.memory));
+    let priced = eval.price_all(&starts, prune)?;
     let mut ranked: Vec<(Vec<u16>, Figures)> = starts
         .into_iter()
         .zip(priced)
@@ -265,10 +281,10 @@ pub fn autoshard(
     progress(&format!(
         "{} role combinations priced; descending from the best {}",
         eval.stats.evaluated,
-        STARTS.min(order.len())
+        options.starts.max(1).min(order.len())
     ));
     let mut best: Option<(Vec<u16>, Figures)> = None;
-    for &i in order.iter().take(STARTS) {
+    for &i in order.iter().take(options.starts.max(1)) {
         let start = std::mem::take(&mut ranked[i].0);
         if let Some((c, f)) = eval.descend(start, options.memory, progress)?
             && best

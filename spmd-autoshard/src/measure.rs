@@ -75,6 +75,22 @@ impl Figures {
     }
 }
 
+/// What the forward pass alone shows of a plan: its memory (exact) and a
+/// lower bound on its step time (the forward's compute and collectives,
+/// plus the backward's arithmetic split perfectly, with no communication).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bound {
+    pub memory: Memory,
+    pub step_time: f64,
+}
+
+/// A plan priced whole, or stopped after its forward pass.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Priced {
+    Full(Figures),
+    Bounded(Bound),
+}
+
 /// A graph made ready to price plans on: what does not depend on the plan
 /// (FLOPs, the gradient path, view aliasing) is worked out once.
 #[derive(Clone)]
@@ -93,6 +109,8 @@ pub struct Measurer<'r> {
     /// Every forward op's FLOPs, plus twice those of the ops on the
     /// gradient path (their grad ops): the work any plan divides.
     step_flops: f64,
+    /// Twice the FLOPs of the ops on the gradient path: the grad ops' work.
+    grad_flops: f64,
     /// The backward graph, built for the first plan priced and re-annotated
     /// for each later one (its structure does not depend on the plan).
     backward: Option<Backward>,
@@ -142,6 +160,7 @@ impl<'r> Measurer<'r> {
         let mut storage: Vec<TensorId> = graph.tensor_ids().collect();
         let mut flops = Vec::with_capacity(graph.ops().len());
         let mut step_flops = 0.0;
+        let mut grad_flops = 0.0;
         for op in graph.ops() {
             let on_path = op.inputs.iter().any(|t| grad[t.index()]);
             if on_path {
@@ -168,7 +187,10 @@ impl<'r> Measurer<'r> {
                 &shapes(&op.inputs),
                 &shapes(&op.outputs),
             );
-            step_flops += if on_path { 3.0 * f } else { f };
+            step_flops += f;
+            if on_path {
+                grad_flops += 2.0 * f;
+            }
             flops.push(f);
         }
         Measurer {
@@ -180,7 +202,8 @@ impl<'r> Measurer<'r> {
             flops,
             saved,
             storage,
-            step_flops,
+            step_flops: step_flops + grad_flops,
+            grad_flops,
             backward: None,
         }
     }
@@ -206,7 +229,43 @@ impl<'r> Measurer<'r> {
 
     /// Prices the graph as it is annotated now.
     pub fn measure(&mut self) -> Result<Figures, GraphError> {
+        match self.measure_unless(|_| false)? {
+            Priced::Full(f) => Ok(f),
+            Priced::Bounded(_) => unreachable!("nothing is hopeless"),
+        }
+    }
+
+    /// Prices the graph as it is annotated now, stopping after the forward
+    /// pass when what it shows is `hopeless`: the backward is most of the
+    /// work, and a plan whose memory or forward alone rules it out need not
+    /// pay for it.
+    pub fn measure_unless(
+        &mut self,
+        hopeless: impl Fn(&Bound) -> bool,
+    ) -> Result<Priced, GraphError> {
         let (p, forward) = self.forward()?;
+        let mesh = self.graph.mesh();
+        let mut compute = 0.0;
+        for o in self.graph.op_ids() {
+            let op = self.graph.op(o);
+            compute += self.flops[o.index()] / split(mesh, &p, &op.outputs) as f64;
+        }
+        let mut collectives = BTreeMap::new();
+        self.add_collectives(&mut collectives, "forward", &forward);
+        let memory = self.memory(&p);
+        let bound = Bound {
+            memory,
+            step_time: self
+                .model
+                .compute_time(compute + self.grad_flops / mesh.size() as f64, self.dtype)
+                + collectives
+                    .values()
+                    .fold(0.0, |t, c: &CollectiveCost| t + c.time),
+        };
+        if hopeless(&bound) {
+            return Ok(Priced::Bounded(bound));
+        }
+
         match &mut self.backward {
             Some(bw) => bw.reannotate(&self.graph, &p)?,
             None => {
@@ -221,26 +280,23 @@ impl<'r> Measurer<'r> {
         let bw = self.backward.as_ref().expect("built above");
         let bp = propagate(&bw.graph)?;
         let backward = plan(&bw.graph, &bp, self.dtype)?;
-
-        let mesh = self.mesh();
-        let mut compute = 0.0;
-        for o in self.graph.op_ids() {
-            let op = self.graph.op(o);
-            compute += self.flops[o.index()] / split(mesh, &p, &op.outputs) as f64;
-        }
+        let mesh = self.graph.mesh();
+        let mut shapes: Vec<&[usize]> = Vec::new();
         for o in bw.graph.op_ids() {
             let op = bw.graph.op(o);
             let fwd = match op.kind {
                 // A grad op reads the forward inputs, then one grad per
                 // forward output (shaped like it).
                 OpKind::Grad { forward_inputs } => {
-                    let (ins, outs) = op.inputs.split_at(forward_inputs.min(op.inputs.len()));
-                    let shapes = |ts: &[TensorId]| -> Vec<&[usize]> {
-                        ts.iter()
-                            .map(|&t| bw.graph.tensor(t).shape.as_slice())
-                            .collect()
-                    };
-                    2.0 * op_flops(&op.rule, &op.attrs, &shapes(ins), &shapes(outs))
+                    let at = forward_inputs.min(op.inputs.len());
+                    shapes.clear();
+                    shapes.extend(
+                        op.inputs
+                            .iter()
+                            .map(|&t| bw.graph.tensor(t).shape.as_slice()),
+                    );
+                    let (ins, outs) = shapes.split_at(at);
+                    2.0 * op_flops(&op.rule, &op.attrs, ins, outs)
                 }
                 OpKind::Forward => {
                     let numel = |t: &TensorId| bw.graph.tensor(*t).shape.iter().product::<usize>();
@@ -250,43 +306,47 @@ impl<'r> Measurer<'r> {
             compute += fwd / split(mesh, &bp, &op.outputs) as f64;
         }
         let compute_time = self.model.compute_time(compute, self.dtype);
-
-        let mut collectives: BTreeMap<(&'static str, Collective, Vec<MeshDim>), CollectiveCost> =
-            BTreeMap::new();
-        for (pass, plan) in [("forward", &forward), ("backward", &backward)] {
-            for r in &plan.reshards {
-                for (step, bytes) in &r.steps {
-                    let Some((kind, dims)) = collective(step) else {
-                        continue;
-                    };
-                    let time = self.model.collective_time(kind, mesh, &dims, *bytes);
-                    let c =
-                        collectives
-                            .entry((pass, kind, dims.clone()))
-                            .or_insert(CollectiveCost {
-                                pass,
-                                kind,
-                                mesh_dims: dims,
-                                count: 0,
-                                bytes: 0,
-                                time: 0.0,
-                            });
-                    c.count += 1;
-                    c.bytes += bytes;
-                    c.time += time;
-                }
-            }
-        }
+        self.add_collectives(&mut collectives, "backward", &backward);
         let collectives: Vec<CollectiveCost> = collectives.into_values().collect();
         let communication_time = collectives.iter().fold(0.0, |t, c| t + c.time);
-
-        Ok(Figures {
-            memory: self.memory(&p),
+        Ok(Priced::Full(Figures {
+            memory,
             collectives,
             compute_time,
             communication_time,
             step_time: compute_time + communication_time,
-        })
+        }))
+    }
+
+    /// Adds `plan`'s communicating steps to `into`, by pass, kind and mesh
+    /// dims.
+    fn add_collectives(
+        &self,
+        into: &mut BTreeMap<(&'static str, Collective, Vec<MeshDim>), CollectiveCost>,
+        pass: &'static str,
+        plan: &ReshardPlan,
+    ) {
+        for r in &plan.reshards {
+            for (step, bytes) in &r.steps {
+                let Some((kind, dims)) = collective(step) else {
+                    continue;
+                };
+                let time = self.model.collective_time(kind, self.mesh(), &dims, *bytes);
+                let c = into
+                    .entry((pass, kind, dims.clone()))
+                    .or_insert(CollectiveCost {
+                        pass,
+                        kind,
+                        mesh_dims: dims,
+                        count: 0,
+                        bytes: 0,
+                        time: 0.0,
+                    });
+                c.count += 1;
+                c.bytes += bytes;
+                c.time += time;
+            }
+        }
     }
 
     /// The forward propagation and its reshard plan, as annotated now.

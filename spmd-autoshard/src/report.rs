@@ -104,8 +104,8 @@ pub fn text(o: &Outcome) -> String {
         }
     }
     s.push_str(&format!(
-        "\nsearch: {} plans priced ({} refused by the rules), {} passes, {:.3} s\n",
-        o.search.evaluated, o.search.refused, o.search.passes, o.seconds
+        "\nsearch: {} plans priced ({} of them stopped after the forward pass, {} refused by the rules), {} passes, {:.3} s\n",
+        o.search.evaluated, o.search.stopped_early, o.search.refused, o.search.passes, o.seconds
     ));
     s
 }

@@ -2,8 +2,10 @@
 //! and from the unannotated graph, each candidate priced whole by
 //! [`Measurer::measure`].
 //!
-//! A pass tries every layout of every decision in turn, keeping a change
-//! when it makes the plan better; passes repeat until one changes nothing.
+//! A pass tries every layout of every decision in turn, keeping the best
+//! change that makes the plan better; then it moves each *family* (the
+//! decisions that share one layout) to each other layout together. Passes
+//! repeat until one changes nothing.
 //! "Better" is: fits the memory budget before it does not; then the lower
 //! modelled step time; a plan over budget is better when it needs less
 //! memory. Ties keep the incumbent, and decisions and layouts are tried in
@@ -13,8 +15,8 @@ use std::collections::HashMap;
 
 use spmd_graph::GraphError;
 
-use crate::measure::{Figures, Measurer};
-use crate::space::{Choice, Space};
+use crate::measure::{Bound, Figures, Measurer, Memory, Priced};
+use crate::space::{Choice, Layout, Space};
 
 /// How a search went.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -25,6 +27,9 @@ pub struct SearchStats {
     pub refused: usize,
     /// Coordinate-descent passes, over all starts.
     pub passes: usize,
+    /// Plans whose forward pass showed they could not win: their backward
+    /// was not priced.
+    pub stopped_early: usize,
 }
 
 /// Whether `a` is a better plan than `b` under `budget` bytes per device.
@@ -41,6 +46,22 @@ pub fn better(a: &Figures, b: &Figures, budget: Option<u64>) -> bool {
     }
 }
 
+/// Whether a plan whose forward pass showed `bound` cannot be better than
+/// `incumbent`: memory is exact, and the step time can only grow.
+pub fn cannot_beat(bound: &Bound, incumbent: &Figures, budget: Option<u64>) -> bool {
+    let fits = |m: &Memory| budget.is_none_or(|b| m.total <= b);
+    let slower = bound.step_time >= incumbent.step_time * (1.0 - 1e-9);
+    match (fits(&bound.memory), fits(&incumbent.memory)) {
+        (false, true) => true,
+        (true, false) => false,
+        (true, true) => slower,
+        (false, false) => {
+            bound.memory.total > incumbent.memory.total
+                || (bound.memory.total == incumbent.memory.total && slower)
+        }
+    }
+}
+
 /// Prices plans, each once, on as many copies of the graph as there are
 /// cores (at most [`WORKERS`]): a batch of plans is split between them,
 /// and the answers come back in the batch's order, so the result does not
@@ -48,7 +69,8 @@ pub fn better(a: &Figures, b: &Figures, budget: Option<u64>) -> bool {
 pub struct Evaluator<'r> {
     measurers: Vec<Measurer<'r>>,
     pub space: Space,
-    seen: HashMap<Choice, Option<Figures>>,
+    /// Per plan: `None` if the rules refuse it.
+    seen: HashMap<Choice, Option<Priced>>,
     pub stats: SearchStats,
 }
 
@@ -86,30 +108,49 @@ impl<'r> Evaluator<'r> {
 
     /// `choice`'s figures; `None` when the rules refuse the plan.
     pub fn price(&mut self, choice: &Choice) -> Result<Option<Figures>, GraphError> {
-        Ok(self
-            .price_all(std::slice::from_ref(choice))?
-            .pop()
-            .flatten())
+        let priced = self.price_all(std::slice::from_ref(choice), None)?;
+        Ok(priced.into_iter().next().flatten())
     }
 
-    /// Each plan's figures, in order.
-    pub fn price_all(&mut self, choices: &[Choice]) -> Result<Vec<Option<Figures>>, GraphError> {
+    /// Each plan's figures, in order; `None` for a plan the rules refuse
+    /// or, given an `incumbent` (and the budget), one that cannot beat it.
+    pub fn price_all(
+        &mut self,
+        choices: &[Choice],
+        incumbent: Option<(&Figures, Option<u64>)>,
+    ) -> Result<Vec<Option<Figures>>, GraphError> {
+        let hopeless = |b: &Bound| incumbent.is_some_and(|(f, budget)| cannot_beat(b, f, budget));
         let mut todo: Vec<&Choice> = Vec::new();
         for c in choices {
-            if !self.seen.contains_key(c) && !todo.contains(&c) {
+            let known = match self.seen.get(c) {
+                None => false,
+                Some(Some(Priced::Bounded(b))) => hopeless(b),
+                Some(_) => true,
+            };
+            if !known && !todo.contains(&c) {
                 todo.push(c);
             }
         }
+        // Worker `w` prices plans `w`, `w + workers`, ...: neighbouring
+        // plans cost alike, so every worker gets its share of the dear ones.
         let workers = self.measurers.len().min(todo.len()).max(1);
-        let chunk = todo.len().div_ceil(workers).max(1);
         let space = &self.space;
-        let results: Vec<Result<Vec<Option<Figures>>, GraphError>> = std::thread::scope(|s| {
+        let todo_ref = &todo;
+        let results: Vec<Result<Vec<Option<Priced>>, GraphError>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .measurers
                 .iter_mut()
-                .zip(todo.chunks(chunk))
-                .map(|(m, batch)| {
-                    s.spawn(move || batch.iter().map(|c| price_one(m, space, c)).collect())
+                .take(workers)
+                .enumerate()
+                .map(|(w, m)| {
+                    s.spawn(move || {
+                        todo_ref
+                            .iter()
+                            .skip(w)
+                            .step_by(workers)
+                            .map(|c| price_one(m, space, c, &hopeless))
+                            .collect()
+                    })
                 })
                 .collect();
             handles
@@ -117,16 +158,32 @@ impl<'r> Evaluator<'r> {
                 .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                 .collect()
         });
-        let mut priced = todo.into_iter();
-        for batch in results {
-            for f in batch? {
-                let c = priced.next().expect("one answer per plan").clone();
+        let mut answers: Vec<Option<Option<Priced>>> = vec![None; todo.len()];
+        for (w, batch) in results.into_iter().enumerate() {
+            for (k, f) in batch?.into_iter().enumerate() {
+                answers[w + k * workers] = Some(f);
+            }
+        }
+        for (c, f) in todo.iter().zip(answers) {
+            let f = f.expect("every plan priced");
+            {
+                let c = (*c).clone();
                 self.stats.evaluated += 1;
-                self.stats.refused += usize::from(f.is_none());
+                match &f {
+                    None => self.stats.refused += 1,
+                    Some(Priced::Bounded(_)) => self.stats.stopped_early += 1,
+                    Some(Priced::Full(_)) => {}
+                }
                 self.seen.insert(c, f);
             }
         }
-        Ok(choices.iter().map(|c| self.seen[c].clone()).collect())
+        Ok(choices
+            .iter()
+            .map(|c| match &self.seen[c] {
+                Some(Priced::Full(f)) => Some(f.clone()),
+                _ => None,
+            })
+            .collect())
     }
 
     /// Coordinate descent from `start` (see the module docs); `progress`
@@ -153,16 +210,26 @@ impl<'r> Evaluator<'r> {
                         c
                     })
                     .collect();
-                // The decision's best layout, the earliest on a tie.
-                for (c, f) in tries.iter().zip(self.price_all(&tries)?) {
-                    if let Some(f) = f
-                        && better(&f, &best_f, budget)
-                    {
-                        best = c.clone();
-                        best_f = f;
-                        changed = true;
-                    }
-                }
+                changed |= self.keep_best(&tries, &mut best, &mut best_f, budget)?;
+            }
+            // Families: the decisions that share a layout now move together
+            // (the five column projections of a block, say), to each layout
+            // they all can take: one decision at a time cannot leave a plan
+            // whose parts only pay off together.
+            for family in self.families(&best) {
+                let first = family[0];
+                let tries: Vec<Choice> = self.space.options[first]
+                    .iter()
+                    .filter(|&l| l != self.space.layout(first, &best))
+                    .filter_map(|l| {
+                        let mut c = best.clone();
+                        for &g in &family {
+                            c[g] = self.space.options[g].iter().position(|m| m == l)? as u16;
+                        }
+                        Some(c)
+                    })
+                    .collect();
+                changed |= self.keep_best(&tries, &mut best, &mut best_f, budget)?;
             }
             progress(&format!(
                 "pass {}: {} plans priced, best step {}, {} per device",
@@ -178,14 +245,61 @@ impl<'r> Evaluator<'r> {
     }
 }
 
+impl Evaluator<'_> {
+    /// Prices `tries` and keeps in `best` the best of them that beats it
+    /// (the earliest on a tie); whether one did.
+    fn keep_best(
+        &mut self,
+        tries: &[Choice],
+        best: &mut Choice,
+        best_f: &mut Figures,
+        budget: Option<u64>,
+    ) -> Result<bool, GraphError> {
+        let mut changed = false;
+        let priced = self.price_all(tries, Some((best_f, budget)))?;
+        for (c, f) in tries.iter().zip(priced) {
+            if let Some(f) = f
+                && better(&f, best_f, budget)
+            {
+                *best = c.clone();
+                *best_f = f;
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// The groups of two or more decisions that `choice` gives one fixed
+    /// layout, in order of their first decision.
+    fn families(&self, choice: &Choice) -> Vec<Vec<usize>> {
+        let mut families: Vec<Vec<usize>> = Vec::new();
+        for g in 0..self.space.groups.len() {
+            let l = self.space.layout(g, choice);
+            if *l == Layout::Free {
+                continue;
+            }
+            match families
+                .iter_mut()
+                .find(|f| self.space.layout(f[0], choice) == l)
+            {
+                Some(f) => f.push(g),
+                None => families.push(vec![g]),
+            }
+        }
+        families.retain(|f| f.len() > 1);
+        families
+    }
+}
+
 /// One plan on one copy of the graph.
 fn price_one(
     m: &mut Measurer<'_>,
     space: &Space,
     c: &Choice,
-) -> Result<Option<Figures>, GraphError> {
+    hopeless: &(dyn Fn(&Bound) -> bool + Sync),
+) -> Result<Option<Priced>, GraphError> {
     space.apply(&mut m.graph, c)?;
-    match m.measure() {
+    match m.measure_unless(hopeless) {
         Ok(f) => Ok(Some(f)),
         // A combination the rules reject is no plan; the search moves on.
         Err(GraphError::Rule { .. }) => Ok(None),

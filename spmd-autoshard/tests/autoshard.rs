@@ -334,3 +334,41 @@ fn bad_meshes_are_errors() {
         assert!(matches!(e, AutoshardError::BadMesh { .. }), "{e}");
     }
 }
+
+/// What the forward pass alone shows is exact memory and a lower bound on
+/// the step time, for every role-built plan: the search may drop a plan on
+/// it without ever dropping a better one.
+#[test]
+fn the_forward_bound_is_a_bound() {
+    use spmd_autoshard::baselines::all_combinations;
+    use spmd_autoshard::measure::Priced;
+    for (name, text) in GRAPHS {
+        for mesh in [vec![4], vec![2, 2]] {
+            let mut f = file(text);
+            f.mesh = mesh.clone();
+            let registry = spmd_ops::builtins();
+            let loaded = from_file(&f, &registry).unwrap();
+            let model =
+                spmd_autoshard::CostModel::new(spmd_autoshard::Device::h100(), loaded.graph.mesh());
+            let dtype = loaded.dtype;
+            let mut m = Measurer::new(loaded.graph, &registry, loaded.outputs, dtype, model);
+            let mut space = spmd_autoshard::Space::new(m.graph());
+            let plans = all_combinations(&mut space, m.graph());
+            assert!(plans.len() > 3, "{name}: {} plans", plans.len());
+            for c in plans {
+                space.apply(&mut m.graph, &c).unwrap();
+                let Priced::Bounded(b) = m.measure_unless(|_| true).unwrap() else {
+                    panic!("everything is hopeless here");
+                };
+                let full = m.measure().unwrap();
+                assert_eq!(b.memory, full.memory, "{name} {mesh:?}");
+                assert!(
+                    b.step_time <= full.step_time,
+                    "{name} {mesh:?}: {} > {}",
+                    b.step_time,
+                    full.step_time
+                );
+            }
+        }
+    }
+}

@@ -373,6 +373,10 @@ pub struct AutoshardArgs {
     #[arg(long, value_name = "N")]
     pub gpus_per_node: Option<usize>,
 
+    /// Descend from the N best role-built plans (default 1): slower, and better on rugged graphs.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub starts: usize,
+
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

@@ -62,6 +62,12 @@ pub fn autoshard(args: &AutoshardArgs) -> Result<Output> {
         }
         options.device.per_node = n;
     }
+    if args.starts == 0 {
+        return Err(CliError::usage(
+            "--starts 0: the search needs at least one start",
+        ));
+    }
+    options.starts = args.starts;
     if let Some(p) = &args.plan {
         let pins: AnnotationFile = serde_json::from_str(&read_input(p)?)
             .map_err(|e| CliError::usage(format!("{}: plan JSON: {e}", display_path(p))))?;
