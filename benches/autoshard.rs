@@ -55,7 +55,7 @@ fn quality(name: &str, o: &Outcome) {
         "{name:<18} step {:>11}  bound {:>11} ({:.2}x)  best baseline: {}  ({} plans priced)",
         time(o.figures.step_time),
         time(o.step_time_bound),
-        1.0 + o.gap(),
+        1.0 + o.gap,
         best.map_or("none fits".to_string(), |(n, f)| format!(
             "{n} {}",
             time(f.step_time)

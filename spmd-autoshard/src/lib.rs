@@ -137,21 +137,40 @@ pub struct BaselineResult {
     pub plan: Option<AnnotationFile>,
 }
 
+/// The version of the `--json` report's schema (`docs/autoshard.md`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One decision of the chosen plan, in words.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// The plan-file pattern of the leaves decided together.
+    pub tensors: String,
+    /// `free`, a layout such as `[0, -1]`, or `stored [0, -1]`.
+    pub layout: String,
+}
+
 /// The chosen plan and everything the report says of it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
+    pub schema_version: u32,
     pub mesh: Vec<usize>,
     pub device: Device,
+    /// The fraction of peak an op reaches.
+    pub efficiency: f64,
+    /// Per mesh dim: whether its groups stay inside a node.
+    pub intra_node: Vec<bool>,
     pub dtype: DType,
     pub memory_budget: Option<u64>,
     /// The plan file (`spmd propagate --plan` reads it).
     pub plan: AnnotationFile,
-    /// The chosen plan's decisions in words: (pattern, layout).
-    pub decisions: Vec<(String, String)>,
+    /// The chosen plan's decisions in words.
+    pub decisions: Vec<Decision>,
     pub figures: Figures,
     /// A lower bound on any plan's step time (perfectly split arithmetic,
     /// no communication), seconds.
     pub step_time_bound: f64,
+    /// How far the plan's step time is above the bound, as a fraction of it.
+    pub gap: f64,
     pub baselines: Vec<BaselineResult>,
     pub search: SearchStats,
     /// Seconds the whole call took, graph building included.
@@ -303,12 +322,15 @@ pub fn autoshard(
             plan: "the rules refused every plan".into(),
         });
     };
-    let describe = |c: &[u16]| -> Vec<(String, String)> {
+    let describe = |c: &[u16]| -> Vec<Decision> {
         space
             .groups
             .iter()
             .enumerate()
-            .map(|(g, group)| (group.pattern.clone(), space.layout(g, c).describe()))
+            .map(|(g, group)| Decision {
+                tensors: group.pattern.clone(),
+                layout: space.layout(g, c).describe(),
+            })
             .collect()
     };
     if let Some(budget) = options.memory
@@ -317,8 +339,8 @@ pub fn autoshard(
         // The search keeps the least memory when nothing fits.
         let plan = describe(&choice)
             .into_iter()
-            .filter(|(_, l)| l != "free")
-            .map(|(p, l)| format!("{p}: {l}"))
+            .filter(|d| d.layout != "free")
+            .map(|d| format!("{}: {}", d.tensors, d.layout))
             .collect::<Vec<_>>()
             .join(", ");
         return Err(AutoshardError::NoPlanFits {
@@ -336,9 +358,13 @@ pub fn autoshard(
     let mut annotations = graph_pins;
     annotations.extend(pins.annotations.iter().cloned());
     annotations.extend(space.annotations(measurer.graph(), &choice));
+    let bound = measurer.step_time_bound();
     Ok(Outcome {
+        schema_version: SCHEMA_VERSION,
         mesh: options.mesh.clone(),
         device: options.device.clone(),
+        efficiency: measurer.model.efficiency,
+        intra_node: measurer.model.intra_node.clone(),
         dtype,
         memory_budget: options.memory,
         plan: AnnotationFile {
@@ -346,8 +372,9 @@ pub fn autoshard(
             annotations,
         },
         decisions: describe(&choice),
+        gap: (figures.step_time - bound) / bound.max(f64::MIN_POSITIVE),
         figures,
-        step_time_bound: measurer.step_time_bound(),
+        step_time_bound: bound,
         baselines: baseline_results,
         search: stats,
         seconds: started.elapsed().as_secs_f64(),

@@ -46,10 +46,10 @@ pub fn text(o: &Outcome) -> String {
         o.memory_budget.map_or("none".into(), bytes)
     ));
     s.push_str("chosen plan:\n");
-    for (pattern, layout) in o.decisions.iter().filter(|(_, l)| l != "free") {
-        s.push_str(&format!("  {pattern}: {layout}\n"));
+    for d in o.decisions.iter().filter(|d| d.layout != "free") {
+        s.push_str(&format!("  {}: {}\n", d.tensors, d.layout));
     }
-    let free = o.decisions.iter().filter(|(_, l)| l == "free").count();
+    let free = o.decisions.iter().filter(|d| d.layout == "free").count();
     if free > 0 {
         s.push_str(&format!("  ({free} more leaves left to propagation)\n"));
     }
@@ -85,7 +85,7 @@ pub fn text(o: &Outcome) -> String {
     s.push_str(&format!(
         "lower bound: {} (perfect split, no communication): the plan takes {:.2}x the bound\n",
         time(o.step_time_bound),
-        1.0 + o.gap()
+        1.0 + o.gap
     ));
     s.push_str("\nbaselines (same cost model):\n");
     for b in &o.baselines {

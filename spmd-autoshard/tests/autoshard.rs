@@ -174,7 +174,7 @@ fn pins_are_kept() {
     options.pins = Some(pins.clone());
     let o = run(text, &options).unwrap();
     assert!(o.plan.annotations.contains(&pins.annotations[0]));
-    assert!(o.decisions.iter().all(|(p, _)| !p.contains("down_proj")));
+    assert!(o.decisions.iter().all(|d| !d.tensors.contains("down_proj")));
     let mut f = file(text);
     apply(&mut f, &o.plan).unwrap();
     let registry = spmd_ops::builtins();
@@ -322,7 +322,7 @@ fn a_graphs_own_annotations_are_kept() {
     assert!(
         o.decisions
             .iter()
-            .all(|(p, _)| p != "l0.qkv.weight" && p != "ids")
+            .all(|d| d.tensors != "l0.qkv.weight" && d.tensors != "ids")
     );
 }
 

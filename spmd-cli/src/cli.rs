@@ -333,7 +333,7 @@ pub struct AutoshardArgs {
     #[arg(long, value_name = "SHAPE")]
     pub mesh: String,
 
-    /// Memory per device the plan must fit in: 24GiB, 80GB, 512MiB, or bytes.
+    /// Memory per device the plan must fit in: 24GiB, 80GB, 512MiB, or bytes (default: the device's memory).
     #[arg(long, value_name = "BYTES")]
     pub memory: Option<String>,
 

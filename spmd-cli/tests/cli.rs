@@ -2159,3 +2159,114 @@ fn propagate_takes_a_plan_of_name_patterns() {
         "plan pattern `model.layers.*.q_prj.weight`: matches no tensor",
     );
 }
+
+/// `autoshard` writes a plan file that `propagate --plan` reads, and its
+/// report names the memory, the collectives and the baselines.
+#[test]
+fn autoshard_writes_a_plan_propagate_reads() {
+    let plan = std::env::temp_dir().join(format!("spmd-autoshard-{}.json", std::process::id()));
+    let plan = plan.to_str().unwrap();
+    let (code, out, err) = run(&[
+        "autoshard",
+        &hf("llama.json"),
+        "--mesh",
+        "2x2",
+        "--memory",
+        "700KiB",
+        "-o",
+        plan,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for needle in [
+        "memory per device:",
+        "communication per step:",
+        "step time:",
+        "lower bound:",
+        "Megatron TP",
+        "fully sharded (FSDP)",
+        "plan written to",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+    let (code, out, err) = run(&["propagate", &hf("llama.json"), "--plan", plan, "--backward"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("on mesh 2x2"), "{out}");
+    let v = json(&[
+        "autoshard",
+        &hf("llama.json"),
+        "--mesh",
+        "2x2",
+        "--memory",
+        "700KiB",
+        "--json",
+    ]);
+    assert_eq!(v["schema_version"], 1);
+    assert!(v["figures"]["memory"]["total"].as_u64().unwrap() <= 700 * 1024);
+    assert_eq!(v["baselines"].as_array().unwrap().len(), 4);
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(plan).unwrap()).unwrap();
+    assert_eq!(written, v["plan"]);
+    std::fs::remove_file(plan).ok();
+}
+
+/// The compressed 7B graph reads directly (gzip is recognised by its
+/// magic bytes), and an impossible budget is one error line naming the
+/// least memory found.
+#[test]
+fn autoshard_reads_gzip_and_refuses_impossible_budgets() {
+    let (code, _, err) = run(&[
+        "propagate",
+        &hf("llama-2-7b.json.gz"),
+        "--plan",
+        &hf("llama_tp.json"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let e = bad(
+        &[
+            "autoshard",
+            &hf("llama.json"),
+            "--mesh",
+            "4",
+            "--memory",
+            "1KiB",
+        ],
+        "no plan fits 1.00 KiB per device: the smallest plan found needs",
+    );
+    assert!(!e.contains("panicked"));
+    bad(
+        &[
+            "autoshard",
+            &hf("llama.json"),
+            "--mesh",
+            "4",
+            "--memory",
+            "24 gigs",
+        ],
+        "unknown unit",
+    );
+    bad(
+        &[
+            "autoshard",
+            &hf("llama.json"),
+            "--mesh",
+            "4",
+            "--device",
+            "v100",
+        ],
+        "unknown device `v100`",
+    );
+    bad(
+        &[
+            "autoshard",
+            &hf("llama.json"),
+            "--mesh",
+            "4",
+            "--starts",
+            "0",
+        ],
+        "--starts 0",
+    );
+    bad(
+        &["autoshard", &hf("llama.json"), "--mesh", "0x4"],
+        "mesh extent 0",
+    );
+}

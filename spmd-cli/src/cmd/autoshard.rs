@@ -19,10 +19,11 @@ pub fn autoshard(args: &AutoshardArgs) -> Result<Output> {
         .to_vec();
     let mut options = Options::new(mesh);
     options.device = args.device.parse::<Device>().map_err(CliError::usage)?;
-    if let Some(m) = &args.memory {
-        options.memory =
-            Some(parse_bytes(m).map_err(|e| CliError::usage(format!("--memory: {e}")))?);
-    }
+    // Without --memory a plan must fit the device's own memory.
+    options.memory = Some(match &args.memory {
+        Some(m) => parse_bytes(m).map_err(|e| CliError::usage(format!("--memory: {e}")))?,
+        None => options.device.memory,
+    });
     if let Some(d) = &args.dtype {
         options.dtype = Some(d.parse().map_err(CliError::usage)?);
     }
