@@ -77,6 +77,9 @@ pub struct Evaluator<'r> {
 /// The most graph copies pricing at once.
 pub const WORKERS: usize = 8;
 
+/// Graphs with fewer ops are priced on one thread.
+pub const PARALLEL_OPS: usize = 1000;
+
 impl<'r> Evaluator<'r> {
     pub fn new(measurer: Measurer<'r>, space: Space) -> Evaluator<'r> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -133,31 +136,46 @@ impl<'r> Evaluator<'r> {
         }
         // Worker `w` prices plans `w`, `w + workers`, ...: neighbouring
         // plans cost alike, so every worker gets its share of the dear ones.
-        let workers = self.measurers.len().min(todo.len()).max(1);
+        // A small graph prices faster than a thread starts: one worker then.
+        let parallel = self.measurers[0].graph().ops().len() >= PARALLEL_OPS;
+        let workers = if parallel {
+            self.measurers.len().min(todo.len()).max(1)
+        } else {
+            1
+        };
         let space = &self.space;
         let todo_ref = &todo;
-        let results: Vec<Result<Vec<Option<Priced>>, GraphError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .measurers
-                .iter_mut()
-                .take(workers)
-                .enumerate()
-                .map(|(w, m)| {
-                    s.spawn(move || {
-                        todo_ref
-                            .iter()
-                            .skip(w)
-                            .step_by(workers)
-                            .map(|c| price_one(m, space, c, &hopeless))
-                            .collect()
+        let results: Vec<Result<Vec<Option<Priced>>, GraphError>> = if workers == 1 {
+            let m = &mut self.measurers[0];
+            vec![
+                todo.iter()
+                    .map(|c| price_one(m, space, c, &hopeless))
+                    .collect(),
+            ]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = self
+                    .measurers
+                    .iter_mut()
+                    .take(workers)
+                    .enumerate()
+                    .map(|(w, m)| {
+                        s.spawn(move || {
+                            todo_ref
+                                .iter()
+                                .skip(w)
+                                .step_by(workers)
+                                .map(|c| price_one(m, space, c, &hopeless))
+                                .collect()
+                        })
                     })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        });
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            })
+        };
         let mut answers: Vec<Option<Option<Priced>>> = vec![None; todo.len()];
         for (w, batch) in results.into_iter().enumerate() {
             for (k, f) in batch?.into_iter().enumerate() {
