@@ -11,11 +11,12 @@
 //!
 //! Run with `cargo bench --bench autoshard`.
 
-use std::io::Read;
-
 use divan::{Bencher, black_box};
 use spmd_autoshard::{Options, Outcome, autoshard, report::time};
 use spmd_graph::json::GraphFile;
+
+#[path = "common/llama_7b.rs"]
+mod llama_7b;
 
 const SMALL: [(&str, &str); 3] = [
     ("llama", include_str!("../spmd-graph/graphs/hf/llama.json")),
@@ -25,15 +26,6 @@ const SMALL: [(&str, &str); 3] = [
         include_str!("../spmd-graph/graphs/hf/gpt-neox.json"),
     ),
 ];
-
-fn llama_7b() -> String {
-    let gz = include_bytes!("../spmd-graph/graphs/hf/llama-2-7b.json.gz");
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&gz[..])
-        .read_to_string(&mut text)
-        .expect("the committed graph decompresses");
-    text
-}
 
 fn search(text: &str, mesh: &[usize], memory: Option<u64>) -> Outcome {
     let file: GraphFile = serde_json::from_str(text).expect("graph JSON");
@@ -69,7 +61,7 @@ const MESHES_7B: [&[usize]; 3] = [&[8], &[2, 4], &[4, 8]];
 const MESHES_SMALL: [&[usize]; 2] = [&[4], &[2, 2]];
 
 fn main() {
-    let text = llama_7b();
+    let text = llama_7b::text();
     for mesh in MESHES_7B {
         quality(
             &format!("7b {mesh:?}"),
@@ -86,7 +78,7 @@ fn main() {
 
 #[divan::bench(args = MESHES_7B, sample_count = 3, sample_size = 1)]
 fn llama_2_7b(bencher: Bencher, mesh: &[usize]) {
-    let text = llama_7b();
+    let text = llama_7b::text();
     bencher.bench_local(|| search(black_box(&text), mesh, Some(24 * GIB)));
 }
 

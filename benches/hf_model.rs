@@ -13,24 +13,17 @@
 //!
 //! Run with `cargo bench --bench hf_model`.
 
-use std::io::Read;
-
 use divan::{Bencher, black_box};
 use spmd_graph::annotations::{AnnotationFile, apply};
 use spmd_graph::json::{GraphFile, Loaded, from_file};
 use spmd_graph::{DType, backward_graph, plan, propagate};
 
+#[path = "common/llama_7b.rs"]
+mod llama_7b;
+use llama_7b::text;
+
 fn main() {
     divan::main();
-}
-
-fn text() -> String {
-    let gz = include_bytes!("../spmd-graph/graphs/hf/llama-2-7b.json.gz");
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&gz[..])
-        .read_to_string(&mut text)
-        .expect("the committed graph decompresses");
-    text
 }
 
 fn load(text: &str, registry: &spmd_core::Registry) -> Loaded {

@@ -15,10 +15,10 @@
 //! with no projection Megatron knows) says why instead. All are written in
 //! the search's own decisions, so one model prices them all.
 
-use spmd_core::{DimsMapping, DistAttr, MeshDim, Sharding};
+use spmd_core::{DistAttr, MeshDim};
 use spmd_graph::Graph;
 
-use crate::space::{Choice, Group, Layout, Space, splits_evenly};
+use crate::space::{Choice, Group, Layout, Space, split_attr, splits_evenly};
 
 /// What one mesh dim does in a role-built plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,11 +219,7 @@ fn group_layout(g: &Group, roles: &[Role], graph: &Graph) -> Layout {
         // A data input no role splits is left to propagation.
         return Layout::Free;
     }
-    let shardings: Vec<Sharding> = on
-        .iter()
-        .map(|ms| Sharding::co(ms).unwrap_or(Sharding::REPLICATED))
-        .collect();
-    let attr = DistAttr::new(DimsMapping::from_shardings(&shardings));
+    let attr = split_attr(&on);
     let split = on.iter().any(|ms| !ms.is_empty());
     Layout::Fixed {
         attr,
@@ -263,7 +259,7 @@ fn split(shape: &[usize], dim: usize, dims: &[MeshDim], graph: &Graph) -> Option
     if dims.is_empty() || !splits_evenly(e, n) {
         return None;
     }
-    let mut s = vec![Sharding::REPLICATED; shape.len()];
-    s[dim] = Sharding::co(dims)?;
-    Some(DistAttr::new(DimsMapping::from_shardings(&s)))
+    let mut on = vec![Vec::new(); shape.len()];
+    on[dim] = dims.to_vec();
+    Some(split_attr(&on))
 }

@@ -72,6 +72,10 @@ pub enum AutoshardError {
         /// That plan, in words.
         plan: String,
     },
+    /// The rules rejected every plan the search tried (even the one with
+    /// no annotation).
+    #[error("the rules refuse every one of the {plans} plans tried")]
+    AllRefused { plans: usize },
     #[error("the mesh {mesh:?} has {problem}")]
     BadMesh { mesh: Vec<usize>, problem: String },
 }
@@ -316,10 +320,8 @@ pub fn autoshard(
     let stats = eval.stats.clone();
     let (mut measurer, space) = eval.into_parts();
     let Some((choice, figures)) = best else {
-        return Err(AutoshardError::NoPlanFits {
-            budget: options.memory.unwrap_or(0),
-            smallest: 0,
-            plan: "the rules refused every plan".into(),
+        return Err(AutoshardError::AllRefused {
+            plans: stats.evaluated,
         });
     };
     let describe = |c: &[u16]| -> Vec<Decision> {

@@ -6,7 +6,7 @@
 //! - **communication**: every communicating step of the forward and the
 //!   backward reshard plans, at the plans' ring volumes, timed by
 //!   [`CostModel::collective_time`];
-//! - **compute**: each op's FLOPs ([`flops`]) divided by the product of the
+//! - **compute**: each op's FLOPs ([`op_flops`]) divided by the product of the
 //!   mesh dims its outputs are split or partial over (a device computes its
 //!   block); a grad op costs twice its forward op;
 //! - **memory**: each parameter's local block, its gradient's (laid out like
@@ -118,7 +118,7 @@ pub struct Measurer<'r> {
 
 /// Op kinds whose output is a view of their first input: no storage of
 /// their own.
-const VIEWS: &[&str] = &[
+pub const VIEWS: &[&str] = &[
     "aten.view",
     "aten._unsafe_view",
     "aten.reshape",

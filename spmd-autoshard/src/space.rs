@@ -18,7 +18,7 @@
 //!   the stored layout. That is ZeRO-3/FSDP, in spmd's own plans.
 
 use spmd_core::{DimsMapping, DistAttr, MeshDim, Sharding};
-use spmd_graph::annotations::Annotation;
+use spmd_graph::annotations::{Annotation, matches};
 use spmd_graph::{Graph, TensorId};
 
 /// One layout a decision can take.
@@ -186,25 +186,13 @@ pub fn pattern_of(name: &str) -> String {
         .join(".")
 }
 
-/// Whether `name` is `pattern`, `*` standing for any run (the plan file's
-/// matching).
-fn matches(pattern: &str, name: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or("");
-    let Some(mut rest) = name.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        return rest.is_empty();
-    };
-    for p in middle {
-        match rest.find(p) {
-            Some(i) => rest = &rest[i + p.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
+/// The layout that splits each dim over its mesh dims (major first).
+pub fn split_attr(on: &[Vec<MeshDim>]) -> DistAttr {
+    let shardings: Vec<Sharding> = on
+        .iter()
+        .map(|ms| Sharding::co(ms).unwrap_or(Sharding::REPLICATED))
+        .collect();
+    DistAttr::new(DimsMapping::from_shardings(&shardings))
 }
 
 /// Whether `parts` devices split `extent` into equal non-empty blocks.
@@ -237,11 +225,7 @@ pub fn layouts(shape: &[usize], mesh: &[usize], param: bool) -> Vec<Layout> {
         if !even {
             continue;
         }
-        let shardings: Vec<Sharding> = on
-            .iter()
-            .map(|ms| Sharding::co(ms).unwrap_or(Sharding::REPLICATED))
-            .collect();
-        let attr = DistAttr::new(DimsMapping::from_shardings(&shardings));
+        let attr = split_attr(&on);
         let split = on.iter().any(|ms| !ms.is_empty());
         if param && split {
             stored.push(Layout::Fixed {
@@ -294,13 +278,5 @@ mod tests {
         assert!(p.iter().all(
             |l| !matches!(l, Layout::Fixed { attr, priority: 1 } if attr.to_string() == "[-1, -1]")
         ));
-    }
-
-    #[test]
-    fn patterns_match_like_plan_files() {
-        assert!(matches("a.*.w", "a.3.w"));
-        assert!(matches("a.*.w", "a.3.b.4.w"));
-        assert!(!matches("a.*.w", "a.3.wx"));
-        assert!(matches("x", "x") && !matches("x", "xy"));
     }
 }

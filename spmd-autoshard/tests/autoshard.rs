@@ -6,7 +6,7 @@ use spmd_autoshard::{AutoshardError, Measurer, Options, Outcome, autoshard};
 use spmd_core::{DistAttr, Mesh};
 use spmd_graph::annotations::{AnnotationFile, apply};
 use spmd_graph::json::{GraphFile, from_file};
-use spmd_graph::{DType, propagate};
+use spmd_graph::propagate;
 
 const GRAPHS: [(&str, &str); 5] = [
     (
@@ -49,12 +49,16 @@ fn replicated_memory(text: &str, mesh: &[usize]) -> u64 {
         ));
     }
     let registry = spmd_ops::builtins();
-    let loaded = from_file(&f, &registry).unwrap();
-    let p = propagate(&loaded.graph).unwrap();
+    let m = measurer(&f, &registry);
+    let p = propagate(m.graph()).unwrap();
+    m.memory(&p).total
+}
+
+/// `f` built and ready to price, on H100s, at the graph's own dtype.
+fn measurer<'r>(f: &GraphFile, registry: &'r spmd_core::Registry) -> Measurer<'r> {
+    let loaded = from_file(f, registry).unwrap();
     let model = spmd_autoshard::CostModel::new(spmd_autoshard::Device::h100(), loaded.graph.mesh());
-    Measurer::new(loaded.graph, &registry, loaded.outputs, DType::F32, model)
-        .memory(&p)
-        .total
+    Measurer::new(loaded.graph, registry, loaded.outputs, loaded.dtype, model)
 }
 
 /// With a budget full replication cannot meet, every graph gets a plan
@@ -153,11 +157,7 @@ fn the_plan_file_reproduces_the_report() {
         let mut f = file(text);
         apply(&mut f, &plan).unwrap();
         let registry = spmd_ops::builtins();
-        let loaded = from_file(&f, &registry).unwrap();
-        let model =
-            spmd_autoshard::CostModel::new(spmd_autoshard::Device::h100(), loaded.graph.mesh());
-        let dtype = loaded.dtype;
-        let mut m = Measurer::new(loaded.graph, &registry, loaded.outputs, dtype, model);
+        let mut m = measurer(&f, &registry);
         assert_eq!(m.measure().unwrap(), o.figures, "{name}");
     }
 }
@@ -252,29 +252,8 @@ fn memory_matches_an_independent_count() {
         let base = |mut t: spmd_graph::TensorId| {
             while let Some(o) = g.tensor(t).producer {
                 let op = g.op(o);
-                let view = [
-                    "aten.view",
-                    "aten._unsafe_view",
-                    "aten.reshape",
-                    "aten.permute",
-                    "aten.t",
-                    "aten.transpose.int",
-                    "aten.unsqueeze",
-                    "aten.squeeze",
-                    "aten.squeeze.dim",
-                    "aten.expand",
-                    "aten.slice.Tensor",
-                    "aten.select.int",
-                    "aten.alias",
-                    "aten.detach",
-                    "reshape",
-                    "transpose",
-                    "unsqueeze",
-                    "squeeze",
-                    "expand",
-                    "slice",
-                ];
-                if !view.contains(&op.rule.as_str()) {
+
+                if !spmd_autoshard::measure::VIEWS.contains(&op.rule.as_str()) {
                     break;
                 }
                 t = op.inputs[0];
@@ -347,11 +326,7 @@ fn the_forward_bound_is_a_bound() {
             let mut f = file(text);
             f.mesh = mesh.clone();
             let registry = spmd_ops::builtins();
-            let loaded = from_file(&f, &registry).unwrap();
-            let model =
-                spmd_autoshard::CostModel::new(spmd_autoshard::Device::h100(), loaded.graph.mesh());
-            let dtype = loaded.dtype;
-            let mut m = Measurer::new(loaded.graph, &registry, loaded.outputs, dtype, model);
+            let mut m = measurer(&f, &registry);
             let mut space = spmd_autoshard::Space::new(m.graph());
             let plans = all_combinations(&mut space, m.graph());
             assert!(plans.len() > 3, "{name}: {} plans", plans.len());

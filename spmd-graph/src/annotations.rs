@@ -102,8 +102,9 @@ pub fn apply(graph: &mut GraphFile, plan: &AnnotationFile) -> Result<usize, Grap
     Ok(by.iter().filter(|b| b.is_some()).count())
 }
 
-/// Whether `name` is `pattern`, each `*` standing for any run of characters.
-fn matches(pattern: &str, name: &str) -> bool {
+/// Whether `name` is `pattern`, each `*` standing for any run of characters
+/// (how a plan file's `tensors` names tensors).
+pub fn matches(pattern: &str, name: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or("");
     let Some(mut rest) = name.strip_prefix(first) else {
