@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use spmd_core::{AttrValue, DistAttr, Mesh, MeshDim, MeshSet, Registry};
-use spmd_graph::reshard::local_shape;
-use spmd_graph::steps::Step;
+use spmd_graph::reshard::{local_shape, volumes};
+use spmd_graph::steps::{Step, finish_partial};
 use spmd_graph::{
     Backward, DType, Graph, GraphError, OpKind, Propagation, ReshardPlan, TensorId, backward_graph,
     plan, propagate,
@@ -74,6 +74,9 @@ impl Figures {
         self.collectives.iter().map(|c| c.bytes).sum()
     }
 }
+
+/// Collectives by pass, kind and mesh dims.
+type Collectives = BTreeMap<(&'static str, Collective, Vec<MeshDim>), CollectiveCost>;
 
 /// What the forward pass alone shows of a plan: its memory (exact) and a
 /// lower bound on its step time (the forward's compute and collectives,
@@ -252,6 +255,7 @@ impl<'r> Measurer<'r> {
         }
         let mut collectives = BTreeMap::new();
         self.add_collectives(&mut collectives, "forward", &forward);
+        self.add_partial_outputs(&mut collectives, &p);
         let memory = self.memory(&p);
         let bound = Bound {
             memory,
@@ -318,34 +322,55 @@ impl<'r> Measurer<'r> {
         }))
     }
 
+    /// A graph output the forward leaves partial (a loss summed over split
+    /// batch rows) is read by the user, so it is reduced once: the
+    /// reshard plan does not count that reduction, the price does.
+    fn add_partial_outputs(&self, into: &mut Collectives, p: &Propagation) {
+        for &t in &self.outputs {
+            let attr = p.attr(t);
+            if !attr.partial.is_partial() {
+                continue;
+            }
+            let steps = finish_partial(attr);
+            let shape = &self.graph.tensor(t).shape;
+            let bytes = volumes(&steps, attr, shape, self.mesh(), self.dtype);
+            self.add_steps(into, "forward", steps.iter().zip(bytes));
+        }
+    }
+
     /// Adds `plan`'s communicating steps to `into`, by pass, kind and mesh
     /// dims.
-    fn add_collectives(
-        &self,
-        into: &mut BTreeMap<(&'static str, Collective, Vec<MeshDim>), CollectiveCost>,
-        pass: &'static str,
-        plan: &ReshardPlan,
-    ) {
+    fn add_collectives(&self, into: &mut Collectives, pass: &'static str, plan: &ReshardPlan) {
         for r in &plan.reshards {
-            for (step, bytes) in &r.steps {
-                let Some((kind, dims)) = collective(step) else {
-                    continue;
-                };
-                let time = self.model.collective_time(kind, self.mesh(), &dims, *bytes);
-                let c = into
-                    .entry((pass, kind, dims.clone()))
-                    .or_insert(CollectiveCost {
-                        pass,
-                        kind,
-                        mesh_dims: dims,
-                        count: 0,
-                        bytes: 0,
-                        time: 0.0,
-                    });
-                c.count += 1;
-                c.bytes += bytes;
-                c.time += time;
-            }
+            self.add_steps(into, pass, r.steps.iter().map(|(s, b)| (s, *b)));
+        }
+    }
+
+    /// Adds communicating `steps` (with their bytes) to `into`.
+    fn add_steps<'s>(
+        &self,
+        into: &mut Collectives,
+        pass: &'static str,
+        steps: impl Iterator<Item = (&'s Step, u64)>,
+    ) {
+        for (step, bytes) in steps {
+            let Some((kind, dims)) = collective(step) else {
+                continue;
+            };
+            let time = self.model.collective_time(kind, self.mesh(), &dims, bytes);
+            let c = into
+                .entry((pass, kind, dims.clone()))
+                .or_insert(CollectiveCost {
+                    pass,
+                    kind,
+                    mesh_dims: dims,
+                    count: 0,
+                    bytes: 0,
+                    time: 0.0,
+                });
+            c.count += 1;
+            c.bytes += bytes;
+            c.time += time;
         }
     }
 

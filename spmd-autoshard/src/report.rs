@@ -49,6 +49,9 @@ pub fn text(o: &Outcome) -> String {
     for d in o.decisions.iter().filter(|d| d.layout != "free") {
         s.push_str(&format!("  {}: {}\n", d.tensors, d.layout));
     }
+    if o.decisions.is_empty() {
+        s.push_str("  (no decisions: every leaf is pinned)\n");
+    }
     let free = o.decisions.iter().filter(|d| d.layout == "free").count();
     if free > 0 {
         s.push_str(&format!("  ({free} more leaves left to propagation)\n"));

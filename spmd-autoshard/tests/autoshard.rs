@@ -347,3 +347,40 @@ fn the_forward_bound_is_a_bound() {
         }
     }
 }
+
+/// A graph output left partial is reduced once before the user reads it,
+/// and the price counts that all-reduce (the reshard plan alone does not).
+#[test]
+fn a_partial_output_is_paid_for() {
+    let text = r#"{"mesh": [2], "tensors": [
+        {"name": "x", "shape": [8, 4], "dims_mapping": [-1, 0]},
+        {"name": "w", "shape": [4, 6], "param": true, "dims_mapping": [0, -1]},
+        {"name": "y", "shape": [8, 6]}],
+      "ops": [{"name": "mm", "op": "matmul", "inputs": ["x", "w"], "outputs": ["y"]}]}"#;
+    let f: GraphFile = serde_json::from_str(text).unwrap();
+    let registry = spmd_ops::builtins();
+    let mut m = measurer(&f, &registry);
+    let figures = m.measure().unwrap();
+    let forward: Vec<_> = figures
+        .collectives
+        .iter()
+        .filter(|c| c.pass == "forward")
+        .collect();
+    assert_eq!(forward.len(), 1, "{forward:?}");
+    assert_eq!(forward[0].kind, spmd_autoshard::Collective::AllReduce);
+    assert_eq!(forward[0].count, 1);
+    // Ring all-reduce of the 8x6 f32 output over 2 devices: 2 (n-1)/n L.
+    assert_eq!(forward[0].bytes, 8 * 6 * 4);
+    // The search itself avoids it: nothing of the chosen plan's forward
+    // communicates when splitting w's columns costs nothing.
+    let mut free = f.clone();
+    for t in &mut free.tensors {
+        t.dims_mapping = None;
+    }
+    let o = autoshard(&free, &registry, &Options::new(vec![2]), &mut |_| {}).unwrap();
+    assert!(
+        o.figures.collectives.iter().all(|c| c.pass != "forward"),
+        "{:?}",
+        o.figures.collectives
+    );
+}
