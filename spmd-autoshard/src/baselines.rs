@@ -21,7 +21,7 @@ use spmd_graph::Graph;
 use crate::space::{Choice, Group, Layout, Space, split_attr, splits_evenly};
 
 /// What one mesh dim does in a role-built plan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
     /// Nothing: it splits no leaf.
     Idle,
@@ -103,12 +103,13 @@ pub fn baseline(name: &str, space: &mut Space, graph: &Graph) -> Result<Choice, 
     Ok(compose(&roles, space, graph))
 }
 
-/// Every combination of roles over the mesh dims, as plans in `space`
-/// (each once; combinations that give the same plan are one).
-pub fn all_combinations(space: &mut Space, graph: &Graph) -> Vec<Choice> {
+/// Every combination of roles over the mesh dims, with its plan in `space`
+/// (each plan once: of the combinations that give the same plan, the
+/// first).
+pub fn all_combinations(space: &mut Space, graph: &Graph) -> Vec<(Vec<Role>, Choice)> {
     let rank = graph.mesh().rank();
     let n = Role::ALL.len().pow(rank as u32);
-    let mut out: Vec<Choice> = Vec::new();
+    let mut out: Vec<(Vec<Role>, Choice)> = Vec::new();
     for code in 0..n {
         let mut c = code;
         let roles: Vec<Role> = (0..rank)
@@ -119,8 +120,8 @@ pub fn all_combinations(space: &mut Space, graph: &Graph) -> Vec<Choice> {
             })
             .collect();
         let choice = compose(&roles, space, graph);
-        if !out.contains(&choice) {
-            out.push(choice);
+        if !out.iter().any(|(_, c)| *c == choice) {
+            out.push((roles, choice));
         }
     }
     out

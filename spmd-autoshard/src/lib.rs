@@ -237,8 +237,10 @@ pub fn autoshard(
     let mut space = Space::new(measurer.graph());
     let free: Vec<u16> = vec![0; space.groups.len()];
 
-    let mut starts = baselines::all_combinations(&mut space, measurer.graph());
-    starts.insert(0, free);
+    let mut combinations = baselines::all_combinations(&mut space, measurer.graph());
+    combinations.insert(0, (Vec::new(), free));
+    let (roles, starts): (Vec<Vec<baselines::Role>>, Vec<Vec<u16>>) =
+        combinations.into_iter().unzip();
     let mut named = Vec::new();
     for name in baselines::NAMES {
         named.push((
@@ -287,10 +289,15 @@ pub fn autoshard(
         .filter(|_| options.starts <= 1)
         .map(|f| (f, options.memory));
     let priced = eval.price_all(&starts, prune)?;
-    let mut ranked: Vec<(Vec<u16>, Figures)> = starts
+    let mut ranked: Vec<(
+        Vec<u16>,
+        Figures,
+        std::collections::BTreeSet<baselines::Role>,
+    )> = starts
         .into_iter()
         .zip(priced)
-        .filter_map(|(c, f)| Some((c, f?)))
+        .zip(roles)
+        .filter_map(|((c, f), r)| Some((c, f?, r.into_iter().collect())))
         .collect();
     // A stable insertion sort by `better`: ties keep the enumeration order.
     let mut order: Vec<usize> = Vec::new();
@@ -306,8 +313,23 @@ pub fn autoshard(
         eval.stats.evaluated,
         options.starts.max(1).min(order.len())
     ));
+    // Several starts are chosen for variety: the best combination of each
+    // set of roles first (a ZeRO-and-sequence plan can lead somewhere a
+    // cheaper ZeRO-only start does not), then the rest by rank.
+    let wanted = options.starts.max(1).min(order.len());
+    let mut chosen: Vec<usize> = Vec::new();
+    for &i in &order {
+        if chosen.len() < wanted && chosen.iter().all(|&j| ranked[j].2 != ranked[i].2) {
+            chosen.push(i);
+        }
+    }
+    for &i in &order {
+        if chosen.len() < wanted && !chosen.contains(&i) {
+            chosen.push(i);
+        }
+    }
     let mut best: Option<(Vec<u16>, Figures)> = None;
-    for &i in order.iter().take(options.starts.max(1)) {
+    for i in chosen {
         let start = std::mem::take(&mut ranked[i].0);
         if let Some((c, f)) = eval.descend(start, options.memory, progress)?
             && best

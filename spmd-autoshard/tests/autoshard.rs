@@ -330,7 +330,7 @@ fn the_forward_bound_is_a_bound() {
             let mut space = spmd_autoshard::Space::new(m.graph());
             let plans = all_combinations(&mut space, m.graph());
             assert!(plans.len() > 3, "{name}: {} plans", plans.len());
-            for c in plans {
+            for (_, c) in plans {
                 space.apply(&mut m.graph, &c).unwrap();
                 let Priced::Bounded(b) = m.measure_unless(|_| true).unwrap() else {
                     panic!("everything is hopeless here");
@@ -383,4 +383,19 @@ fn a_partial_output_is_paid_for() {
         "{:?}",
         o.figures.collectives
     );
+}
+
+/// More starts never give a worse plan: the best start is always among
+/// them, and the best plan any descent reaches wins.
+#[test]
+fn more_starts_are_never_worse() {
+    for (name, text) in &GRAPHS[..2] {
+        let mut options = Options::new(vec![4]);
+        options.memory = Some(replicated_memory(text, &[4]) / 2);
+        let one = run(text, &options).unwrap();
+        options.starts = 3;
+        let four = run(text, &options).unwrap();
+        assert!(four.figures.step_time <= one.figures.step_time, "{name}");
+        assert!(four.search.evaluated >= one.search.evaluated, "{name}");
+    }
 }
