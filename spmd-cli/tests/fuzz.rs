@@ -7,7 +7,8 @@
 //! - the conformance-case loaders (the CLI's `--json` calls and the test
 //!   suite's `parse_cases`), on mutated real cases, each loaded call run;
 //! - the graph JSON loader, on a mutated real graph, each loaded graph
-//!   propagated forward and backward;
+//!   propagated forward and backward, and planned by `autoshard` on a random
+//!   mesh and budget;
 //! - every registered rule, built with random attributes and called in each
 //!   direction with random shapes and mappings.
 //!
@@ -43,8 +44,16 @@ fn fuzz<S: Strategy>(target: &str, strategy: S, test: impl Fn(S::Value) -> bool)
 where
     S::Value: std::fmt::Debug,
 {
+    fuzz_n(target, cases(), strategy, test)
+}
+
+/// [`fuzz`] on `n` inputs (for targets whose every input runs a search).
+fn fuzz_n<S: Strategy>(target: &str, n: u32, strategy: S, test: impl Fn(S::Value) -> bool)
+where
+    S::Value: std::fmt::Debug,
+{
     let config = Config {
-        cases: cases(),
+        cases: n,
         failure_persistence: None,
         ..Config::default()
     };
@@ -69,8 +78,7 @@ where
         panic!("{target}: {e}");
     }
     println!(
-        "{target}: {} inputs, {} answered all the way, 0 panics",
-        cases(),
+        "{target}: {n} inputs, {} answered all the way, 0 panics",
         deep.into_inner()
     );
 }
@@ -305,6 +313,38 @@ fn graph_loader_and_propagation() {
                     Ok(bp) => spmd_graph::plan(&b.graph, &bp, loaded.dtype).is_ok(),
                     Err(_) => false,
                 },
+                Err(_) => false,
+            }
+        },
+    );
+}
+
+/// The planner on mutated graphs, random meshes and budgets: a plan or a
+/// typed error, never a panic, and never a plan over budget. Each input runs
+/// a whole search, so this target takes a sixteenth of the inputs.
+#[test]
+fn autoshard_on_mutated_graphs() {
+    let strategy = (
+        edits("0123456789-,[]{}\":truefalsnul abxyz_"),
+        prop::collection::vec(1usize..5, 2..3),
+        prop::option::of(1u64 << 10..1u64 << 26),
+    );
+    fuzz_n(
+        "autoshard",
+        (cases() / 16).max(4),
+        strategy,
+        |(e, mesh, memory)| {
+            let text = apply(graph_text(), &e);
+            let Ok(file) = serde_json::from_str::<spmd_graph::json::GraphFile>(&text) else {
+                return false;
+            };
+            let mut options = spmd_autoshard::Options::new(mesh);
+            options.memory = memory;
+            match spmd_autoshard::autoshard(&file, registry(), &options, &mut |_| {}) {
+                Ok(o) => {
+                    assert!(memory.is_none_or(|m| o.figures.memory.total <= m));
+                    true
+                }
                 Err(_) => false,
             }
         },
