@@ -274,8 +274,8 @@ mod tests {
     #[test]
     fn uneven_splits() {
         let l = layout(&[4], &[10], DistAttr::from_paddle(&[0]).unwrap());
-        // Balanced, as Paddle splits and spmd-check simulates (3, 3, 2, 2;
-        // it used to be 3, 3, 3, 1).
+        // Balanced, as Paddle splits and spmd-check simulates (3, 3, 2, 2,
+        // not 3, 3, 3, 1).
         assert_eq!(l.dims[0].bounds, [(0, 3), (3, 6), (6, 8), (8, 10)]);
         assert!(!l.dims[0].even());
         let l = layout(&[4], &[2], DistAttr::from_paddle(&[0]).unwrap());

@@ -601,7 +601,7 @@ mod tests {
     }
 
     /// A mesh of rank 0 (a JSON call's `mesh_shape: []`) has no mesh dim to
-    /// name; the phrase used to subtract one from zero (the fuzzer found it).
+    /// name; the phrase must not subtract one from zero (the fuzzer's find).
     #[test]
     fn mesh_dims_phrase_of_every_rank() {
         assert_eq!(mesh_dims_phrase(0), "no mesh dim");

@@ -496,7 +496,7 @@ mod tests {
             err("relu", Attrs::new().with("alpha", 0.1)).as_deref(),
             Some("relu: unknown attribute `alpha`; relu takes: no attributes")
         );
-        // reduce_all reduces every dim, whatever `axis` says (it used to be ignored).
+        // reduce_all reduces every dim, whatever `axis` says.
         let mesh = spmd_core::Mesh::new(&[2]).unwrap();
         let x = spmd_core::DistAttr::from_paddle(&[-1, 0]).unwrap();
         let max = r

@@ -424,9 +424,10 @@ fn divisible(mesh: &Mesh, mut s: Sharding, extents: &[usize]) -> Sharding {
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Reshape {
-    /// The target shape: required in forward, where nothing else says it (it
-    /// used to default to `[]`: "cannot reshape [8, 16] into []"); backward
-    /// and grad read it off the output (Paddle's reshape grad takes none).
+    /// The target shape: required in forward, where nothing else says it (a
+    /// default of `[]` would only say "cannot reshape [8, 16] into []");
+    /// backward and grad read it off the output (Paddle's reshape grad takes
+    /// none).
     #[spmd(default)]
     pub shape: Option<Vec<i64>>,
 }
@@ -927,7 +928,7 @@ mod tests {
     }
 
     /// A size-1 dim inside a merged run is `1` and leaves the labels to the
-    /// dims larger than 1 (it used to take one and leave `a11->(ab)`).
+    /// dims larger than 1 (not `a11->(ab)`).
     #[test]
     fn size_one_dims_in_a_merged_run_take_no_label() {
         let e = reshape_notation("reshape", &[2, 1, 2], &[4]).unwrap();
