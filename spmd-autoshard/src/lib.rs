@@ -40,6 +40,7 @@ pub mod report;
 pub mod search;
 pub mod space;
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -249,28 +250,7 @@ pub fn autoshard(
         ));
     }
     let mut eval = search::Evaluator::new(measurer, space);
-    let mut baseline_results = Vec::new();
-    for (name, choice) in named {
-        let figures = match &choice {
-            Ok(c) => eval
-                .price(c)?
-                .ok_or_else(|| "the rules refuse this plan".to_string()),
-            Err(reason) => Err(reason.clone()),
-        };
-        let plan = choice
-            .as_ref()
-            .ok()
-            .filter(|_| figures.is_ok())
-            .map(|c| AnnotationFile {
-                mesh: Some(options.mesh.clone()),
-                annotations: eval.space.annotations(eval.measurer().graph(), c),
-            });
-        baseline_results.push(BaselineResult {
-            name,
-            figures,
-            plan,
-        });
-    }
+    let baseline_results = price_baselines(&mut eval, named, &options.mesh)?;
 
     // Every role combination is priced; the search descends from the best
     // few, and keeps the best plan it reaches. For one start, a combination
@@ -289,45 +269,18 @@ pub fn autoshard(
         .filter(|_| options.starts <= 1)
         .map(|f| (f, options.memory));
     let priced = eval.price_all(&starts, prune)?;
-    let mut ranked: Vec<(
-        Vec<u16>,
-        Figures,
-        std::collections::BTreeSet<baselines::Role>,
-    )> = starts
+    let mut ranked: Vec<(Vec<u16>, Figures, BTreeSet<baselines::Role>)> = starts
         .into_iter()
         .zip(priced)
         .zip(roles)
         .filter_map(|((c, f), r)| Some((c, f?, r.into_iter().collect())))
         .collect();
-    // A stable insertion sort by `better`: ties keep the enumeration order.
-    let mut order: Vec<usize> = Vec::new();
-    for i in 0..ranked.len() {
-        let at = order
-            .iter()
-            .position(|&j| search::better(&ranked[i].1, &ranked[j].1, options.memory))
-            .unwrap_or(order.len());
-        order.insert(at, i);
-    }
+    let chosen = choose_starts(&ranked, options.starts, options.memory);
     progress(&format!(
         "{} role combinations priced; descending from the best {}",
         eval.stats.evaluated,
-        options.starts.max(1).min(order.len())
+        chosen.len()
     ));
-    // Several starts are chosen for variety: the best combination of each
-    // set of roles first (a ZeRO-and-sequence plan can lead somewhere a
-    // cheaper ZeRO-only start does not), then the rest by rank.
-    let wanted = options.starts.max(1).min(order.len());
-    let mut chosen: Vec<usize> = Vec::new();
-    for &i in &order {
-        if chosen.len() < wanted && chosen.iter().all(|&j| ranked[j].2 != ranked[i].2) {
-            chosen.push(i);
-        }
-    }
-    for &i in &order {
-        if chosen.len() < wanted && !chosen.contains(&i) {
-            chosen.push(i);
-        }
-    }
     let mut best: Option<(Vec<u16>, Figures)> = None;
     for i in chosen {
         let start = std::mem::take(&mut ranked[i].0);
@@ -340,7 +293,7 @@ pub fn autoshard(
         }
     }
     let stats = eval.stats.clone();
-    let (mut measurer, space) = eval.into_parts();
+    let (measurer, space) = eval.into_parts();
     let Some((choice, figures)) = best else {
         return Err(AutoshardError::AllRefused {
             plans: stats.evaluated,
@@ -377,8 +330,6 @@ pub fn autoshard(
             },
         });
     }
-    // Leave the graph as chosen, for the plan file's patterns.
-    space.apply(&mut measurer.graph, &choice)?;
     let mut annotations = graph_pins;
     annotations.extend(pins.annotations.iter().cloned());
     annotations.extend(space.annotations(measurer.graph(), &choice));
@@ -403,4 +354,68 @@ pub fn autoshard(
         search: stats,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Each named baseline priced (or why it does not apply), with its plan.
+fn price_baselines(
+    eval: &mut search::Evaluator<'_>,
+    named: Vec<(&'static str, Result<Vec<u16>, String>)>,
+    mesh: &[usize],
+) -> Result<Vec<BaselineResult>, AutoshardError> {
+    let mut out = Vec::new();
+    for (name, choice) in named {
+        let figures = match &choice {
+            Ok(c) => eval
+                .price(c)?
+                .ok_or_else(|| "the rules refuse this plan".to_string()),
+            Err(reason) => Err(reason.clone()),
+        };
+        let plan = choice
+            .as_ref()
+            .ok()
+            .filter(|_| figures.is_ok())
+            .map(|c| AnnotationFile {
+                mesh: Some(mesh.to_vec()),
+                annotations: eval.space.annotations(eval.measurer().graph(), c),
+            });
+        out.push(BaselineResult {
+            name,
+            figures,
+            plan,
+        });
+    }
+    Ok(out)
+}
+
+/// Which of the priced role plans (`ranked`: plan, figures, set of roles)
+/// the search descends from: `wanted` of them (at least one), for variety
+/// the best plan of each set of roles first (a ZeRO-and-sequence plan can
+/// lead where a cheaper ZeRO-only start does not), then the rest by rank.
+/// Ranks are by [`search::better`]; ties keep the enumeration order.
+fn choose_starts(
+    ranked: &[(Vec<u16>, Figures, BTreeSet<baselines::Role>)],
+    wanted: usize,
+    budget: Option<u64>,
+) -> Vec<usize> {
+    let mut order: Vec<usize> = Vec::new();
+    for i in 0..ranked.len() {
+        let at = order
+            .iter()
+            .position(|&j| search::better(&ranked[i].1, &ranked[j].1, budget))
+            .unwrap_or(order.len());
+        order.insert(at, i);
+    }
+    let wanted = wanted.max(1).min(order.len());
+    let mut chosen: Vec<usize> = Vec::new();
+    for &i in &order {
+        if chosen.len() < wanted && chosen.iter().all(|&j| ranked[j].2 != ranked[i].2) {
+            chosen.push(i);
+        }
+    }
+    for &i in &order {
+        if chosen.len() < wanted && !chosen.contains(&i) {
+            chosen.push(i);
+        }
+    }
+    chosen
 }

@@ -182,18 +182,15 @@ impl<'r> Evaluator<'r> {
                 answers[w + k * workers] = Some(f);
             }
         }
-        for (c, f) in todo.iter().zip(answers) {
+        for (c, f) in todo.into_iter().zip(answers) {
             let f = f.expect("every plan priced");
-            {
-                let c = (*c).clone();
-                self.stats.evaluated += 1;
-                match &f {
-                    None => self.stats.refused += 1,
-                    Some(Priced::Bounded(_)) => self.stats.stopped_early += 1,
-                    Some(Priced::Full(_)) => {}
-                }
-                self.seen.insert(c, f);
+            self.stats.evaluated += 1;
+            match &f {
+                None => self.stats.refused += 1,
+                Some(Priced::Bounded(_)) => self.stats.stopped_early += 1,
+                Some(Priced::Full(_)) => {}
             }
+            self.seen.insert(c.clone(), f);
         }
         Ok(choices
             .iter()
