@@ -19,6 +19,7 @@
 //! Run with `cargo bench --bench inference`.
 
 use divan::{Bencher, black_box};
+use spmd_core::SpmdRuleExt;
 // `spmd_core::notation` is the `spmd_notation` crate, re-exported.
 use spmd_core::notation::{Notation, parse};
 use spmd_core::{DistAttr, Einsum, EinsumRule, Mesh, MeshSet, Partial, Policy, ReduceType, Spec};
@@ -234,7 +235,6 @@ fn macro_matmul_forward(bencher: Bencher) {
     #[spmd_core::spmd_rule(name = "matmul", einsum = "mk,kn->mn")]
     struct Matmul {}
 
-    use spmd_core::SpmdRule;
     let rule = Matmul {};
     let mesh = mesh_2x4();
     let (xa, ya) = (attr(&[0, 1]), attr(&[1, -1]));

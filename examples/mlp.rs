@@ -14,6 +14,7 @@
 //!
 //! Run with `cargo run --example mlp`.
 
+use spmd_core::SpmdRuleExt;
 use std::process::ExitCode;
 
 use spmd_core::{Attrs, DistAttr, Mesh, Registry, RuleResult, Spec, SpmdError};

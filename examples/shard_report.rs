@@ -6,11 +6,12 @@
 //!
 //! Run with `cargo run --release --example shard_report`.
 
+use spmd_core::SpmdRuleExt;
 use std::fmt::Write as _;
 
 use spmd_core::{
     AxisName, DistAttr, Einsum, Mesh, MeshDim, MeshSet, Partial, Policy, ReduceType, RuleResult,
-    Spec, SpmdError, SpmdRule, Trace,
+    Spec, SpmdError, Trace,
     notation::{Dim, Plan},
 };
 

@@ -4,7 +4,7 @@
 //! calls, interleaved across the rules (batch b of every rule, then b + 1),
 //! each rule's median ns per call over its batches. Results are dropped
 //! inside the loop, as Paddle's `SpmdInfo` is. The forward cases are also
-//! timed prepared for their shapes (`SpmdRule::forward_plain`, into one
+//! timed prepared for their shapes (`SpmdRule::prepare`, into one
 //! reused result), as a graph or a search calls a rule; Paddle has no
 //! such call, so that column compares our prepared call with its plain one.
 //!
@@ -56,8 +56,7 @@ fn main() {
     }
     // The forward cases also run prepared for their shapes (a graph's or a
     // search's way), answering into one reused result.
-    let plains: Vec<Option<spmd_core::PlainForward>> =
-        cases.iter().map(|c| c.prepare(&mesh)).collect();
+    let plains: Vec<Option<spmd_core::Prepared>> = cases.iter().map(|c| c.prepare(&mesh)).collect();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     let mut prepared_times: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     for (case, plain) in cases.iter().zip(&plains) {
@@ -140,21 +139,12 @@ fn run(case: &cases::Case, mesh: &spmd_core::Mesh, n: u64) {
 }
 
 /// `n` calls of `case` by its prepared call, into one reused result.
-fn run_prepared(
-    case: &cases::Case,
-    plain: &spmd_core::PlainForward,
-    mesh: &spmd_core::Mesh,
-    n: u64,
-) {
+fn run_prepared(case: &cases::Case, plain: &spmd_core::Prepared, mesh: &spmd_core::Mesh, n: u64) {
     case.with_specs(|specs, _| {
         let mut out = spmd_core::RuleResult::default();
         for _ in 0..n {
             let answered = case.call_prepared(black_box(mesh), black_box(specs), plain, &mut out);
-            assert!(
-                matches!(answered, Ok(true)),
-                "{}: the prepared call answers",
-                case.name
-            );
+            assert!(answered.is_ok(), "{}: the prepared call answers", case.name);
         }
     });
 }

@@ -3,6 +3,7 @@
 //! ATen rule could get wrong, or a convention it could misread. The same
 //! rules run whole exported models in `spmd-graph/tests/hf_graphs.rs`.
 
+use spmd_core::SpmdRuleExt;
 use spmd_core::{Attrs, DistAttr, Mesh, RuleResult, Spec, SpmdError};
 
 fn attr(m: &[i64]) -> DistAttr {

@@ -15,6 +15,7 @@ mod common;
 
 use common::{Rng, load};
 use spmd_conformance::{Case, Direction, Parts};
+use spmd_core::SpmdRuleExt;
 use spmd_core::{
     Attrs, DimsMapping, DistAttr, Einsum, Mesh, MeshSet, Partial, ReduceType, Registry, RuleResult,
     Spec, SpmdRule,

@@ -1,6 +1,7 @@
 //! `merge(follows(..))`: inputs left out of the merges, asked for the merged layout.
 
-use spmd_core::{DistAttr, Mesh, Spec, SpmdError, SpmdRule, spmd_rule};
+use spmd_core::SpmdRuleExt;
+use spmd_core::{DistAttr, Mesh, Spec, SpmdError, spmd_rule};
 
 fn attr(m: &[i64]) -> DistAttr {
     DistAttr::from_paddle(m).unwrap()

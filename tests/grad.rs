@@ -1,5 +1,6 @@
 //! Grad rules derived from the notation (docs/semantics.md §4 "Grad"), worked by hand.
 
+use spmd_core::SpmdRuleExt;
 use spmd_core::{Attrs, DistAttr, Einsum, Mesh, ReduceType, Spec, SpmdError, Tensor, grad_mixed};
 
 fn attr(m: &[i64]) -> DistAttr {
@@ -150,7 +151,7 @@ fn grad_arity_and_rank_errors_name_the_tensor() {
 
 // ------------------------------------------------------------ grad signatures
 
-use spmd_core::{GradSignature, GradTensor, SpmdRule, spmd_rule};
+use spmd_core::{GradSignature, GradTensor, spmd_rule};
 
 /// `out = x[..., top k along a]`, `indices` the same shape: Paddle's grad op
 /// takes (x, indices, out_grad).

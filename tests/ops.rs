@@ -1,6 +1,7 @@
 //! The built-in ops declared with `#[spmd_rule]`, through the registry: each
 //! macro option proven on a real op, and the registry's contract.
 
+use spmd_core::SpmdRuleExt;
 use spmd_core::{
     Attrs, Conflicts, DistAttr, EinsumRule, Mesh, Policy, ReduceType, Registry, Spec, SpmdError,
     SpmdRule,

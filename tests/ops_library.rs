@@ -3,6 +3,7 @@
 //! was measured with the Paddle 3.3.1 oracle (Paddle's own rules run from Python);
 //! where we deliberately differ (docs/semantics.md §4), the test says why.
 
+use spmd_core::SpmdRuleExt;
 use spmd_core::{Attrs, DistAttr, Mesh, Partial, ReduceType, RuleResult, Spec, SpmdError};
 
 fn attr(m: &[i64]) -> DistAttr {

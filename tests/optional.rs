@@ -1,10 +1,10 @@
 //! Absent optional tensors: they take no part in inference, get their term's
 //! explicit dims replicated as their answer, and are an error where the rule
 //! does not declare them optional.
+use spmd_core::SpmdRuleExt;
 
 use spmd_core::{
-    Absent, Attrs, Conflicts, DistAttr, Einsum, Mesh, Policy, Spec, SpmdError, SpmdRule, TensorRef,
-    spmd_rule,
+    Absent, Attrs, Conflicts, DistAttr, Einsum, Mesh, Policy, Spec, SpmdError, TensorRef, spmd_rule,
 };
 
 fn attr(dims: &[i64]) -> DistAttr {
@@ -71,8 +71,8 @@ fn an_absent_required_input_is_an_error_naming_it() {
     );
     // A rule without optional tensors: the trait's default says the same.
     let e = Einsum::new("ab,ab->ab").unwrap();
-    let err =
-        SpmdRule::forward_optional(&e, &mesh, &[Some(Spec::new(&[4, 4], &y)), None]).unwrap_err();
+    let err = SpmdRuleExt::forward_optional(&e, &mesh, &[Some(Spec::new(&[4, 4], &y)), None])
+        .unwrap_err();
     assert!(
         matches!(err, SpmdError::AbsentTensor { tensor, .. } if tensor == TensorRef::input(1)),
         "{err}"

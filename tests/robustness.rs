@@ -14,6 +14,7 @@
 
 mod common;
 
+use spmd_core::SpmdRuleExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::{Rng, load};

@@ -1,4 +1,4 @@
-use spmd_core::{Attrs, Mesh, Op, SpmdRule, spmd_rule};
+use spmd_core::{Attrs, Mesh, Op, SpmdRule, SpmdRuleExt, spmd_rule};
 
 // The attribute is invalid, but the struct and stub `Op`/`SpmdRule` impls are
 // still emitted: code using the type reports nothing beyond the macro's error.

@@ -5,6 +5,7 @@
 //! with `[8, 1024, 512]`-sized tensors on a 2x4 mesh, and checked once so
 //! that no measurement runs an error path.
 
+use spmd_core::SpmdRuleExt;
 use spmd_core::{Attrs, Call, DistAttr, Mesh, RuleResult, Spec, SpmdError, SpmdRule};
 
 pub enum Direction {
@@ -114,32 +115,33 @@ impl Case {
     }
 
     /// A forward case's call prepared for its shapes
-    /// (`SpmdRule::prepare_plain_forward`), the way a graph prepares an op;
-    /// `None` for a backward case or a rule that does not prepare.
+    /// (`SpmdRule::prepare`), the way a graph prepares an op; `None` for a
+    /// backward case or a rule that compiles nothing.
     #[allow(dead_code)] // Not every target that includes this file calls it.
-    pub fn prepare(&self, mesh: &Mesh) -> Option<spmd_core::PlainForward> {
+    pub fn prepare(&self, mesh: &Mesh) -> Option<spmd_core::Prepared> {
         let Direction::Forward = self.direction else {
             return None;
         };
         self.with_specs(|specs, _| {
-            self.op
-                .prepare_plain_forward(&Call::forward(mesh, specs))
-                .expect("the case prepares")
+            let prepared = self
+                .op
+                .prepare(&Call::forward(mesh, specs))
+                .expect("the case prepares");
+            prepared.is_compiled().then_some(prepared)
         })
     }
 
-    /// One call answered by `plain` into `out`: `Ok(true)` when it did.
+    /// One call answered by `prepared` into `out`.
     #[allow(dead_code)] // As `prepare`.
     #[inline(always)]
     pub fn call_prepared(
         &self,
         mesh: &Mesh,
         specs: &[Spec<'_>],
-        plain: &spmd_core::PlainForward,
+        prepared: &spmd_core::Prepared,
         out: &mut RuleResult,
-    ) -> Result<bool, SpmdError> {
-        self.op
-            .forward_plain(&Call::forward(mesh, specs), plain, out)
+    ) -> Result<(), SpmdError> {
+        prepared.infer_into(&*self.op, &Call::forward(mesh, specs), out)
     }
 
     /// Panics unless the call answers what the case expects.

@@ -8,6 +8,7 @@
 
 use core::fmt;
 use core::ops::Range;
+use spmd_core::SpmdRuleExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use spmd_core::notation::Notation;
@@ -756,7 +757,7 @@ fn agree<R: SpmdRule + ?Sized>(
 /// Checks a rule's grad inference against the op's gradient kernel.
 ///
 /// The rule answers requirements for (inputs…, output grads…) and the layout
-/// of each input grad (see `SpmdRule::grad`). `forward` computes the op's
+/// of each input grad (see `SpmdRuleExt::grad`). `forward` computes the op's
 /// outputs densely; the output grads get probe values. `grad(inputs, outputs,
 /// output_grads)` computes the grads of the inputs that have one, densely and
 /// on every device over the blocks the rule requires; a forward output is laid

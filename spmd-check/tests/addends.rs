@@ -6,7 +6,8 @@
 //! and the checker says so.
 
 use spmd_check::{Input, Tensor, Values, check_backward, check_forward, check_grad, einsum};
-use spmd_core::{DistAttr, Einsum, Mesh, ReduceType, Spec, SpmdError, SpmdRule, spmd_rule};
+use spmd_core::SpmdRuleExt;
+use spmd_core::{DistAttr, Einsum, Mesh, ReduceType, Spec, SpmdError, spmd_rule};
 
 /// `out[b,s,n] = sum_k x[b,s,k] * w[k,n] + bias[n]`
 #[spmd_rule(einsum = "bsk,kn,+n->bsn", inputs(x, w, bias), outputs(out))]

@@ -10,6 +10,7 @@ mod common;
 
 use proptest::prelude::*;
 use spmd_check::{Input, Tensor, Values, check_backward, check_forward, check_grad};
+use spmd_core::SpmdRuleExt;
 use spmd_core::{Attrs, DistAttr, Mesh, Spec};
 
 use common::kernel_check::{axis_attr, inputs, shape_axis, unshard};

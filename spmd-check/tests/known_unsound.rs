@@ -13,6 +13,7 @@ use spmd_check::{
     EinsumCheck, Finding, Input, Report, RuleRef, Tensor, Values, check_backward, check_forward,
     check_grad, einsum,
 };
+use spmd_core::SpmdRuleExt;
 use spmd_core::notation::parse;
 use spmd_core::{
     Attrs, DistAttr, Divisibility, Einsum, EinsumRule, Mesh, Partial, Policy, ReduceType,

@@ -20,6 +20,7 @@ use proptest::prelude::*;
 use spmd_check::{
     Device, Input, Tensor, Values, block_of, check_backward, check_forward, check_grad, devices,
 };
+use spmd_core::SpmdRuleExt;
 use spmd_core::{Attrs, DistAttr, Mesh, MeshDim, ReduceType, RuleResult, Sharding, Spec};
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -12,7 +12,8 @@ mod common;
 
 use proptest::prelude::*;
 use spmd_check::{Input, Tensor, Values, check_backward, check_forward, check_grad};
-use spmd_core::{Attrs, DimsMapping, DistAttr, Mesh, Sharding, Spec, SpmdRule};
+use spmd_core::SpmdRuleExt;
+use spmd_core::{Attrs, DimsMapping, DistAttr, Mesh, Sharding, Spec};
 
 use common::kernel_check;
 use common::kernel_check::inputs;

@@ -15,6 +15,7 @@ mod common;
 
 use proptest::prelude::*;
 use spmd_check::{EinsumCheck, Input, Tensor, Values, check_backward, check_forward, einsum};
+use spmd_core::SpmdRuleExt;
 use spmd_core::{
     Attrs, DimsMapping, DistAttr, Mesh, ReduceType, RuleResult, Sharding, Spec, SpmdError, SpmdRule,
 };

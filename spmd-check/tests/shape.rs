@@ -18,6 +18,7 @@ mod common;
 
 use proptest::prelude::*;
 use spmd_check::{EinsumCheck, RuleRef, Tensor, check_grad};
+use spmd_core::SpmdRuleExt;
 use spmd_core::{Attrs, DimsMapping, DistAttr, Einsum, Mesh, Sharding, Spec};
 
 use common::einsum_check::{

@@ -410,7 +410,7 @@ mod tests {
 
         let mut rec = Recorder::default();
         let out = DistAttr::from_paddle(&[0, -1]).unwrap();
-        spmd_core::SpmdRule::backward_traced(
+        spmd_core::SpmdRuleExt::backward_traced(
             &Einsum::new("mk,kn->mn").unwrap(),
             &mesh,
             &[&[4, 6], &[6, 8]],

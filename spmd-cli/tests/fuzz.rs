@@ -23,6 +23,7 @@
 //!
 //! prints the inputs tried per target.
 
+use spmd_core::SpmdRuleExt;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

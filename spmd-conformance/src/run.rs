@@ -4,6 +4,7 @@
 //! is run.
 
 use serde_json::Value;
+use spmd_core::SpmdRuleExt;
 use spmd_core::{
     Attrs, DistAttr, Einsum, Mesh, NoTrace, Registry, RuleResult, Spec, SpmdError, SpmdRule, Trace,
 };

@@ -15,9 +15,10 @@
 //! `cache` option documents that contract).
 
 use alloc::rc::Rc;
-use core::hash::{BuildHasherDefault, Hash, Hasher};
+use core::hash::{Hash, Hasher};
 use std::collections::HashMap;
 
+use rustc_hash::{FxBuildHasher, FxHasher};
 use smallvec::SmallVec;
 
 use crate::einsum::Einsum;
@@ -40,7 +41,7 @@ pub struct ShapeKey(SmallVec<[usize; 32]>);
 
 impl Hash for ShapeKey {
     // Word by word: the derived form hashes the slice as bytes, which the
-    // Fx hasher would re-chunk into words.
+    // hasher would take as bytes.
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write_usize(self.0.len());
         for &n in &self.0 {
@@ -134,7 +135,7 @@ pub struct NotationCache<A> {
     /// Bucketed by the Fx hash of (rule, shape key). A `HashMap<(A, ShapeKey),
     /// _>` would need an owned key, that is a clone of the rule value, for
     /// every lookup; buckets let a lookup compare by reference.
-    buckets: HashMap<u64, Bucket<A>, BuildHasherDefault<IdentityHasher>>,
+    buckets: HashMap<u64, Bucket<A>, FxBuildHasher>,
     len: usize,
 }
 
@@ -210,56 +211,6 @@ fn fx_hash<A: Hash>(rule: &A, key: &ShapeKey) -> u64 {
     rule.hash(&mut h);
     key.hash(&mut h);
     h.finish()
-}
-
-/// The bucket map's keys are already hashes.
-#[derive(Default, Clone, Copy)]
-struct IdentityHasher(u64);
-
-impl Hasher for IdentityHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` keys are hashed with it; fold anything else anyway.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// A small multiplicative hasher (the rustc "Fx" scheme): keys here are short
-/// runs of integers, for which SipHash's setup cost dominates a lookup.
-#[derive(Default, Clone, Copy)]
-struct FxHasher {
-    hash: u64,
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.hash
-    }
 }
 
 /// [`NotationCache::get_or_build`] through a `RefCell`, for the per-thread

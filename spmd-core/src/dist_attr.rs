@@ -574,7 +574,7 @@ impl<'a> Spec<'a> {
 /// made in the same expression (a [`Spec`] would borrow a temporary).
 ///
 /// ```
-/// use spmd_core::{DistAttr, Mesh, OwnedSpec, Spec, SpmdRule, spmd_rule};
+/// use spmd_core::{DistAttr, Mesh, OwnedSpec, Spec, SpmdRuleExt, spmd_rule};
 ///
 /// #[spmd_rule(einsum = "mk,kn->mn")]
 /// struct Matmul {}

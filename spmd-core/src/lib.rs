@@ -19,11 +19,11 @@
 //! ```
 //!
 //! A caller asking about many layouts of the same tensors (a strategy
-//! search, a graph) prepares the call once: [`EinsumRule::prepare_forward`]
-//! for a compiled rule, [`SpmdRule::prepare_plain_forward`] for any rule
-//! ([`PlainForward`]); each call then reads only the layouts, and answers
-//! what the unprepared call answers (into a [`RuleResult`], or the fixed
-//! arrays of an [`InlineResult`]).
+//! search, a graph) prepares the call once: [`SpmdRule::prepare`] for any
+//! rule ([`Prepared`]), [`EinsumRule::prepare_forward`] for a compiled
+//! rule; each call then reads only the layouts, and answers what the
+//! unprepared call answers (into a [`RuleResult`], or the fixed arrays of
+//! an [`InlineResult`]).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
 
@@ -74,11 +74,11 @@ pub use policy::{
     BackwardPartial, Compounds, Conflicts, Divisibility, MissingAxis, PartialInputs, Policy,
     UnshardedClaims,
 };
-pub use prepared::{InlineResult, PlainForward, PreparedForward};
+pub use prepared::{InlineResult, Prepared, PreparedForward};
 pub use registry::{Registry, RuleInfo};
 #[cfg(feature = "std")]
 pub use registry::{global, global_mut, register_global};
-pub use rule::{EinsumRule, RuleResult, SpmdRule};
+pub use rule::{EinsumRule, RuleResult, SpmdRule, SpmdRuleExt};
 pub use signature::{GradSignature, GradTensor};
 pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
 pub use template::{IntoPos, Positions};

@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use crate::dist_attr::{DistAttr, Spec};
 use crate::error::{SpmdError, TensorRef};
 use crate::mesh::Mesh;
-use crate::rule::{RuleResult, SpmdRule};
+use crate::rule::{RuleResult, SpmdRule, SpmdRuleExt};
 
 /// One tensor of a mixed call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,6 +7,7 @@ use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::op_attrs::Attrs;
 use crate::optional::Absent;
+use crate::prepared::Prepared;
 use crate::rule::SpmdRule;
 use crate::signature::{GradSignature, GradTensor};
 
@@ -14,7 +15,7 @@ use crate::signature::{GradSignature, GradTensor};
 /// names the absent optional tensors, whose slots hold placeholders
 /// ([`Spec::absent`]); [`Call::input_shape`] answers `None` for them. A
 /// forward call carries the outputs' shapes when the caller knows them
-/// ([`SpmdRule::forward_with_output_shapes`](crate::SpmdRule::forward_with_output_shapes));
+/// ([`Call::forward_with_output_shapes`]);
 /// otherwise `output_shapes` is empty.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
@@ -24,6 +25,10 @@ pub enum Call<'c> {
         inputs: &'c [Spec<'c>],
         output_shapes: &'c [&'c [usize]],
         absent: Absent,
+        /// The call's shapes compiled once ([`SpmdRule::prepare`]): a rule
+        /// answers by it when the call has those shapes, and as if it were
+        /// `None` otherwise.
+        prepared: Option<&'c Prepared>,
     },
     Backward {
         mesh: &'c Mesh,
@@ -53,6 +58,57 @@ impl<'c> Call<'c> {
             inputs,
             output_shapes: &[],
             absent: Absent::NONE,
+            prepared: None,
+        }
+    }
+
+    /// A forward call with every input present and the outputs' shapes
+    /// (rules whose notation depends on them, Paddle's variadic fallbacks
+    /// `replicated` and `default_data_parallel`, need them; a graph knows
+    /// them and has them checked).
+    #[inline]
+    pub fn forward_with_output_shapes(
+        mesh: &'c Mesh,
+        inputs: &'c [Spec<'c>],
+        output_shapes: &'c [&'c [usize]],
+    ) -> Call<'c> {
+        Call::Forward {
+            mesh,
+            inputs,
+            output_shapes,
+            absent: Absent::NONE,
+            prepared: None,
+        }
+    }
+
+    /// The call answered by `prepared` where it applies (see
+    /// [`Prepared`]); other directions are unchanged.
+    #[inline]
+    pub fn with_prepared(self, prepared: &'c Prepared) -> Call<'c> {
+        match self {
+            Call::Forward {
+                mesh,
+                inputs,
+                output_shapes,
+                absent,
+                ..
+            } => Call::Forward {
+                mesh,
+                inputs,
+                output_shapes,
+                absent,
+                prepared: Some(prepared),
+            },
+            other => other,
+        }
+    }
+
+    /// The preparation a forward call carries.
+    #[inline]
+    pub fn prepared(&self) -> Option<&'c Prepared> {
+        match *self {
+            Call::Forward { prepared, .. } => prepared,
+            _ => None,
         }
     }
 
@@ -93,12 +149,14 @@ impl<'c> Call<'c> {
                 mesh,
                 inputs,
                 output_shapes,
+                prepared,
                 ..
             } => Call::Forward {
                 mesh,
                 inputs,
                 output_shapes,
                 absent,
+                prepared,
             },
             Call::Backward {
                 mesh,

@@ -1,26 +1,22 @@
-//! Prepared calls: the shapes of a forward call read once, for a caller
-//! that asks about many layouts of the same tensors.
+//! Prepared calls: the shapes of a forward call compiled once, for a
+//! caller that asks about many layouts of the same tensors.
 //!
 //! A strategy search, or a planner weighing each op of a graph, calls a
 //! rule again and again with the same shapes and different layouts. What
 //! the shapes decide (the `...` width, each axis's extent, which axis each
 //! dim carries, whether the declared output shapes agree) is the same every
-//! time; preparing works it out once ([`PlainForward`]), and each call
-//! then reads only the layouts. The answer is the rule's own: a call the
-//! one-pass engine cannot answer (a co-sharded or partial-and-split input,
-//! a conflict the strict policy refuses, a rule that is not plain) goes to
-//! the general driver, errors included.
+//! time; preparing works it out once, and each call then reads only the
+//! layouts. The answer is the rule's own: a call the compiled shapes do
+//! not answer (a co-sharded or partial-and-split input, a conflict the
+//! strict policy refuses) runs the rule's full inference, errors included.
 //!
-//! Two levels: [`EinsumRule::prepare_forward`] prepares a compiled rule and
-//! keeps the shapes ([`PreparedForward`]); any [`SpmdRule`] prepares
-//! through [`SpmdRule::prepare_plain_forward`] and answers through
-//! [`SpmdRule::forward_plain`] (what a graph keeps per op; `#[spmd_rule]`
-//! implements both, running the op's `validate` and `adjust` hooks and
-//! choosing its `case` on every call as `infer_into` does).
-//!
-//! A prepared call answers into a [`RuleResult`], or into an
-//! [`InlineResult`] ([`PreparedForward::forward_inline`]): fixed arrays,
-//! `Copy`, the cheapest answer to write and to keep.
+//! Two levels: any [`SpmdRule`] prepares through [`SpmdRule::prepare`]
+//! into a [`Prepared`], which answers every call of that rule (what a
+//! graph keeps per op; `#[spmd_rule]` runs the op's `validate` and
+//! `adjust` hooks and chooses its `case` on every call); and
+//! [`EinsumRule::prepare_forward`] keeps a compiled rule with its shapes
+//! ([`PreparedForward`]) and can answer into the fixed arrays of an
+//! [`InlineResult`], `Copy`, the cheapest answer to write and to keep.
 
 use alloc::vec::Vec;
 
@@ -32,14 +28,42 @@ use crate::infer::plain::{Frame, MAX_PLAIN_TENSORS, RunOptions, rule_is_plain, r
 use crate::mesh::Mesh;
 use crate::op::Call;
 use crate::optional::{Absent, AllPresent};
-use crate::rule::{EinsumRule, RuleResult};
+use crate::rule::{EinsumRule, RuleResult, SpmdRule};
 
-/// A forward call's shapes read for the one-pass engine: owned (it borrows
-/// no rule), so a caller keeps one per op. It holds the shapes it was made
-/// for and answers only a call with exactly those ([`PlainForward::answer`]
-/// gives `false` for any other), so it cannot answer for the wrong tensors.
+/// A forward call's shapes compiled once ([`SpmdRule::prepare`]), for a
+/// caller that asks about many layouts of the same tensors: owned (it
+/// borrows no rule), so a caller keeps one per op.
+///
+/// It carries its own fallback: [`Prepared::infer_into`] answers every
+/// call, by the compiled shapes where the call has exactly those (and
+/// layouts the compiled answer takes), and by the rule's own inference
+/// otherwise, errors included. It answers only for the rule that made it.
+///
+/// ```
+/// use spmd_core::{Call, DistAttr, Einsum, Mesh, RuleResult, Spec, SpmdRule};
+///
+/// let matmul = Einsum::new("mk,kn->mn")?;
+/// let mesh = Mesh::new(&[2, 4])?;
+/// let (x, w) = (DistAttr::from_paddle(&[0, 1]).unwrap(), DistAttr::from_paddle(&[1, -1]).unwrap());
+/// let specs = [Spec::new(&[1024, 512], &x), Spec::new(&[512, 256], &w)];
+/// let prepared = matmul.prepare(&Call::forward(&mesh, &specs))?;
+/// let mut out = RuleResult::default();
+/// prepared.infer_into(&matmul, &Call::forward(&mesh, &specs), &mut out)?;
+/// assert_eq!(out.outputs[0].to_string(), "[0, -1] partial{1: SUM}");
+/// # Ok::<(), spmd_core::SpmdError>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Prepared {
+    compiled: Option<Compiled>,
+}
+
+/// What preparing a call compiled: the frame of its shapes, the options
+/// the run reads, and the shapes themselves (a call with others is not
+/// answered by it).
 #[derive(Clone, Debug)]
-pub struct PlainForward {
+struct Compiled {
+    /// The rule that made it.
+    op: &'static str,
     frame: Frame,
     options: RunOptions,
     /// Which of its notations the rule chose (`#[spmd_rule]`'s `case`s):
@@ -51,33 +75,94 @@ pub struct PlainForward {
     declared: u8,
 }
 
-impl PlainForward {
-    /// The preparation of `rule` for forward calls with `call`'s shapes
-    /// and declared output shapes (its layouts are not read); `None` when
-    /// the rule or the shapes are not plain, or the call is not a forward
-    /// call with every tensor present.
-    pub(crate) fn of(rule: &EinsumRule<'_>, call: &Call<'_>) -> Option<PlainForward> {
-        match *call {
+impl Prepared {
+    /// Nothing compiled: every call is the rule's to answer.
+    pub const NONE: Prepared = Prepared { compiled: None };
+
+    /// The preparation of `rule` (chosen as notation `case` of its op) for
+    /// forward calls with `call`'s shapes and declared output shapes (its
+    /// layouts are not read); [`Prepared::NONE`] when the shapes or the
+    /// rule do not compile, or the call is not a forward call with every
+    /// tensor present.
+    pub(crate) fn of(rule: &EinsumRule<'_>, call: &Call<'_>, case: u32) -> Prepared {
+        let compiled = match *call {
             Call::Forward {
                 inputs,
                 output_shapes,
                 absent,
                 ..
             } if absent.is_none() => {
-                PlainForward::of_shapes(rule, inputs.len(), |i| inputs[i].shape, output_shapes)
+                Compiled::of_shapes(rule, inputs.len(), |i| inputs[i].shape, output_shapes)
             }
             _ => None,
+        };
+        Prepared {
+            compiled: compiled.map(|c| Compiled { case, ..c }),
         }
     }
 
-    /// [`PlainForward::of`], from `n_inputs` shapes (input `i`'s is
-    /// `shape(i)`) and the declared output shapes.
+    /// The same preparation, for op `op`'s notation `case` (what
+    /// `#[spmd_rule]` records, so that a call choosing another is left to
+    /// the rule; its own name, so that the check is one compare of
+    /// addresses).
+    #[doc(hidden)]
+    pub fn for_case(self, op: &'static str, case: u32) -> Prepared {
+        Prepared {
+            compiled: self.compiled.map(|c| Compiled { op, case, ..c }),
+        }
+    }
+
+    /// The notation case it was made for (`None`: nothing compiled).
+    #[doc(hidden)]
+    pub fn case(&self) -> Option<u32> {
+        self.compiled.as_ref().map(|c| c.case)
+    }
+
+    /// Whether anything was compiled (when not, every call runs the
+    /// rule's full inference).
+    pub fn is_compiled(&self) -> bool {
+        self.compiled.is_some()
+    }
+
+    /// Answers `call` by `rule` (the rule that made this preparation),
+    /// into `result`: what [`SpmdRule::infer_into`] answers, by the
+    /// compiled shapes where they apply.
+    #[inline]
+    pub fn infer_into<R: SpmdRule + ?Sized>(
+        &self,
+        rule: &R,
+        call: &Call<'_>,
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
+        rule.infer_into(&call.with_prepared(self), None, result)
+    }
+
+    /// Answers the forward `call` of op `op`, which chose notation
+    /// `case`, into `result` when this preparation was made for them, the
+    /// call has the prepared shapes, every tensor present, and layouts
+    /// the compiled answer takes; otherwise `false`, `result` untouched,
+    /// and the rule answers in full. What a rule's
+    /// [`SpmdRule::infer_into`] calls first (`#[spmd_rule]`'s does).
+    #[doc(hidden)]
+    #[inline]
+    pub fn answer(&self, op: &str, case: u32, call: &Call<'_>, result: &mut RuleResult) -> bool {
+        match &self.compiled {
+            Some(c) if c.case == case => c.answer(op, call, result),
+            _ => false,
+        }
+    }
+}
+
+impl Compiled {
+    /// The compilation of `rule` for forward calls with `n_inputs` shapes
+    /// (input `i`'s is `shape(i)`) and the declared output shapes; `None`
+    /// when the rule or the shapes are not plain.
     fn of_shapes<'s>(
         rule: &EinsumRule<'_>,
         n_inputs: usize,
         shape: impl Fn(usize) -> &'s [usize] + Copy,
         output_shapes: &[&[usize]],
-    ) -> Option<PlainForward> {
+    ) -> Option<Compiled> {
         if !rule_is_plain(rule) || output_shapes.len() > u8::MAX as usize {
             return None;
         }
@@ -92,7 +177,8 @@ impl PlainForward {
         for s in output_shapes {
             dims.extend_from_slice(s);
         }
-        Some(PlainForward {
+        Some(Compiled {
+            op: rule.name,
             frame,
             options: RunOptions::of(rule),
             case: 0,
@@ -101,34 +187,21 @@ impl PlainForward {
         })
     }
 
-    /// The same preparation, for the rule's notation `case` (what
-    /// `#[spmd_rule]` records, so that a call choosing another is left to
-    /// the rule).
-    pub fn with_case(self, case: u32) -> PlainForward {
-        PlainForward { case, ..self }
-    }
-
-    /// The notation case it was made for.
-    pub fn case(&self) -> u32 {
-        self.case
-    }
-
-    /// Answers the forward `call` into `result` when it has the prepared
-    /// shapes, every tensor present, and layouts the one-pass engine
-    /// takes; otherwise `false`, `result` untouched, and the caller asks
-    /// the rule ([`SpmdRule::infer_into`](crate::SpmdRule::infer_into)), which answers or fails.
+    /// See [`Prepared::answer`].
     #[inline]
-    pub fn answer(&self, call: &Call<'_>, result: &mut RuleResult) -> bool {
+    fn answer(&self, op: &str, call: &Call<'_>, result: &mut RuleResult) -> bool {
         let Call::Forward {
             mesh,
             inputs,
             output_shapes,
             absent,
+            ..
         } = *call
         else {
             return false;
         };
         absent == Absent::NONE
+            && same_name(self.op, op)
             && self.has_shapes(inputs, output_shapes)
             && run_forward(&self.options, &self.frame, mesh, |i| inputs[i].attr, result)
     }
@@ -164,6 +237,15 @@ impl PlainForward {
         inputs.len() == self.frame.n_inputs()
             && run_forward(&self.options, &self.frame, mesh, |i| inputs[i], result)
     }
+}
+
+/// Whether two op names are one: the same `'static` string nearly always
+/// (compared by address first), or equal ones (compared byte by byte:
+/// names are short, and `memcmp`'s setup costs more than the loop).
+#[inline(always)]
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && (core::ptr::eq(a.as_ptr(), b.as_ptr()) || a.bytes().zip(b.bytes()).all(|(x, y)| x == y))
 }
 
 /// A rule's answer held in fixed arrays: at most
@@ -339,16 +421,16 @@ pub struct PreparedForward<'r> {
     rule: EinsumRule<'r>,
     input_shapes: Vec<SmallVec<[usize; 8]>>,
     output_shapes: Vec<SmallVec<[usize; 8]>>,
-    /// `None` when the rule or its shapes are not plain, and every call
-    /// runs the general driver.
-    plain: Option<PlainForward>,
+    /// `None` when the rule or its shapes do not compile, and every call
+    /// runs the full inference.
+    plain: Option<Compiled>,
 }
 
 impl<'r> EinsumRule<'r> {
     /// Prepares forward calls with inputs of `input_shapes` and, when the
     /// caller knows them, outputs of `output_shapes` (empty: not declared;
     /// one per output: checked against the inputs' extents, as
-    /// [`SpmdRule::forward_with_output_shapes`](crate::SpmdRule::forward_with_output_shapes)
+    /// [`Call::forward_with_output_shapes`]
     /// does). Bad shapes are not an error here: each call reports them, as
     /// an unprepared call would.
     pub fn prepare_forward(
@@ -366,7 +448,7 @@ impl<'r> EinsumRule<'r> {
                 .iter()
                 .map(|s| SmallVec::from_slice(s))
                 .collect(),
-            plain: PlainForward::of_shapes(
+            plain: Compiled::of_shapes(
                 self,
                 input_shapes.len(),
                 |i| input_shapes[i],
@@ -375,12 +457,11 @@ impl<'r> EinsumRule<'r> {
         }
     }
 
-    /// The one-pass engine's preparation of forward calls with `call`'s
-    /// shapes (see [`PlainForward`]); `Ok(None)` when the rule or the
-    /// shapes are not plain. A `Result` so that `#[spmd_rule]`'s rule
-    /// selection, which may fail, wraps it as it wraps every call.
-    pub fn plain_forward(&self, call: &Call<'_>) -> Result<Option<PlainForward>, SpmdError> {
-        Ok(PlainForward::of(self, call))
+    /// The preparation of forward calls with `call`'s shapes (see
+    /// [`Prepared`]). A `Result` so that `#[spmd_rule]`'s rule selection,
+    /// which may fail, wraps it as it wraps every call.
+    pub fn compile_forward(&self, call: &Call<'_>) -> Result<Prepared, SpmdError> {
+        Ok(Prepared::of(self, call, 0))
     }
 }
 

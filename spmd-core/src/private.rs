@@ -17,9 +17,9 @@ pub use crate::template::{IntoPos, Positions};
 
 pub use crate::{
     Absent, Attrs, BackwardPartial, Call, Compounds, Conflicts, Divisibility, Einsum, EinsumRule,
-    FromAttr, GradSignature, GradTensor, Mesh, MissingAxis, NoTrace, Op, PartialInputs,
-    PlainForward, Policy, ReduceType, RuleResult, Spec, SpmdError, SpmdRule, Trace,
-    UnshardedClaims, fill_shapes, fill_specs,
+    FromAttr, GradSignature, GradTensor, Mesh, MissingAxis, NoTrace, Op, PartialInputs, Policy,
+    Prepared, ReduceType, RuleResult, Spec, SpmdError, SpmdRule, Trace, UnshardedClaims,
+    fill_shapes, fill_specs,
 };
 
 /// What `#[spmd_rule(build = ...)]` knows at compile time about a rule whose

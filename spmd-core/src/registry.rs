@@ -297,29 +297,11 @@ impl SpmdRule for Renamed {
         })
     }
 
-    fn prepare_plain_forward(
-        &self,
-        call: &crate::Call<'_>,
-    ) -> Result<Option<crate::PlainForward>, SpmdError> {
-        self.rule.prepare_plain_forward(call).map_err(|mut e| {
+    fn prepare(&self, call: &crate::Call<'_>) -> Result<crate::Prepared, SpmdError> {
+        self.rule.prepare(call).map_err(|mut e| {
             e.set_op(self.name);
             e
         })
-    }
-
-    #[inline]
-    fn forward_plain(
-        &self,
-        call: &crate::Call<'_>,
-        plain: &crate::PlainForward,
-        result: &mut crate::RuleResult,
-    ) -> Result<bool, SpmdError> {
-        self.rule
-            .forward_plain(call, plain, result)
-            .map_err(|mut e| {
-                e.set_op(self.name);
-                e
-            })
     }
 }
 

@@ -10,7 +10,7 @@ use crate::mesh::Mesh;
 use crate::op::Call;
 use crate::optional::{Absent, AllPresent, fill_shapes, fill_specs};
 use crate::policy::Policy;
-use crate::prepared::PlainForward;
+use crate::prepared::Prepared;
 use crate::signature::GradSignature;
 use crate::trace::Trace;
 
@@ -204,6 +204,7 @@ impl<'a> EinsumRule<'a> {
                 inputs,
                 output_shapes,
                 absent,
+                ..
             } if absent.is_none() => {
                 infer::forward(self, mesh, inputs, output_shapes, AllPresent, trace, result)
             }
@@ -212,6 +213,7 @@ impl<'a> EinsumRule<'a> {
                 inputs,
                 output_shapes,
                 absent,
+                ..
             } => infer::forward(self, mesh, inputs, output_shapes, absent, trace, result),
             Call::Backward {
                 mesh,
@@ -465,7 +467,7 @@ impl EinsumRule<'_> {
 
 /// Runs `f` on a fresh result and returns it: the by-value form of the
 /// engine's `_into` entry points. The by-value entry points call it
-/// directly (not through [`SpmdRule::infer`]): each layer between the
+/// directly (not through [`SpmdRuleExt::infer`]): each layer between the
 /// result and the caller is one more copy of it.
 #[inline(always)]
 fn answer(
@@ -480,12 +482,15 @@ fn answer(
 /// implementation is `Send + Sync` so one registry serves many threads.
 ///
 /// One method does the work: [`SpmdRule::infer_into`] answers a [`Call`]
-/// (its direction, tensors, absent tensors and output shapes) into the
-/// caller's result, reporting each step to a trace when one is given. Every
-/// other method is provided on top of it.
+/// (its direction, tensors, absent tensors, output shapes and preparation)
+/// into the caller's result, reporting each step to a trace when one is
+/// given. [`SpmdRule::prepare`] compiles a forward call's shapes once for
+/// a caller that asks about many layouts of the same tensors. The
+/// conveniences (`forward`, `backward`, `grad` and their variants) are
+/// [`SpmdRuleExt`]'s, on every rule.
 ///
 /// ```
-/// use spmd_core::{Call, DistAttr, Mesh, RuleResult, Spec, SpmdError, SpmdRule, Trace};
+/// use spmd_core::{Call, DistAttr, Mesh, RuleResult, Spec, SpmdError, SpmdRule, SpmdRuleExt, Trace};
 ///
 /// /// Replicates everything (a rule written by hand).
 /// struct Gather;
@@ -520,7 +525,8 @@ pub trait SpmdRule: Send + Sync {
 
     /// Answers `call` into `result` (cleared first; a caller asking many
     /// questions reuses one), reporting each step to `trace` when one is
-    /// given (`None`: untraced, at no cost).
+    /// given (`None`: untraced, at no cost). A forward call that carries
+    /// this rule's [`Prepared`] for its shapes is answered by it.
     fn infer_into(
         &self,
         call: &Call<'_>,
@@ -528,34 +534,22 @@ pub trait SpmdRule: Send + Sync {
         result: &mut RuleResult,
     ) -> Result<(), SpmdError>;
 
-    /// Prepares this rule's forward calls with `call`'s shapes and
-    /// declared output shapes for the one-pass engine (its layouts are not
-    /// read): what a caller asking about many layouts of the same tensors
-    /// keeps, as a graph keeps one per op (see [`PlainForward`]).
-    /// `Ok(None)`, the default, when the rule cannot answer that way;
-    /// `#[spmd_rule]` implements it.
-    fn prepare_plain_forward(&self, call: &Call<'_>) -> Result<Option<PlainForward>, SpmdError> {
+    /// Compiles forward calls with `call`'s shapes and declared output
+    /// shapes (its layouts are not read) into a [`Prepared`]: what a
+    /// caller asking about many layouts of the same tensors keeps, as a
+    /// graph keeps one per op. The default prepares nothing, and the
+    /// [`Prepared`] then answers every call through
+    /// [`SpmdRule::infer_into`]; `#[spmd_rule]` implements it.
+    fn prepare(&self, call: &Call<'_>) -> Result<Prepared, SpmdError> {
         let _ = call;
-        Ok(None)
+        Ok(Prepared::NONE)
     }
+}
 
-    /// Answers the forward `call` by `plain` (made by
-    /// [`SpmdRule::prepare_plain_forward`]) into `result`: `Ok(true)` with
-    /// the answer [`SpmdRule::infer_into`] gives; `Ok(false)`, `result`
-    /// untouched, when `plain` does not apply (other shapes, another of the
-    /// rule's cases, layouts the engine leaves to the driver), and the
-    /// caller then calls `infer_into`; an error is the one `infer_into`
-    /// reports (a `validate` hook's). The default answers nothing.
-    fn forward_plain(
-        &self,
-        call: &Call<'_>,
-        plain: &PlainForward,
-        result: &mut RuleResult,
-    ) -> Result<bool, SpmdError> {
-        let _ = (call, plain, result);
-        Ok(false)
-    }
-
+/// The conveniences over [`SpmdRule::infer_into`], on every rule (a
+/// blanket implementation: they are not a rule's to override). Each
+/// builds its [`Call`] and answers it by value.
+pub trait SpmdRuleExt: SpmdRule {
     /// Answers `call` (see [`SpmdRule::infer_into`]), by value.
     #[inline]
     fn infer(
@@ -608,21 +602,17 @@ pub trait SpmdRule: Send + Sync {
     }
 
     /// Forward inference when the caller also knows the outputs' shapes
-    /// (rules whose notation depends on them, Paddle's variadic fallbacks
-    /// `replicated` and `default_data_parallel`, need them).
+    /// (see [`Call::forward_with_output_shapes`]).
     fn forward_with_output_shapes(
         &self,
         mesh: &Mesh,
         inputs: &[Spec<'_>],
         output_shapes: &[&[usize]],
     ) -> Result<RuleResult, SpmdError> {
-        let call = Call::Forward {
-            mesh,
-            inputs,
-            output_shapes,
-            absent: Absent::NONE,
-        };
-        self.infer(&call, None)
+        self.infer(
+            &Call::forward_with_output_shapes(mesh, inputs, output_shapes),
+            None,
+        )
     }
 
     /// Forward inference where optional inputs may be absent (`None`); a
@@ -634,17 +624,12 @@ pub trait SpmdRule: Send + Sync {
         inputs: &[Option<Spec<'_>>],
     ) -> Result<RuleResult, SpmdError> {
         let (specs, absent) = fill_specs(inputs);
-        let call = Call::Forward {
-            mesh,
-            inputs: &specs,
-            output_shapes: &[],
-            absent: Absent::new(absent, 0),
-        };
+        let call = Call::forward(mesh, &specs).with_absent(Absent::new(absent, 0));
         self.infer(&call, None)
     }
 
     /// Backward inference where optional tensors may be absent (see
-    /// [`SpmdRule::forward_optional`]).
+    /// [`SpmdRuleExt::forward_optional`]).
     fn backward_optional(
         &self,
         mesh: &Mesh,
@@ -653,17 +638,12 @@ pub trait SpmdRule: Send + Sync {
     ) -> Result<RuleResult, SpmdError> {
         let (shapes, a_in) = fill_shapes(input_shapes);
         let (specs, a_out) = fill_specs(outputs);
-        let call = Call::Backward {
-            mesh,
-            input_shapes: &shapes,
-            outputs: &specs,
-            absent: Absent::new(a_in, a_out),
-        };
+        let call = Call::backward(mesh, &shapes, &specs).with_absent(Absent::new(a_in, a_out));
         self.infer(&call, None)
     }
 
     /// Grad inference where optional tensors may be absent (see
-    /// [`SpmdRule::forward_optional`]).
+    /// [`SpmdRuleExt::forward_optional`]).
     fn grad_optional(
         &self,
         mesh: &Mesh,
@@ -709,21 +689,14 @@ pub trait SpmdRule: Send + Sync {
     }
 }
 
+impl<R: SpmdRule + ?Sized> SpmdRuleExt for R {}
+
 impl SpmdRule for EinsumRule<'static> {
     fn name(&self) -> &'static str {
         self.name
     }
-    fn prepare_plain_forward(&self, call: &Call<'_>) -> Result<Option<PlainForward>, SpmdError> {
-        self.plain_forward(call)
-    }
-    #[inline]
-    fn forward_plain(
-        &self,
-        call: &Call<'_>,
-        plain: &PlainForward,
-        result: &mut RuleResult,
-    ) -> Result<bool, SpmdError> {
-        Ok(plain.answer(call, result))
+    fn prepare(&self, call: &Call<'_>) -> Result<Prepared, SpmdError> {
+        Ok(Prepared::of(self, call, 0))
     }
     #[inline]
     fn infer_into(
@@ -732,9 +705,17 @@ impl SpmdRule for EinsumRule<'static> {
         trace: Option<&mut dyn Trace>,
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
-        match trace {
-            None => self.run_into(call, &mut crate::trace::NoTrace, result),
-            Some(t) => self.run_into(call, t, result),
+        match (trace, call) {
+            // A preparation answers where it applies (never while tracing:
+            // a trace reports every step).
+            (
+                None,
+                Call::Forward {
+                    prepared: Some(p), ..
+                },
+            ) if p.answer(self.name, 0, call, result) => Ok(()),
+            (None, _) => self.run_into(call, &mut crate::trace::NoTrace, result),
+            (Some(t), _) => self.run_into(call, t, result),
         }
     }
 }

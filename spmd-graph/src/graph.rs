@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use spmd_core::{Attrs, DistAttr, Mesh, PlainForward, Registry, Spec, SpmdError, SpmdRule};
+use spmd_core::{
+    Attrs, DistAttr, Mesh, Prepared, Registry, Spec, SpmdError, SpmdRule, SpmdRuleExt,
+};
 
 use crate::error::{GraphError, MissingRule};
 
@@ -141,9 +143,9 @@ pub struct Graph {
     kinds: Vec<OpKind>,
     /// Per forward op that shares its signature with no other (the memo
     /// answers the others): its rule's forward calls prepared for its
-    /// shapes, when the rule prepares (`SpmdRule::prepare_plain_forward`);
+    /// shapes (`SpmdRule::prepare`; `Prepared::NONE` when nothing compiles);
     /// a rule call then reads only the layouts.
-    prepared: Vec<Option<PlainForward>>,
+    prepared: Vec<Prepared>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -295,15 +297,15 @@ impl Graph {
     /// `infer_into` alone); how many there were.
     #[cfg(test)]
     pub(crate) fn forget_prepared(&mut self) -> usize {
-        let n = self.prepared.iter().flatten().count();
+        let n = self.prepared.iter().filter(|p| p.is_compiled()).count();
         self.prepared.clear();
         n
     }
 
     /// Op `o`'s forward calls prepared (see `prepared`).
-    fn prepare(&self, o: OpId) -> Option<PlainForward> {
+    fn prepare(&self, o: OpId) -> Prepared {
         if self.kinds[o.index()] != OpKind::Forward || self.shared[o.index()] {
-            return None;
+            return Prepared::NONE;
         }
         let (inputs, outputs) = self.io(o);
         // Preparing reads shapes only: any layouts will do.
@@ -318,17 +320,11 @@ impl Graph {
             .collect();
         let output_shapes: smallvec::SmallVec<[&[usize]; 4]> =
             outputs.iter().map(|&t| self.shape(t)).collect();
-        let call = spmd_core::Call::Forward {
-            mesh: &self.mesh,
-            inputs: &specs,
-            output_shapes: &output_shapes,
-            absent: spmd_core::Absent::NONE,
-        };
+        let call = spmd_core::Call::forward_with_output_shapes(&self.mesh, &specs, &output_shapes);
         // A rule that cannot prepare (or fails to) is called as usual.
         self.rules[o.index()]
-            .prepare_plain_forward(&call)
-            .ok()
-            .flatten()
+            .prepare(&call)
+            .unwrap_or(Prepared::NONE)
     }
 
     fn call_seeing(
@@ -367,21 +363,14 @@ impl Graph {
                 for &t in outputs {
                     output_shapes.push(self.shape(t));
                 }
-                let call = spmd_core::Call::Forward {
-                    mesh: &self.mesh,
-                    inputs: &specs,
-                    output_shapes: &output_shapes,
-                    absent: spmd_core::Absent::NONE,
-                };
-                // The prepared call when there is one and it answers; the
+                let call =
+                    spmd_core::Call::forward_with_output_shapes(&self.mesh, &specs, &output_shapes);
+                // The prepared call answers where it applies, and asks the
                 // rule otherwise (the replicated fallback included).
-                if only.is_none()
-                    && let Some(Some(plain)) = self.prepared.get(o.index())
-                    && rule.forward_plain(&call, plain, out)?
-                {
-                    return Ok(());
+                match self.prepared.get(o.index()) {
+                    Some(prepared) if only.is_none() => prepared.infer_into(rule, &call, out),
+                    _ => rule.infer_into(&call, None, out),
                 }
-                rule.infer_into(&call, None, out)
             }
             OpKind::Grad { forward_inputs } => {
                 let (ins, grads) = specs.split_at(forward_inputs.min(specs.len()));
@@ -421,7 +410,7 @@ impl std::fmt::Debug for Prebuilt {
 }
 
 fn name_hash(name: &str) -> u64 {
-    let mut h = crate::memo::Fx::default();
+    let mut h = rustc_hash::FxHasher::default();
     h.write(name.as_bytes());
     h.finish()
 }
@@ -447,12 +436,7 @@ impl GraphBuilder {
             .iter()
             .map(|t| self.tensors[t.index()].shape.as_slice())
             .collect();
-        let call = spmd_core::Call::Forward {
-            mesh: &self.mesh,
-            inputs: &inputs,
-            output_shapes: &output_shapes,
-            absent: spmd_core::Absent::NONE,
-        };
+        let call = spmd_core::Call::forward_with_output_shapes(&self.mesh, &inputs, &output_shapes);
         let Err(source) = rule.infer(&call, None) else {
             return Ok(());
         };
@@ -792,15 +776,18 @@ impl GraphBuilder {
                     .zip(b.inputs.iter().chain(&b.outputs))
                     .all(|(x, y)| self.tensors[x.index()].shape == self.tensors[y.index()].shape)
         };
-        let mut by_hash: HashMap<u64, smallvec::SmallVec<[(usize, u32); 1]>, crate::memo::FxBuild> =
-            HashMap::default();
+        let mut by_hash: HashMap<
+            u64,
+            smallvec::SmallVec<[(usize, u32); 1]>,
+            rustc_hash::FxBuildHasher,
+        > = HashMap::default();
         let mut n_signatures = 0u32;
         let signatures: Vec<u32> = self
             .ops
             .iter()
             .enumerate()
             .map(|(i, op)| {
-                let mut h = crate::memo::Fx::default();
+                let mut h = rustc_hash::FxHasher::default();
                 op.rule.hash(&mut h);
                 for (name, value) in op.attrs.iter() {
                     name.hash(&mut h);

@@ -1,12 +1,13 @@
 //! Rule answers remembered by op signature. Ops with the same rule,
 //! attributes, kind and tensor shapes (the layers of a stacked model) give
 //! the same answer for the same attrs, since rules are pure functions of
-//! those; so each distinct call runs its rule once. Run-time built rules
-//! (reshape, transpose, softmax, ...) parse a notation on every call, which
-//! costs microseconds; a remembered answer costs a hash and a copy.
+//! those; so each distinct call runs its rule once, and every repeat costs
+//! a hash and a compare of the attrs it read.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{Hash, Hasher};
+
+use rustc_hash::{FxBuildHasher, FxHasher};
 
 use smallvec::SmallVec;
 use spmd_core::{DistAttr, RuleResult, SpmdError};
@@ -33,52 +34,13 @@ enum Direction {
     Backward,
 }
 
-/// Fx-hashed maps and sets, for the crate's own keys.
-pub(crate) type FxBuild = BuildHasherDefault<Fx>;
-
-/// A fast non-cryptographic hasher (the multiply-rotate scheme of rustc's
-/// `FxHasher`): keys are a few small attrs, and SipHash showed in profiles.
-#[derive(Default)]
-pub(crate) struct Fx(u64);
-
-impl Hasher for Fx {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-    fn write_u8(&mut self, n: u8) {
-        self.add(u64::from(n));
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.add(u64::from(n));
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-impl Fx {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
 /// Remembered answers (errors are not remembered: they end the run). A
 /// lookup hashes the attrs in place and compares them with the entry's, so
-/// a hit copies nothing; callers read the answer by index
-/// ([`Memo::result`]; `usize::MAX` is the unremembered last answer).
+/// a hit copies nothing; callers read the answer by where it is
+/// ([`Answer`], [`Memo::result`]).
 #[derive(Clone, Default)]
 pub(crate) struct Memo {
-    by_hash: HashMap<u64, SmallVec<[u32; 2]>, FxBuild>,
+    by_hash: HashMap<u64, SmallVec<[u32; 2]>, FxBuildHasher>,
     entries: Vec<Entry>,
     /// The last answer of an op no other op shares a signature with: it
     /// could never hit, so it is not remembered (a `RuleResult` is ~600
@@ -89,32 +51,52 @@ pub(crate) struct Memo {
     pub(crate) off: bool,
 }
 
+/// Where one of [`Memo`]'s answers is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Remembered, at this index.
+    Remembered(u32),
+    /// The last answer of an op that shares its signature with no other:
+    /// valid until the next call.
+    Last,
+}
+
 impl Memo {
-    /// The answer at `index` (from [`Memo::forward`] or [`Memo::backward`]).
-    pub(crate) fn result(&self, index: usize) -> &RuleResult {
-        self.entries.get(index).map_or(&self.scratch, |e| &e.result)
+    /// An answer of [`Memo::forward`] or [`Memo::backward`].
+    pub(crate) fn result(&self, at: Answer) -> &RuleResult {
+        match at {
+            Answer::Remembered(id) => self
+                .entries
+                .get(id as usize)
+                .map_or(&self.scratch, |e| &e.result),
+            Answer::Last => &self.scratch,
+        }
     }
 
-    /// Remembered answer `index`, with the attrs its rule read (the
-    /// inputs' in forward); `None` for the unremembered last answer.
-    pub(crate) fn entry(&self, index: usize) -> Option<(&[DistAttr], &RuleResult)> {
-        self.entries
-            .get(index)
-            .map(|e| (e.attrs.as_slice(), &e.result))
+    /// A remembered answer, with the attrs its rule read (the inputs' in
+    /// forward); `None` for the unremembered last answer.
+    pub(crate) fn entry(&self, at: Answer) -> Option<(&[DistAttr], &RuleResult)> {
+        match at {
+            Answer::Remembered(id) => self
+                .entries
+                .get(id as usize)
+                .map(|e| (e.attrs.as_slice(), &e.result)),
+            Answer::Last => None,
+        }
     }
 
-    /// [`Graph::call_resolving_into`], remembered; the answer's index.
+    /// [`Graph::call_resolving_into`], remembered; where the answer is.
     pub(crate) fn forward(
         &mut self,
         graph: &Graph,
         o: OpId,
         attrs: &[DistAttr],
         keep: usize,
-    ) -> Result<usize, SpmdError> {
+    ) -> Result<Answer, SpmdError> {
         let (inputs, _) = graph.io(o);
         if !graph.shared[o.index()] {
             graph.call_resolving_into(o, attrs, keep, &mut self.scratch)?;
-            return Ok(usize::MAX);
+            return Ok(Answer::Last);
         }
         self.answer(
             graph.signatures[o.index()],
@@ -124,17 +106,17 @@ impl Memo {
         )
     }
 
-    /// [`Graph::call_backward`], remembered; the answer's index.
+    /// [`Graph::call_backward`], remembered; where the answer is.
     pub(crate) fn backward(
         &mut self,
         graph: &Graph,
         o: OpId,
         attrs: &[DistAttr],
-    ) -> Result<usize, SpmdError> {
+    ) -> Result<Answer, SpmdError> {
         let (_, outputs) = graph.io(o);
         if !graph.shared[o.index()] {
             graph.call_backward(o, attrs, &mut self.scratch)?;
-            return Ok(usize::MAX);
+            return Ok(Answer::Last);
         }
         self.answer(
             graph.signatures[o.index()],
@@ -150,8 +132,8 @@ impl Memo {
         direction: Direction,
         attrs: impl Iterator<Item = &'a DistAttr> + Clone,
         call: impl FnOnce(&mut RuleResult) -> Result<(), SpmdError>,
-    ) -> Result<usize, SpmdError> {
-        let mut h = Fx::default();
+    ) -> Result<Answer, SpmdError> {
+        let mut h = FxHasher::default();
         signature.hash(&mut h);
         direction.hash(&mut h);
         for a in attrs.clone() {
@@ -169,22 +151,24 @@ impl Memo {
                     && e.direction == direction
                     && e.attrs.iter().eq(attrs.clone())
                 {
-                    return Ok(id as usize);
+                    return Ok(Answer::Remembered(id));
                 }
             }
         }
         // Answered into the scratch result, then kept: one copy, only for
-        // a call worth remembering.
+        // a call worth remembering (and while ids fit the index).
         call(&mut self.scratch)?;
+        let Ok(id) = u32::try_from(self.entries.len()) else {
+            return Ok(Answer::Last);
+        };
         let result = self.scratch.clone();
-        let id = self.entries.len();
         self.entries.push(Entry {
             signature,
             direction,
             attrs: attrs.cloned().collect(),
             result,
         });
-        self.by_hash.entry(hash).or_default().push(id as u32);
-        Ok(id)
+        self.by_hash.entry(hash).or_default().push(id);
+        Ok(Answer::Remembered(id))
     }
 }

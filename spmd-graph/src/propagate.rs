@@ -6,7 +6,7 @@ use spmd_core::{DistAttr, SpmdError};
 
 use crate::error::GraphError;
 use crate::graph::{Graph, OpId, OpKind, Stage, TensorId};
-use crate::memo::Memo;
+use crate::memo::{Answer, Memo};
 
 /// Where a tensor's final attr came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,7 +101,7 @@ impl Saved {
         match *self.at.get(o.index())? {
             Slot::None => None,
             Slot::Memo(i) => {
-                let (seen, r) = self.memo.entry(i as usize)?;
+                let (seen, r) = self.memo.entry(Answer::Remembered(i))?;
                 Some((seen, &r.inputs, &r.outputs))
             }
             Slot::Arena {
@@ -322,12 +322,12 @@ impl<'g> Propagator<'g> {
     /// Keeps op `o`'s forward answer `i` with the input attrs it answered
     /// (before they learn from it): where the memo keeps it, or copied into
     /// the arena, over the op's previous copy when it fits.
-    fn save(&mut self, o: OpId, i: usize) {
+    fn save(&mut self, o: OpId, i: Answer) {
         let (inputs, outputs) = self.graph.io(o);
         let saved = &mut self.answers;
-        if let Some((_, r)) = self.memo.entry(i) {
-            if r.outputs.len() == outputs.len() && i <= u32::MAX as usize {
-                saved.at[o.index()] = Slot::Memo(i as u32);
+        if let (Answer::Remembered(id), Some((_, r))) = (i, self.memo.entry(i)) {
+            if r.outputs.len() == outputs.len() {
+                saved.at[o.index()] = Slot::Memo(id);
             }
             return;
         }
@@ -392,7 +392,7 @@ impl<'g> Propagator<'g> {
 
     /// Fixes the unknown tensors of op `o` from the memo's answer `i` (a
     /// forward answer when `forward`, a reverse one otherwise).
-    fn learn_answer(&mut self, o: OpId, forward: bool, i: usize) -> Result<bool, GraphError> {
+    fn learn_answer(&mut self, o: OpId, forward: bool, i: Answer) -> Result<bool, GraphError> {
         let graph = self.graph;
         let (inputs, outputs) = graph.io(o);
         let r = self.memo.result(i);
@@ -634,7 +634,7 @@ mod tests {
         plans_reuse_answers_faithfully(&loaded.graph, &p);
     }
 
-    /// Prepared rule calls (the graph's per-op `PlainForward`s) change no
+    /// Prepared rule calls (the graph's per-op `Prepared`s) change no
     /// answer: the exported Llama under tensor parallelism, and a chain of
     /// matmuls and gelus no two of which share a signature, propagate and
     /// plan as with every rule called through `infer_into`.

@@ -170,7 +170,7 @@ impl ReshardPlan {
 /// The reshard plan of `graph` under the attrs of `prop`, volumes in `dtype`.
 pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPlan, GraphError> {
     let mut reshards = Vec::new();
-    let mut seen: HashSet<(TensorId, DistAttr, DistAttr), crate::memo::FxBuild> =
+    let mut seen: HashSet<(TensorId, DistAttr, DistAttr), rustc_hash::FxBuildHasher> =
         HashSet::default();
     let mut memo = crate::memo::Memo::default();
     for o in graph.op_ids() {

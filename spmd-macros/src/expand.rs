@@ -307,53 +307,53 @@ fn rule_impls(rule: &Rule) -> TokenStream {
             }
         }
     });
-    // Prepared forward calls (`SpmdRule::prepare_plain_forward`): the rule
-    // the call chooses, prepared with its case; each prepared call runs the
-    // hooks and chooses again as `infer_into` does, and answers by the
-    // preparation only when the case is the same.
-    let plain = case.map(|case| {
-        let prepare = with_rule(quote!(plain_forward(&call)));
-        quote! {
-            fn prepare_plain_forward(
-                &self,
-                call: &__spmd::Call<'_>,
-            ) -> __spmd::Result<__spmd::Option<__spmd::PlainForward>, __spmd::SpmdError> {
-                if !call.is_forward() {
-                    return __spmd::Ok(__spmd::Option::None);
-                }
-                let call: __spmd::Call<'_> = *call;
-                let case: u32 = #case;
-                let plain: __spmd::Option<__spmd::PlainForward> = #prepare?;
-                __spmd::Ok(plain.map(|p| p.with_case(case)))
-            }
-            #[inline]
-            fn forward_plain(
-                &self,
-                call: &__spmd::Call<'_>,
-                plain: &__spmd::PlainForward,
-                result: &mut __spmd::RuleResult,
-            ) -> __spmd::Result<bool, __spmd::SpmdError> {
-                if !call.is_forward() {
-                    return __spmd::Ok(false);
-                }
-                let call: __spmd::Call<'_> = *call;
-                #needs_shapes
-                #validate
-                if #case != plain.case() || !plain.answer(&call, result) {
-                    return __spmd::Ok(false);
-                }
-                #adjust
-                __spmd::Ok(true)
-            }
+    // Prepared forward calls (`SpmdRule::prepare`): the rule the call
+    // chooses, compiled with its case. A prepared call runs the hooks and
+    // chooses again as any call does, and keeps its preparation only when
+    // the case is the one prepared.
+    let (prepare, keep_prepared) = match &case {
+        Some(case) => {
+            let compile = with_rule(quote!(compile_forward(&call)));
+            (
+                quote! {
+                    fn prepare(
+                        &self,
+                        call: &__spmd::Call<'_>,
+                    ) -> __spmd::Result<__spmd::Prepared, __spmd::SpmdError> {
+                        if !call.is_forward() {
+                            return __spmd::Ok(__spmd::Prepared::NONE);
+                        }
+                        let call: __spmd::Call<'_> = *call;
+                        let case: u32 = #case;
+                        let prepared: __spmd::Prepared = #compile?;
+                        __spmd::Ok(prepared.for_case(__NAME_ID, case))
+                    }
+                },
+                // The case is chosen only for a prepared call: the engine
+                // itself never reads the preparation.
+                // (Nested `if`s: the expansion compiles in any edition.)
+                quote! {
+                    if trace.is_none() {
+                        if let __spmd::Option::Some(p) = call.prepared() {
+                            if p.answer(__NAME_ID, #case, &call, result) {
+                                #adjust
+                                return __spmd::Ok(());
+                            }
+                        }
+                    }
+                },
+            )
         }
-    });
+        // A plan built at run time is not prepared.
+        None => (TokenStream::new(), TokenStream::new()),
+    };
     let rule_impl = quote! {
         #[automatically_derived]
         impl __spmd::SpmdRule for #ident {
             fn name(&self) -> &'static str {
                 __NAME
             }
-            #plain
+            #prepare
             #[inline]
             fn infer_into(
                 &self,
@@ -362,9 +362,19 @@ fn rule_impls(rule: &Rule) -> TokenStream {
                 result: &mut __spmd::RuleResult,
             ) -> __spmd::Result<(), __spmd::SpmdError> {
                 // A grad call's tensors are read in this rule's grad signature.
-                let call: __spmd::Call<'_> = call.with_grad_signature(__GRAD_SIGNATURE);
+                // Borrowed unless it is a grad call: a call is a dozen
+                // words, and every other direction reads it as given.
+                let __grad_call: __spmd::Call<'_>;
+                let call: &__spmd::Call<'_> = match call {
+                    __spmd::Call::Grad { .. } => {
+                        __grad_call = call.with_grad_signature(__GRAD_SIGNATURE);
+                        &__grad_call
+                    }
+                    _ => call,
+                };
                 #needs_shapes
                 #validate
+                #keep_prepared
                 match trace {
                     __spmd::Option::None => {
                         let __trace = &mut __spmd::NoTrace;
@@ -381,6 +391,9 @@ fn rule_impls(rule: &Rule) -> TokenStream {
         const _: () = {
             use #krate::__private as __spmd;
             const __NAME: &'static str = #name;
+            // The name read from one place: a preparation made here is
+            // recognised by its address (a `const` may have several).
+            static __NAME_ID: &'static str = __NAME;
             #grad_signature
             #consts
             #op_impl

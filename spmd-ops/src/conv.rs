@@ -200,7 +200,7 @@ conv!(
     /// the others too, which is unsound).
     ///
     /// ```
-    /// use spmd_core::{Attrs, DistAttr, Mesh, Spec};
+    /// use spmd_core::{Attrs, DistAttr, Mesh, Spec, SpmdRuleExt};
     ///
     /// let conv = spmd_ops::builtins().build("conv2d", &Attrs::new())?;
     /// let mesh = Mesh::new(&[2, 2])?;
@@ -254,7 +254,7 @@ pub struct RoiAlign {}
 
 #[cfg(test)]
 mod tests {
-    use spmd_core::{DistAttr, Mesh, Spec, SpmdRule};
+    use spmd_core::{DistAttr, Mesh, Spec, SpmdRuleExt};
 
     use super::{Conv2d, Conv2dTranspose, DepthwiseConv2d};
 

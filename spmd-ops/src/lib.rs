@@ -2,7 +2,7 @@
 //! and attribute names, each declared with `#[spmd_rule]`.
 //!
 //! ```
-//! use spmd_core::{Attrs, DistAttr, Mesh, Spec};
+//! use spmd_core::{Attrs, DistAttr, Mesh, Spec, SpmdRuleExt};
 //!
 //! let registry = spmd_ops::builtins();
 //! let matmul = registry.build("matmul", &Attrs::new().with("trans_x", false).with("trans_y", false))?;
@@ -436,6 +436,8 @@ pub fn builtins() -> Registry {
 
 #[cfg(test)]
 mod tests {
+    use spmd_core::SpmdRuleExt;
+
     /// `builtins()` cannot report a failed registration, so this does: a name
     /// registered twice would silently drop every rule after it.
     #[test]

@@ -79,7 +79,7 @@ pub struct Unique {
 /// input and output is fully replicated and non-partial. The op has any
 /// number of inputs and outputs (`*^`: a term of `1`s per tensor given), so
 /// forward needs the outputs' shapes
-/// ([`SpmdRule::forward_with_output_shapes`](spmd_core::SpmdRule::forward_with_output_shapes)).
+/// ([`SpmdRuleExt::forward_with_output_shapes`](spmd_core::SpmdRuleExt::forward_with_output_shapes)).
 #[spmd_rule(name = "replicated", einsum = "*^->*^", partial(backward = "reset"))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Replicated {}
@@ -140,7 +140,7 @@ impl DefaultDataParallel {
 #[cfg(test)]
 mod tests {
     use super::{DefaultDataParallel, Replicated};
-    use spmd_core::{DistAttr, Mesh, Spec, SpmdRule};
+    use spmd_core::{DistAttr, Mesh, Spec, SpmdRuleExt};
 
     fn attr(m: &[i64]) -> DistAttr {
         DistAttr::from_paddle(m).unwrap()

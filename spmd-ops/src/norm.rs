@@ -161,7 +161,7 @@ pub struct InstanceNorm {}
 
 #[cfg(test)]
 mod tests {
-    use spmd_core::{DistAttr, Mesh, Spec, SpmdRule};
+    use spmd_core::{DistAttr, Mesh, Spec, SpmdRuleExt};
 
     use super::LayerNorm;
 

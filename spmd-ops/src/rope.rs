@@ -170,7 +170,7 @@ impl FusedRotaryPositionEmbedding {
 
 #[cfg(test)]
 mod tests {
-    use spmd_core::{DistAttr, Mesh, Spec, SpmdRule};
+    use spmd_core::{DistAttr, Mesh, Spec, SpmdRuleExt};
 
     use super::FusedRotaryPositionEmbedding;
 

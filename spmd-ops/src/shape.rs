@@ -400,7 +400,7 @@ fn divisible(mesh: &Mesh, mut s: Sharding, extents: &[usize]) -> Sharding {
 }
 
 /// Paddle's `reshape` / `reshape2`: the notation of
-/// [`reshape_notation`] from the input's shape to the target `shape` (`0`
+/// `reshape_notation` from the input's shape to the target `shape` (`0`
 /// copies the input dim at that position, one `-1` takes what is left), or,
 /// in backward and grad, to the given output's shape. Reshape is linear: a
 /// `Sum` partial input passes to the output, as in Paddle 3.3.1.
@@ -770,6 +770,7 @@ impl ExpandAs {
 #[cfg(test)]
 mod tests {
     use super::{CarryingRun, for_each_carrying_run, may_split, reshape_notation, target_shape};
+    use spmd_core::SpmdRuleExt;
 
     fn carrying_runs(from: &[usize], to: &[usize]) -> Vec<(usize, usize, bool)> {
         let mut runs = vec![];

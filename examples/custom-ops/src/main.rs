@@ -2,6 +2,7 @@
 //!
 //! Run with `cargo run -p custom-ops`.
 
+use sharding::SpmdRuleExt;
 use sharding::{Attrs, Call, DistAttr, Mesh, Registry, Spec, SpmdError, spmd_rule};
 
 /// Attention scores `q @ k^T` per head. The keys may be stored transposed

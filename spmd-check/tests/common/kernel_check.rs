@@ -16,6 +16,7 @@ use super::shape;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use spmd_check::{Input, Tensor, check_backward, check_forward, check_grad};
+use spmd_core::SpmdRuleExt;
 use spmd_core::{DimsMapping, DistAttr, Mesh, Sharding, Spec, SpmdRule};
 
 pub type Kernel<'a> = dyn Fn(&[Tensor]) -> Vec<Tensor> + 'a;

@@ -214,7 +214,7 @@ pub fn run<S: Strategy>(
 }
 
 /// A test wrapper around a rule, written per direction; [`by_direction`]
-/// is its `SpmdRule::infer`.
+/// is its `SpmdRuleExt::infer`.
 #[allow(dead_code)]
 pub trait Directions {
     fn op(&self) -> &'static str;

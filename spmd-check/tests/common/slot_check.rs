@@ -15,6 +15,7 @@ use super::nn::small_mesh;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use spmd_check::{Input, Tensor, Values, check_backward, check_forward, check_grad};
+use spmd_core::SpmdRuleExt;
 use spmd_core::{DistAttr, Mesh, Spec, SpmdRule};
 
 // ------------------------------------------------------------ generators
