@@ -64,7 +64,7 @@ Examples:
   spmd conformance tests/conformance/*.json --deviations tests/conformance/DEVIATIONS.md
   spmd conformance paddle-suite.json --op matmul --op einsum -v
   spmd conformance paddle-suite.json --json > results.json
-  spmd conformance tests/conformance/*.json --deviations tests/conformance/DEVIATIONS.md --markdown > docs/conformance.md
+  spmd conformance tests/conformance/*.json --deviations tests/conformance/DEVIATIONS.md --markdown > docs/conformance-per-op.md
 
 Every case runs through the rule the project would use: `einsum` from its `equation`
 attribute, other ops from the built-in registry with the case's attributes. Cases whose
@@ -281,7 +281,7 @@ pub struct ConformanceArgs {
     pub json: bool,
 
     /// Print the per-op table of each file as a Markdown document (the
-    /// project's docs/conformance.md is this output).
+    /// project's docs/conformance-per-op.md is this output).
     #[arg(long)]
     pub markdown: bool,
 }

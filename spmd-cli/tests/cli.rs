@@ -1010,7 +1010,7 @@ fn conformance_on_the_project_vectors() {
     );
 }
 
-/// `docs/conformance.md` is the tool's own output: this test regenerates it
+/// `docs/conformance-per-op.md` is the tool's own output: this test regenerates it
 /// and fails when the committed file differs (numbers typed by hand, or a
 /// change of the library that did not refresh the table). `SPMD_BLESS=1`
 /// rewrites the file instead.
@@ -1035,14 +1035,14 @@ fn conformance_docs_are_generated() {
         "{generated}"
     );
     assert!(generated.contains("| matmul | forward |"), "{generated}");
-    let path = root.join("docs/conformance.md");
+    let path = root.join("docs/conformance-per-op.md");
     if std::env::var_os("SPMD_BLESS").is_some() {
         std::fs::write(&path, &generated).unwrap();
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "docs/conformance.md is out of date: run `SPMD_BLESS=1 cargo test -p spmd-cli \
+        "docs/conformance-per-op.md is out of date: run `SPMD_BLESS=1 cargo test -p spmd-cli \
          conformance_docs_are_generated` (or the command at the top of the file) and commit it"
     );
 }

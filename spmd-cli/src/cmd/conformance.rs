@@ -241,7 +241,7 @@ fn percent(part: usize, whole: usize) -> String {
 }
 
 /// The per-op tables of every file as a Markdown document: the project's
-/// `docs/conformance.md` is this text, so the published numbers are the
+/// `docs/conformance-per-op.md` is this text, so the published numbers are the
 /// tool's, never typed by hand.
 fn markdown<'a>(
     args: &ConformanceArgs,
