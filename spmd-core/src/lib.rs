@@ -84,5 +84,22 @@ pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
 pub use template::{IntoPos, Positions};
 pub use trace::{NoTrace, Trace};
 
+/// The derive form of [`spmd_rule`]: the same options, in `#[spmd(...)]`
+/// on the struct, and the same code.
+///
+/// ```
+/// use spmd_core::{DistAttr, Mesh, Spec, SpmdRule, SpmdRuleExt};
+///
+/// #[derive(SpmdRule)]
+/// #[spmd(einsum = "mk,kn->mn", inputs(x, w), outputs(out))]
+/// struct Matmul {}
+///
+/// let x = DistAttr::from_paddle(&[0, 1]).unwrap();
+/// let w = DistAttr::replicated(2);
+/// let r = Matmul {}.forward(&Mesh::new(&[2, 2])?, &[Spec::new(&[8, 4], &x), Spec::new(&[4, 6], &w)])?;
+/// assert_eq!(r.outputs[0].to_string(), "[0, -1] partial{1: SUM}");
+/// # Ok::<(), spmd_core::SpmdError>(())
+/// ```
+pub use spmd_macros::SpmdRule;
 #[doc = include_str!("macro_docs.md")]
 pub use spmd_macros::spmd_rule;

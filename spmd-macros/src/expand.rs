@@ -5,10 +5,21 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use spmd_notation::{Dim, Fate, Notation, OwnedTemplate, Select};
+use syn::spanned::Spanned;
 use syn::{Expr, Item, ItemStruct, LitByteStr, LitStr, Path};
 
 use crate::args::{self, FieldSource, Form, Rule, Source};
 
+/// Which form declared the rule: the attribute re-emits the struct (its
+/// `#[spmd(..)]` field attributes taken off), the derive leaves it where it
+/// is. Everything else is the same code.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Declared {
+    Attribute,
+    Derive,
+}
+
+/// `#[spmd_rule(args)] item`.
 pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let item = match syn::parse2::<Item>(item.clone()) {
         Ok(Item::Struct(s)) => s,
@@ -18,10 +29,68 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             return quote!(#item #e);
         }
     };
+    declare(args, &item, Declared::Attribute)
+}
+
+/// `#[derive(SpmdRule)] #[spmd(args)] item`: the options are the
+/// struct's `#[spmd(...)]` attributes (several are one list), parsed as
+/// `#[spmd_rule(...)]`'s arguments.
+pub fn derive(item: TokenStream) -> TokenStream {
+    let item = match syn::parse2::<syn::DeriveInput>(item) {
+        Ok(input) => input,
+        Err(e) => return e.into_compile_error(),
+    };
+    let item = match item.data {
+        syn::Data::Struct(data) => ItemStruct {
+            attrs: item.attrs,
+            vis: item.vis,
+            struct_token: data.struct_token,
+            ident: item.ident,
+            generics: item.generics,
+            fields: data.fields,
+            semi_token: data.semi_token,
+        },
+        syn::Data::Enum(e) => return derive_on(e.enum_token.span, "an enum"),
+        syn::Data::Union(u) => return derive_on(u.union_token.span, "a union"),
+    };
+    let mut args = TokenStream::new();
+    let mut errors = TokenStream::new();
+    for attr in item.attrs.iter().filter(|a| a.path().is_ident("spmd")) {
+        match &attr.meta {
+            syn::Meta::List(list) => {
+                if !args.is_empty() {
+                    args.extend(quote!(,));
+                }
+                args.extend(list.tokens.clone());
+            }
+            other => {
+                let msg = "the rule's options go in `#[spmd(...)]`, e.g. `#[spmd(einsum = \"mk,kn->mn\")]`";
+                errors.extend(quote_spanned!(other.span()=> ::core::compile_error!(#msg);));
+            }
+        }
+    }
+    if !errors.is_empty() {
+        // The options could not be read: what they lack would be a
+        // follow-on error.
+        return fallback(&args, &item, errors, Declared::Derive);
+    }
+    declare(args, &item, Declared::Derive)
+}
+
+fn derive_on(span: Span, what: &str) -> TokenStream {
+    let msg = format!(
+        "#[derive(SpmdRule)] goes on a struct whose fields are the op's attributes, not on {what}"
+    );
+    quote_spanned!(span=> ::core::compile_error!(#msg);)
+}
+
+/// Both forms: parse and validate, then the impls (or, on error, the
+/// errors and stub impls).
+fn declare(args: TokenStream, item: &ItemStruct, form: Declared) -> TokenStream {
     let mut stripped = item.clone();
     match args::parse(args.clone(), &mut stripped) {
-        Ok(rule) => rule_impls(&rule),
-        Err(errors) => fallback(&args, &stripped, errors.write_errors()),
+        Ok(rule) => rule_impls(&rule, form),
+        Err(errors) => fallback(&args, &stripped, errors.write_errors(), form),
     }
 }
 
@@ -48,9 +117,9 @@ fn not_a_struct(item: &Item, tokens: TokenStream) -> TokenStream {
 /// in the code that selects or builds that rule.
 type WithRule<'a> = Box<dyn Fn(TokenStream) -> TokenStream + 'a>;
 
-fn rule_impls(rule: &Rule) -> TokenStream {
-    let item = &rule.item;
-    let ident = &item.ident;
+fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
+    let item = (form == Declared::Attribute).then_some(&rule.item);
+    let ident = &rule.item.ident;
     let krate = &rule.krate;
     let name = &rule.name;
 
@@ -760,10 +829,16 @@ fn plan(n: &Notation, span: Span) -> TokenStream {
 
 /// The struct, the errors, and stub impls (they return an error and are never
 /// run: the crate does not compile) so uses of the type report nothing more.
-fn fallback(args: &TokenStream, item: &ItemStruct, errors: TokenStream) -> TokenStream {
+fn fallback(
+    args: &TokenStream,
+    item: &ItemStruct,
+    errors: TokenStream,
+    form: Declared,
+) -> TokenStream {
     let ident = &item.ident;
+    let shown = (form == Declared::Attribute).then_some(item);
     if !item.generics.params.is_empty() {
-        return quote!(#item #errors);
+        return quote!(#shown #errors);
     }
     let krate = crate_path(args).unwrap_or_else(|| syn::parse_quote!(::spmd_core));
     let name = args::snake_case(&ident.to_string());
@@ -771,7 +846,7 @@ fn fallback(args: &TokenStream, item: &ItemStruct, errors: TokenStream) -> Token
         op: #name,
         message: ::std::string::String::new(),
     }));
-    let mut out = item.to_token_stream();
+    let mut out = shown.to_token_stream();
     out.extend(errors);
     out.extend(quote! {
         #[allow(unused_variables, clippy::all)]
@@ -816,6 +891,66 @@ mod tests {
         match syn::parse2::<syn::File>(tokens.clone()) {
             Ok(file) => prettyplease::unparse(&file),
             Err(_) => tokens.to_string(),
+        }
+    }
+
+    /// The derive form expands to the attribute form's code, without
+    /// re-emitting the struct: one parser, one expansion.
+    #[test]
+    fn derive_and_attribute_expand_alike() {
+        let cases = [
+            (
+                quote!(einsum = "...k,jk->...k", merge(conflicts = "strict")),
+                quote!(
+                    struct Embedding {
+                        #[spmd(default = -1)]
+                        padding_idx: i64,
+                    }
+                ),
+            ),
+            (
+                quote!(
+                    einsum = "@{axis:a}->@{axis:a}",
+                    merge(never_sharded = "a"),
+                    validate = Self::check
+                ),
+                quote!(
+                    pub struct Softmax {
+                        axis: i64,
+                    }
+                ),
+            ),
+            (
+                quote!(build(Self::plan, cache), inputs(x), outputs(out)),
+                quote!(
+                    struct Reshape {
+                        shape: Vec<i64>,
+                    }
+                ),
+            ),
+            // An invalid option: the same errors and stubs.
+            (
+                quote!(einsum = "mk,kn->mq"),
+                quote!(
+                    struct Matmul {}
+                ),
+            ),
+        ];
+        for (args, item) in cases {
+            let attribute = syn::parse2::<syn::File>(expand(args.clone(), item.clone())).unwrap();
+            let mut without_struct = attribute.clone();
+            assert!(matches!(
+                without_struct.items.remove(0),
+                syn::Item::Struct(_)
+            ));
+            let mut annotated: ItemStruct = syn::parse2(item).unwrap();
+            annotated.attrs.push(syn::parse_quote!(#[spmd(#args)]));
+            let derived = derive(annotated.to_token_stream());
+            let derived = match syn::parse2::<syn::File>(derived.clone()) {
+                Ok(file) => prettyplease::unparse(&file),
+                Err(_) => derived.to_string(),
+            };
+            assert_eq!(prettyplease::unparse(&without_struct), derived, "{args}");
         }
     }
 

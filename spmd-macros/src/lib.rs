@@ -1,6 +1,8 @@
-//! The `#[spmd_rule]` attribute macro. Use it through `spmd_core::spmd_rule`,
-//! whose documentation has the options and examples (doctests here could not
-//! see `spmd-core`).
+//! The `#[spmd_rule]` attribute macro and its derive form,
+//! `#[derive(SpmdRule)]`. Use them through `spmd_core`, whose
+//! `spmd_rule` documentation has the options and examples (doctests here
+//! could not see `spmd-core`). Both forms parse the same options and expand
+//! to the same code.
 //!
 //! Layout (after thiserror and serde_derive): `args` parses and validates the
 //! attribute and the struct into a typed `Rule`, collecting every error;
@@ -18,4 +20,13 @@ pub fn spmd_rule(
     item: proc_macro::TokenStream,
 ) -> proc_macro::TokenStream {
     expand::expand(args.into(), item.into()).into()
+}
+
+/// Declares an op's sharding rule, the options in `#[spmd(...)]` on the
+/// struct: `#[derive(SpmdRule)] #[spmd(einsum = "mk,kn->mn")] struct Matmul {}`
+/// is `#[spmd_rule(einsum = "mk,kn->mn")] struct Matmul {}`. See
+/// `spmd_core::spmd_rule` for the options.
+#[proc_macro_derive(SpmdRule, attributes(spmd))]
+pub fn derive_spmd_rule(item: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    expand::derive(item.into()).into()
 }

@@ -1,0 +1,7 @@
+use spmd_core::SpmdRule;
+
+#[derive(SpmdRule)]
+#[spmd = "ij->ji"]
+struct Transpose {}
+
+fn main() {}
