@@ -46,9 +46,6 @@ pub(crate) struct Memo {
     /// could never hit, so it is not remembered (a `RuleResult` is ~600
     /// bytes; remembering 100k of them cost more than the calls).
     scratch: RuleResult,
-    /// Tests compare against rule calls that remember nothing.
-    #[cfg(test)]
-    pub(crate) off: bool,
 }
 
 /// Where one of [`Memo`]'s answers is.
@@ -140,11 +137,7 @@ impl Memo {
             a.hash(&mut h);
         }
         let hash = h.finish();
-        #[cfg(test)]
-        let remember = !self.off;
-        #[cfg(not(test))]
-        let remember = true;
-        if remember && let Some(ids) = self.by_hash.get(&hash) {
+        if let Some(ids) = self.by_hash.get(&hash) {
             for &id in ids {
                 let e = &self.entries[id as usize];
                 if e.signature == signature

@@ -1,0 +1,248 @@
+//! The graph: tensors with global shapes (some annotated by the user), ops
+//! that name a registry rule with its attributes, and the builder that checks
+//! it all once, so that propagation never looks a rule up by name.
+//!
+//! `builder` checks and builds a graph, `signature` groups the ops that
+//! answer alike, `calls` runs an op's rule on a set of attrs.
+
+use std::sync::Arc;
+
+use spmd_core::{Attrs, DistAttr, Mesh, Prepared, SpmdRule};
+
+use crate::error::GraphError;
+
+mod builder;
+mod calls;
+mod signature;
+
+pub use builder::GraphBuilder;
+pub(crate) use builder::Prebuilt;
+
+/// A tensor of a graph: its index in [`Graph::tensors`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub u32);
+
+/// An op of a graph: its index in [`Graph::ops`], which is also its place in
+/// the graph's topological order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u32);
+
+impl TensorId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl OpId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// How an op calls its rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// The rule's forward inference: inputs -> outputs.
+    Forward,
+    /// The rule's gradient op: the inputs are the forward op's
+    /// `forward_inputs` inputs followed by one grad per forward output; the
+    /// outputs are the grads of the forward inputs that have one.
+    Grad { forward_inputs: usize },
+}
+
+/// One tensor: a name, its global shape, and the user's annotation if any
+/// (never changed by propagation).
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub annotation: Option<DistAttr>,
+    /// The annotation's priority, as in Shardy: 0 (the default) propagates
+    /// first, then 1, and so on (see the crate docs).
+    pub priority: u32,
+    /// A trainable weight: [`backward_graph`](crate::backward_graph) gives
+    /// it a gradient laid out like it.
+    pub param: bool,
+    pub producer: Option<OpId>,
+    pub consumers: Vec<OpId>,
+}
+
+/// One op: a display name, the registry rule with its attributes, and its
+/// tensors.
+#[derive(Clone, Debug)]
+pub struct OpInfo {
+    pub name: String,
+    pub rule: String,
+    pub attrs: Attrs,
+    pub kind: OpKind,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+}
+
+/// Which propagation stage an op belongs to (see the crate docs): ops that
+/// pass shardings through unchanged go first, as in Shardy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    /// Elementwise and pure layout ops (`add`, `gelu`, `reshape`, ...).
+    PassThrough = 0,
+    /// Everything else (contractions, reductions, norms, gathers, grad ops).
+    Other = 1,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 2] = [Stage::PassThrough, Stage::Other];
+
+    /// The stage of a forward op, as its registry entry declares it
+    /// ([`spmd_core::RuleInfo::pass_through`]).
+    pub fn of(info: &spmd_core::RuleInfo) -> Stage {
+        if info.pass_through {
+            Stage::PassThrough
+        } else {
+            Stage::Other
+        }
+    }
+}
+
+/// A checked graph: every op's rule built once, ops in a topological order,
+/// every tensor produced at most once, every annotation valid for its tensor,
+/// every forward op's declared output shapes what its inputs give.
+///
+/// ```
+/// use spmd_core::{Attrs, DistAttr, Mesh};
+/// use spmd_graph::GraphBuilder;
+///
+/// let mut b = GraphBuilder::new(Mesh::new(&[4])?);
+/// let x = b.tensor("x", &[8, 16])?;
+/// let w = b.tensor("w", &[16, 32])?;
+/// b.annotate(w, DistAttr::from_paddle(&[-1, 0]).unwrap())?;
+/// let y = b.apply("mm", "matmul", Attrs::new(), &[x, w], ("y", &[8, 32]))?;
+/// let graph = b.build(&spmd_ops::builtins())?;
+/// assert_eq!(graph.tensor(y).shape, [8, 32]);
+/// # Ok::<(), spmd_graph::GraphError>(())
+/// ```
+#[derive(Clone)]
+pub struct Graph {
+    mesh: Mesh,
+    tensors: Vec<TensorInfo>,
+    ops: Vec<OpInfo>,
+    /// Shared: a backward graph's grad ops run their forward ops' rules.
+    pub(crate) rules: Vec<Arc<dyn SpmdRule>>,
+    pub(crate) stages: Vec<Stage>,
+    /// Ops with equal signatures (rule, attributes, kind, tensor shapes)
+    /// answer equal attrs equally (see `memo`).
+    pub(crate) signatures: Vec<u32>,
+    /// Whether another op shares the signature (only then can the memo hit).
+    pub(crate) shared: Vec<bool>,
+    /// Every op's inputs then outputs, op after op in one array: the sweeps
+    /// read them in order instead of chasing one allocation per op.
+    flat: Vec<TensorId>,
+    /// Per op: where its tensors start in `flat` and how many inputs.
+    spans: Vec<(u32, u32, u32)>,
+    /// Each tensor's rank, compact for the same reason.
+    ranks: Vec<u32>,
+    /// Every tensor's shape, one after the other, and where each starts:
+    /// a rule call reads its tensors' shapes from here, not through one
+    /// allocation per tensor (at 100k ops those were cache misses).
+    dims: Vec<usize>,
+    dims_at: Vec<u32>,
+    /// Each op's kind, compact.
+    kinds: Vec<OpKind>,
+    /// Per forward op that shares its signature with no other (the memo
+    /// answers the others): its rule's forward calls prepared for its
+    /// shapes (`SpmdRule::prepare`; `Prepared::NONE` when nothing compiles);
+    /// a rule call then reads only the layouts.
+    pub(crate) prepared: Vec<Prepared>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("mesh", &self.mesh)
+            .field("tensors", &self.tensors)
+            .field("ops", &self.ops)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Graph {
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+    pub fn ops(&self) -> &[OpInfo] {
+        &self.ops
+    }
+    pub fn tensor(&self, t: TensorId) -> &TensorInfo {
+        &self.tensors[t.index()]
+    }
+    pub fn op(&self, o: OpId) -> &OpInfo {
+        &self.ops[o.index()]
+    }
+    /// The built rule of an op.
+    pub fn rule(&self, o: OpId) -> &dyn SpmdRule {
+        &*self.rules[o.index()]
+    }
+    pub fn stage(&self, o: OpId) -> Stage {
+        self.stages[o.index()]
+    }
+    /// An op's input and output tensors, from the compact layout.
+    #[inline]
+    pub(crate) fn io(&self, o: OpId) -> (&[TensorId], &[TensorId]) {
+        let (start, n_in, n_out) = self.spans[o.index()];
+        let (start, n_in, n_out) = (start as usize, n_in as usize, n_out as usize);
+        self.flat[start..start + n_in + n_out].split_at(n_in)
+    }
+
+    #[inline]
+    pub(crate) fn rank(&self, t: TensorId) -> usize {
+        self.ranks[t.index()] as usize
+    }
+
+    /// A tensor's shape, from the compact layout.
+    #[inline]
+    pub(crate) fn shape(&self, t: TensorId) -> &[usize] {
+        let start = self.dims_at[t.index()] as usize;
+        &self.dims[start..start + self.ranks[t.index()] as usize]
+    }
+
+    /// The tensor called `name`.
+    /// Replaces tensor `t`'s annotation (`None` removes it), checked as
+    /// [`GraphBuilder::annotate_with_priority`] checks one. A search that
+    /// tries many plans on one graph changes its annotations in place
+    /// rather than building every op's rule again.
+    pub fn set_annotation(
+        &mut self,
+        t: TensorId,
+        annotation: Option<(DistAttr, u32)>,
+    ) -> Result<(), GraphError> {
+        let Some(info) = self.tensors.get_mut(t.index()) else {
+            return Err(GraphError::UnknownTensor {
+                op: "set_annotation".into(),
+                name: format!("#{}", t.0),
+            });
+        };
+        if let Some((attr, _)) = &annotation
+            && info.annotation.as_ref() != Some(attr)
+        {
+            builder::check_attr(&self.mesh, &info.name, &info.shape, attr)?;
+        }
+        info.priority = annotation.as_ref().map_or(0, |&(_, p)| p);
+        info.annotation = annotation.map(|(a, _)| a);
+        Ok(())
+    }
+
+    pub fn find(&self, name: &str) -> Option<TensorId> {
+        self.tensors
+            .iter()
+            .position(|t| t.name == name)
+            .map(|i| TensorId(i as u32))
+    }
+    pub fn op_ids(&self) -> impl DoubleEndedIterator<Item = OpId> + ExactSizeIterator {
+        (0..self.ops.len() as u32).map(OpId)
+    }
+    pub fn tensor_ids(&self) -> impl DoubleEndedIterator<Item = TensorId> + ExactSizeIterator {
+        (0..self.tensors.len() as u32).map(TensorId)
+    }
+}
