@@ -122,7 +122,7 @@ pub struct Labels {
     inputs: &'static [&'static str],
     outputs: &'static [&'static str],
     /// Inputs without a gradient (bit `i` = input `i`).
-    no_grad: u64,
+    no_grad: spmd_core::TensorSet,
 }
 
 impl Labels {
@@ -132,7 +132,7 @@ impl Labels {
             direction,
             inputs: &[],
             outputs: &[],
-            no_grad: 0,
+            no_grad: spmd_core::TensorSet::EMPTY,
         }
     }
 
@@ -174,7 +174,7 @@ impl Labels {
     /// The inputs that have a grad, in the order grad inference returns them.
     pub fn grad_inputs(&self, n_inputs: usize) -> Vec<usize> {
         (0..n_inputs)
-            .filter(|&i| i >= 64 || self.no_grad & (1 << i) == 0)
+            .filter(|&i| !self.no_grad.contains(i))
             .collect()
     }
 

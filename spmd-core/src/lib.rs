@@ -55,6 +55,7 @@ mod registry;
 mod rule;
 mod signature;
 mod template;
+mod tensor_set;
 mod trace;
 
 #[cfg(feature = "std")]
@@ -82,6 +83,7 @@ pub use rule::{EinsumRule, RuleResult, SpmdRule, SpmdRuleExt};
 pub use signature::{GradSignature, GradTensor};
 pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
 pub use template::{IntoPos, Positions};
+pub use tensor_set::TensorSet;
 pub use trace::{NoTrace, Trace};
 
 /// The derive form of [`spmd_rule`]: the same options, in `#[spmd(...)]`

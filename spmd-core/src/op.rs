@@ -357,7 +357,7 @@ pub trait Op: SpmdRule + Sized + 'static {
     const OUTPUTS: &'static [&'static str] = &[];
     /// Inputs without a gradient (bit `i` = input `i`): grad inference
     /// returns grads for the others only, in order.
-    const NO_GRAD: u64 = 0;
+    const NO_GRAD: crate::TensorSet = crate::TensorSet::EMPTY;
     /// The tensors that may be absent.
     const OPTIONAL: Absent = Absent::NONE;
     /// Per attribute of [`Op::ATTRS`]: what its value looks like ("a bool").

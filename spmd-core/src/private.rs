@@ -18,7 +18,7 @@ pub use crate::template::{IntoPos, Positions};
 pub use crate::{
     Absent, Attrs, BackwardPartial, Call, Compounds, Conflicts, Divisibility, Einsum, EinsumRule,
     FromAttr, GradSignature, GradTensor, Mesh, MissingAxis, NoTrace, Op, PartialInputs, Policy,
-    Prepared, ReduceType, RuleResult, Spec, SpmdError, SpmdRule, Trace, UnshardedClaims,
+    Prepared, ReduceType, RuleResult, Spec, SpmdError, SpmdRule, TensorSet, Trace, UnshardedClaims,
     fill_shapes, fill_specs,
 };
 
@@ -30,13 +30,13 @@ pub struct RuntimeOptions<'o> {
     pub reduce: ReduceType,
     pub never_sharded: &'o str,
     pub reduce_axes: &'o [(char, ReduceType)],
-    pub no_grad: u64,
-    pub grad_ignores: u64,
-    pub follows: u64,
-    pub follows_outputs: u64,
+    pub no_grad: TensorSet,
+    pub grad_ignores: TensorSet,
+    pub follows: TensorSet,
+    pub follows_outputs: TensorSet,
     pub optional: Absent,
-    pub not_partial: u64,
-    pub merged_first: u64,
+    pub not_partial: TensorSet,
+    pub merged_first: TensorSet,
     pub grad_signature: GradSignature<'static>,
     pub input_names: &'static [&'static str],
     pub output_names: &'static [&'static str],

@@ -32,8 +32,8 @@ pub struct RuleInfo {
     /// Tensor names, when the rule declares them (else empty).
     pub inputs: &'static [&'static str],
     pub outputs: &'static [&'static str],
-    /// Inputs without a gradient (bit `i` = input `i`).
-    pub no_grad: u64,
+    /// Inputs without a gradient.
+    pub no_grad: crate::TensorSet,
     /// The tensors that may be absent.
     pub optional: crate::optional::Absent,
     /// Per attribute of `attrs`: what its value looks like.

@@ -12,6 +12,7 @@ use crate::optional::{Absent, AllPresent, fill_shapes, fill_specs};
 use crate::policy::Policy;
 use crate::prepared::Prepared;
 use crate::signature::GradSignature;
+use crate::tensor_set::TensorSet;
 use crate::trace::Trace;
 
 /// What a rule answers: the dist attrs the inputs must have (a requirement that
@@ -41,20 +42,20 @@ pub struct EinsumRule<'a> {
     pub never_sharded: AxisSet,
     /// Inputs (bit `i` = input `i`) that have no gradient: integer ids,
     /// boolean conditions. Grad inference returns grads for the others.
-    pub no_grad: u64,
+    pub no_grad: TensorSet,
     /// Inputs the gradient computation does not read (an embedding's table,
     /// a sum's input): they take no part in the grad op's merge, and are
     /// required laid out as their grads (docs/semantics.md §4, "Grad").
-    pub grad_ignores: u64,
+    pub grad_ignores: TensorSet,
     /// Inputs that follow the others (bit `i` = input `i`): they take no
     /// part in the forward merge nor in the grad op's, and their requirement
     /// is the merged layout (rotary embedding's sin, cos and position ids
     /// follow q, k and v).
-    pub follows: u64,
+    pub follows: TensorSet,
     /// Outputs that follow (bit `o` = output `o`): backward leaves them out
     /// of its merge, and answers them as the others settle (a debugging
     /// output whose given layout should not vote).
-    pub follows_outputs: u64,
+    pub follows_outputs: TensorSet,
     /// The tensors that may be absent (optional inputs, and outputs that
     /// exist only with them); see [`Absent`].
     pub optional: Absent,
@@ -64,12 +65,12 @@ pub struct EinsumRule<'a> {
     /// itself, a seed, a reserve buffer, routing indices). Backward still
     /// returns the partial status they were given, per
     /// [`BackwardPartial`](crate::BackwardPartial).
-    pub not_partial: u64,
+    pub not_partial: TensorSet,
     /// Outputs (bit `o` = output `o`) backward merges before the others, in
     /// output order: where two outputs shard one axis differently, or two
     /// axes claim one mesh dim, these win (Paddle's reverse cross entropy
     /// merges the loss before the softmax).
-    pub merged_first: u64,
+    pub merged_first: TensorSet,
     /// The tensors the grad op takes (default: forward inputs, one grad per
     /// output).
     pub grad_signature: GradSignature<'a>,
@@ -90,13 +91,13 @@ impl<'a> EinsumRule<'a> {
             reduce: ReduceType::Sum,
             reduce_overrides: &[],
             never_sharded: AxisSet::EMPTY,
-            no_grad: 0,
-            grad_ignores: 0,
-            follows: 0,
-            follows_outputs: 0,
+            no_grad: TensorSet::EMPTY,
+            grad_ignores: TensorSet::EMPTY,
+            follows: TensorSet::EMPTY,
+            follows_outputs: TensorSet::EMPTY,
             optional: Absent::NONE,
-            not_partial: 0,
-            merged_first: 0,
+            not_partial: TensorSet::EMPTY,
+            merged_first: TensorSet::EMPTY,
             grad_signature: GradSignature::DERIVED,
             input_names: &[],
             output_names: &[],
@@ -116,30 +117,30 @@ impl<'a> EinsumRule<'a> {
         self
     }
 
-    pub const fn with_no_grad(mut self, inputs: u64) -> Self {
+    pub const fn with_no_grad(mut self, inputs: TensorSet) -> Self {
         self.no_grad = inputs;
         self
     }
-    pub const fn with_grad_ignores(mut self, inputs: u64) -> Self {
+    pub const fn with_grad_ignores(mut self, inputs: TensorSet) -> Self {
         self.grad_ignores = inputs;
         self
     }
     /// Declares the inputs that follow the others in forward (see
     /// [`EinsumRule::follows`]).
-    pub const fn with_follows(mut self, inputs: u64) -> Self {
+    pub const fn with_follows(mut self, inputs: TensorSet) -> Self {
         self.follows = inputs;
         self
     }
     /// Declares the outputs that follow the others in backward (see
     /// [`EinsumRule::follows_outputs`]).
-    pub const fn with_follows_outputs(mut self, outputs: u64) -> Self {
+    pub const fn with_follows_outputs(mut self, outputs: TensorSet) -> Self {
         self.follows_outputs = outputs;
         self
     }
 
     /// Declares the outputs forward never marks partial (see
     /// [`EinsumRule::not_partial`]).
-    pub const fn with_not_partial(mut self, outputs: u64) -> Self {
+    pub const fn with_not_partial(mut self, outputs: TensorSet) -> Self {
         self.not_partial = outputs;
         self
     }
@@ -157,7 +158,7 @@ impl<'a> EinsumRule<'a> {
 
     /// Declares the outputs backward merges first (see
     /// [`EinsumRule::merged_first`]).
-    pub const fn with_merged_first(mut self, outputs: u64) -> Self {
+    pub const fn with_merged_first(mut self, outputs: TensorSet) -> Self {
         self.merged_first = outputs;
         self
     }

@@ -194,7 +194,7 @@ pub fn backward_graph(
             .no_grad;
         grad_outputs.clear();
         for (i, &t) in op.inputs.iter().enumerate() {
-            if i < 64 && no_grad & (1 << i) != 0 {
+            if no_grad.contains(i) {
                 continue;
             }
             let info = forward.tensor(t);

@@ -342,7 +342,7 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
             const ATTRS: &'static [&'static str] = &[#(#attr_names),*];
             const INPUTS: &'static [&'static str] = &[#(#input_names),*];
             const OUTPUTS: &'static [&'static str] = &[#(#output_names),*];
-            const NO_GRAD: u64 = #no_grad_mask;
+            const NO_GRAD: __spmd::TensorSet = __spmd::TensorSet::from_bits(#no_grad_mask);
             const OPTIONAL: __spmd::Absent = __spmd::Absent::new(#optional_in, #optional_out);
             const ATTR_TYPES: &'static [&'static str] = &[#(#attr_types),*];
             const ATTR_DEFAULTS: &'static [__spmd::Option<&'static str>] = &[#(#attr_defaults),*];
@@ -630,13 +630,13 @@ fn options(rule: &Rule, policy: &TokenStream) -> TokenStream {
     quote! {
         .with_policy(#policy)
         .with_reduce(__spmd::ReduceType::#reduce)
-        .with_no_grad(#no_grad)
-        .with_grad_ignores(#grad_ignores)
-        .with_follows(#follows)
-        .with_follows_outputs(#follows_outputs)
+        .with_no_grad(__spmd::TensorSet::from_bits(#no_grad))
+        .with_grad_ignores(__spmd::TensorSet::from_bits(#grad_ignores))
+        .with_follows(__spmd::TensorSet::from_bits(#follows))
+        .with_follows_outputs(__spmd::TensorSet::from_bits(#follows_outputs))
         .with_optional(__spmd::Absent::new(#oi, #oo))
-        .with_not_partial(#not_partial)
-        .with_merged_first(#merged_first)
+        .with_not_partial(__spmd::TensorSet::from_bits(#not_partial))
+        .with_merged_first(__spmd::TensorSet::from_bits(#merged_first))
         .with_names(&[#(#input_names),*], &[#(#output_names),*])
         .with_grad_signature(__GRAD_SIGNATURE)
     }
@@ -670,13 +670,13 @@ fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
             reduce: __spmd::ReduceType::#reduce,
             never_sharded: #never,
             reduce_axes: &[#(#overrides),*],
-            no_grad: #no_grad,
-            grad_ignores: #grad_ignores,
-            follows: #follows,
-            follows_outputs: #follows_outputs,
+            no_grad: __spmd::TensorSet::from_bits(#no_grad),
+            grad_ignores: __spmd::TensorSet::from_bits(#grad_ignores),
+            follows: __spmd::TensorSet::from_bits(#follows),
+            follows_outputs: __spmd::TensorSet::from_bits(#follows_outputs),
             optional: __spmd::Absent::new(#oi, #oo),
-            not_partial: #not_partial,
-            merged_first: #merged_first,
+            not_partial: __spmd::TensorSet::from_bits(#not_partial),
+            merged_first: __spmd::TensorSet::from_bits(#merged_first),
             grad_signature: __GRAD_SIGNATURE,
             input_names: &[#(#input_names),*],
             output_names: &[#(#output_names),*],

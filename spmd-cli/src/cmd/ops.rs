@@ -177,7 +177,7 @@ fn grad_text(i: &spmd_core::RuleInfo) -> String {
             .join(", "),
     };
     let no_grad: Vec<String> = (0..64)
-        .filter(|k| i.no_grad >> k & 1 == 1)
+        .filter(|&k| i.no_grad.contains(k))
         .map(input)
         .collect();
     if no_grad.is_empty() {

@@ -16,12 +16,6 @@ pub(super) const UNKNOWN: usize = usize::MAX;
 /// carry a sharding.
 pub(super) const MAX_AXES: usize = 63;
 
-/// Whether bit `i` of a per-tensor mask is set (tensors past 64 have none).
-#[inline(always)]
-pub(super) fn has_bit(mask: u64, i: usize) -> bool {
-    i < 64 && mask & (1u64 << i) != 0
-}
-
 /// Bit `i` of a tensor mask; tensors past the 64th have none (masks name
 /// at most 64).
 pub(super) fn bit(i: usize) -> u64 {

@@ -76,7 +76,7 @@ fn forward_in_full<T: Trace + ?Sized>(
     // Absent optional inputs take part in nothing; `present` skips them.
     let present = |i: usize| !absent.input(i);
     // What the merge reads: present inputs that do not follow the others.
-    let merged = |i: usize| present(i) && !has_bit(rule.follows, i);
+    let merged = |i: usize| present(i) && !rule.follows.contains(i);
     let mut width = 0;
     for (i, spec) in inputs.iter().enumerate().filter(|(i, _)| present(*i)) {
         let t = TensorRef::input(i);
@@ -140,7 +140,7 @@ fn forward_in_full<T: Trace + ?Sized>(
         // Followers are left out of the roles like absent inputs.
         cx.merge_by_role(
             inputs,
-            Absent::new(absent.mask().inputs | rule.follows, 0),
+            Absent::new(absent.mask().inputs | rule.follows.bits(), 0),
             trace,
         );
         None
@@ -211,7 +211,7 @@ fn forward_in_full<T: Trace + ?Sized>(
         let rank = term.len as usize + if term.ellipsis.is_some() { width } else { 0 };
         let mapping = cx.project(term, rank, None, derived);
         let mut partial = Partial::NONE;
-        if has_bit(rule.not_partial, o) {
+        if rule.not_partial.contains(o) {
             result.outputs.push(DistAttr::new(mapping));
             continue;
         }
@@ -370,18 +370,18 @@ fn backward_in_full<T: Trace + ?Sized>(
             .enumerate()
             .filter(move |(o, _)| output_present(*o))
     };
-    if rule.merged_first == 0 && rule.follows_outputs == 0 {
+    if rule.merged_first.is_empty() && rule.follows_outputs.is_empty() {
         for (o, spec) in present_outputs() {
             cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
         }
     } else {
         // The outputs declared `merged_first`, then the others, each in
         // order; outputs that follow take no part.
-        let first = |o: &(usize, &Spec<'_>)| has_bit(rule.merged_first, o.0);
+        let first = |o: &(usize, &Spec<'_>)| rule.merged_first.contains(o.0);
         let ordered = present_outputs()
             .filter(first)
             .chain(present_outputs().filter(|o| !first(o)))
-            .filter(|o| !has_bit(rule.follows_outputs, o.0));
+            .filter(|o| !rule.follows_outputs.contains(o.0));
         for (o, spec) in ordered {
             cx.merge(TensorRef::output(o), plan.output(o), spec, trace)?;
         }
@@ -442,7 +442,7 @@ fn backward_in_full<T: Trace + ?Sized>(
         // output is partial over the mesh dims of sharded input axes it lacks
         // (contracted ones, or with several outputs an axis another output
         // carries), and over what partial inputs pass on; never "as given".
-        if has_bit(rule.not_partial, o) {
+        if rule.not_partial.contains(o) {
             result.outputs.push(DistAttr::new(mapping));
             continue;
         }
@@ -585,11 +585,11 @@ pub(crate) fn grad<T: Trace + ?Sized>(
     // What the grad op reads: not the inputs the rule says it ignores, nor
     // an addend (`d bias = Σ dy`, and no other grad reads a bias).
     let read = |input: Option<usize>| {
-        input.is_none_or(|i| !has_bit(rule.grad_ignores, i) && !plan.is_addend(i))
+        input.is_none_or(|i| !rule.grad_ignores.contains(i) && !plan.is_addend(i))
     };
     // Inputs that follow the others are read but do not merge.
     let merges =
-        |input: Option<usize>| read(input) && input.is_none_or(|i| !has_bit(rule.follows, i));
+        |input: Option<usize>| read(input) && input.is_none_or(|i| !rule.follows.contains(i));
     let mut cx = Cx::new(rule, mesh, width)?;
     let operands = || every().filter(|(t, ..)| present(*t));
     for (t, term, _, spec) in operands() {
@@ -652,7 +652,7 @@ pub(crate) fn grad<T: Trace + ?Sized>(
         result.inputs.push(attr);
     }
     for j in 0..plan.n_inputs() {
-        if has_bit(rule.no_grad, j) {
+        if rule.no_grad.contains(j) {
             continue;
         }
         let term = plan.input(j);

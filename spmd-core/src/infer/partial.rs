@@ -3,7 +3,7 @@
 
 use spmd_notation::AxisSet;
 
-use super::cx::{Cx, has_bit};
+use super::cx::Cx;
 use crate::dist_attr::{Partial, ReduceType, Sharding, Spec};
 use crate::error::SpmdError;
 use crate::mesh::MeshSet;
@@ -65,7 +65,7 @@ impl<'r, 'a> Cx<'r, 'a> {
                 .any(|(i, s)| input_present(i) && s.first().is_some_and(|&d| d != 0));
         let mut by_inputs = Partial::NONE;
         // An output that is no sum (`not_partial`) explains nothing.
-        let explainable = |o: usize| present(o) && !has_bit(self.rule.not_partial, o);
+        let explainable = |o: usize| present(o) && !self.rule.not_partial.contains(o);
         for (o, spec) in outputs.iter().enumerate().filter(|(o, _)| explainable(*o)) {
             for (d, r) in spec.attr.partial.iter() {
                 if taken.contains(d) {

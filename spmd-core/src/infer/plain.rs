@@ -18,7 +18,6 @@
 use smallvec::SmallVec;
 use spmd_notation::Dim;
 
-use super::cx::has_bit;
 use crate::dist_attr::{DimsMapping, DistAttr, Partial, ReduceType, Sharding, Spec};
 use crate::mesh::{Mesh, MeshSet};
 use crate::policy::{Conflicts, Divisibility, MissingAxis, PartialInputs, UnshardedClaims};
@@ -49,7 +48,7 @@ pub(crate) fn rule_is_plain(rule: &EinsumRule<'_>) -> bool {
     ) && rule.policy.partial_inputs == PartialInputs::Drop
         && rule.reduce == ReduceType::Sum
         && rule.reduce_overrides.is_empty()
-        && rule.follows == 0
+        && rule.follows.is_empty()
         && plan.compound_axes.is_empty()
         && plan.diagonal.is_empty()
         && plan.addends == 0
@@ -352,7 +351,7 @@ impl Frame {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RunOptions {
     pub(crate) policy: crate::policy::Policy,
-    pub(crate) not_partial: u64,
+    pub(crate) not_partial: crate::TensorSet,
 }
 
 impl RunOptions {
@@ -406,7 +405,7 @@ impl Merged<'_> {
     /// dims split over: each mesh dim has one axis now).
     #[inline(always)]
     fn output_partial(&self, rule: &RunOptions, f: &Frame, o: usize) -> Partial {
-        if has_bit(rule.not_partial, o) {
+        if rule.not_partial.contains(o) {
             return Partial::NONE;
         }
         let mut over = MeshSet::EMPTY;
@@ -602,8 +601,8 @@ pub(super) fn backward(
     outputs: &[Spec<'_>],
     result: &mut RuleResult,
 ) -> bool {
-    if rule.merged_first != 0
-        || rule.follows_outputs != 0
+    if !rule.merged_first.is_empty()
+        || !rule.follows_outputs.is_empty()
         || rule.policy.missing_axis != MissingAxis::Replicate
     {
         return false;
@@ -730,7 +729,7 @@ fn backward_with<const ELLIPSIS: bool>(
         // dim has one axis, and fitting only drops an axis's trailing ones.
         |o| {
             let mut over = MeshSet::EMPTY;
-            if !has_bit(rule.not_partial, o) {
+            if !rule.not_partial.contains(o) {
                 let mut lacked = input_axes & !f.named_set[o];
                 while lacked != 0 {
                     over = over.union(derived[lacked.trailing_zeros() as usize].mesh_set());
@@ -1100,7 +1099,7 @@ mod tests {
             |r: &mut EinsumRule<'_>| r.policy = crate::policy::Policy::CLASSIC,
             |r: &mut EinsumRule<'_>| r.policy = crate::policy::Policy::STRICT,
             |r: &mut EinsumRule<'_>| r.never_sharded = AxisSet::EMPTY.with(0),
-            |r: &mut EinsumRule<'_>| r.not_partial = 1,
+            |r: &mut EinsumRule<'_>| r.not_partial = crate::TensorSet::of(&[0]),
             |r: &mut EinsumRule<'_>| {
                 r.policy.unsharded_claims = UnshardedClaims::Ignore;
                 r.never_sharded = AxisSet::EMPTY.with(1);
