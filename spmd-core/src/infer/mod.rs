@@ -12,8 +12,9 @@
 //! slots, carriers), [`extents`] (extents and compound factors), [`merges`]
 //! (the three merges and the divisibility policy), [`partial`] (addends and
 //! backward's Stage-II) and [`project`] (from the axis map back to tensors).
-//! [`plain`] answers the common forward call in one pass, and hands every
-//! other call to the driver.
+//! [`plain`] answers the common forward and backward calls in one pass
+//! (and prepared calls, from their compiled shapes), and hands every other
+//! call to the driver.
 
 use smallvec::SmallVec;
 use spmd_notation::{AxisSet, Term};
