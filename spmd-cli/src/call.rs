@@ -447,6 +447,11 @@ pub fn read_input(path: &str) -> Result<String> {
     } else {
         raw
     };
+    // A UTF-8 byte-order mark, as some editors write: not part of the JSON.
+    let raw = match raw.strip_prefix(b"\xef\xbb\xbf") {
+        Some(text) => text.to_vec(),
+        None => raw,
+    };
     String::from_utf8(raw).map_err(|e| CliError::usage(format!("{path}: not UTF-8 text: {e}")))
 }
 

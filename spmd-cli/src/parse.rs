@@ -551,11 +551,17 @@ fn unquote(s: &str) -> &str {
     s
 }
 
-/// Several `--attr` values into one set (a later one replaces an earlier one).
+/// Several `--attr` values into one set; an attribute given twice is an
+/// error (which one was meant is not for the tool to guess).
 pub fn attrs(items: &[String]) -> Result<Attrs, SyntaxError> {
     let mut a = Attrs::new();
     for item in items {
         let (k, v) = attr(item).map_err(|e| SyntaxError(format!("--attr `{item}`: {e}")))?;
+        if let Some(first) = a.get(&k) {
+            return Err(SyntaxError(format!(
+                "--attr `{item}`: `{k}` is given twice (first as {first}); give it once"
+            )));
+        }
         a.set(&k, v);
     }
     Ok(a)
@@ -721,8 +727,15 @@ mod tests {
         assert!(attr("novalue").unwrap_err().0.contains("NAME=VALUE"));
         assert!(attr("=1").unwrap_err().0.contains("not an attribute name"));
         assert!(attr("a=[1").unwrap_err().0.contains("unclosed"));
-        let a = attrs(&["x=1".into(), "x=2".into()]).unwrap();
-        assert_eq!(a.get("x"), Some(&AttrValue::Int(2)));
+        let a = attrs(&["x=1".into(), "y=2".into()]).unwrap();
+        assert_eq!(a.get("y"), Some(&AttrValue::Int(2)));
+        // The same attribute twice: an error, not the last one silently.
+        let twice = attrs(&["x=true".into(), "x=false".into()]).unwrap_err();
+        assert!(
+            twice.0.contains("`x` is given twice (first as true)"),
+            "{}",
+            twice.0
+        );
     }
 
     #[test]

@@ -1010,6 +1010,39 @@ fn conformance_on_the_project_vectors() {
     );
 }
 
+/// The conformance run pasted in `spmd-cli/README.md` is what the command
+/// prints: its summary lines and every per-op row it shows.
+#[test]
+fn the_readme_conformance_run_is_current() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("spmd-cli/README.md")).unwrap();
+    let command = "spmd conformance tests/conformance/paddle-suite.json --deviations tests/conformance/DEVIATIONS.md";
+    let pasted = readme
+        .split(&format!("$ {command}\n"))
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README pastes the run");
+    let out = spmd()
+        .current_dir(&root)
+        .args(command.split(' ').skip(1))
+        .output()
+        .unwrap();
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let mut shown = 0;
+    for line in pasted
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("..."))
+    {
+        assert!(
+            printed.lines().any(|p| p == line),
+            "README line not printed: {line:?}"
+        );
+        shown += 1;
+    }
+    assert!(shown >= 4, "{pasted}");
+    assert!(pasted.contains(" passed, 0 failed"), "{pasted}");
+}
+
 /// `docs/conformance-per-op.md` is the tool's own output: this test regenerates it
 /// and fails when the committed file differs (numbers typed by hand, or a
 /// change of the library that did not refresh the table). `SPMD_BLESS=1`
@@ -1925,7 +1958,7 @@ fn unknown_attributes_are_one_line_errors() {
     ]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("matmul: unknown attribute `transpose_y`; matmul takes: trans_x, trans_y"),
+        err.contains("matmul: unknown attribute `transpose_y` (did you mean `trans_y`?); matmul takes: trans_x, trans_y"),
         "{err}"
     );
     // An attribute the op takes but its sharding ignores is accepted.
@@ -2157,6 +2190,133 @@ fn propagate_takes_a_plan_of_name_patterns() {
             plan.to_str().unwrap(),
         ],
         "plan pattern `model.layers.*.q_prj.weight`: matches no tensor",
+    );
+}
+
+/// An attribute spelled out in full gets its short name suggested, and an
+/// attribute given twice is an error rather than the last one winning.
+#[test]
+fn attribute_mistakes_are_named() {
+    let call = |attrs: &[&str]| {
+        let mut args = vec![
+            "infer", "matmul", "--mesh", "2", "--in", "4x4", "--in", "4x4",
+        ];
+        for a in attrs {
+            args.extend(["--attr", a]);
+        }
+        args.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+    };
+    let args = call(&["transpose_y=true"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    bad(&args, "did you mean `trans_y`");
+    let args = call(&["trans_y=true", "trans_y=false"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    bad(&args, "`trans_y` is given twice (first as true)");
+}
+
+/// A graph file that starts with a UTF-8 byte-order mark reads as the
+/// same file without it.
+#[test]
+fn a_byte_order_mark_is_not_json() {
+    let path = std::env::temp_dir().join(format!("spmd-bom-{}.json", std::process::id()));
+    let mut bytes = b"\xef\xbb\xbf".to_vec();
+    bytes.extend_from_slice(
+        br#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4, 4], "dims_mapping": [0, -1]}, {"name": "y", "shape": [4, 4]}],
+            "ops": [{"name": "act", "op": "relu", "inputs": ["x"], "outputs": ["y"]}]}"#,
+    );
+    std::fs::write(&path, bytes).unwrap();
+    let (code, out, err) = run(&["propagate", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("on mesh 2"), "{out}");
+    std::fs::remove_file(path).ok();
+}
+
+/// A plan file's bad layouts are the plan file's errors: each names the
+/// plan file, the pattern and the tensor, never the graph file (a mesh dim
+/// off the mesh, a wrong rank, a `*` pattern reaching a tensor it does not
+/// fit, partial and shard on one mesh dim).
+#[test]
+fn plan_errors_name_the_plan_file() {
+    let graph = temp_file(
+        "planned_graph.json",
+        r#"{"mesh": [2, 2], "tensors": [
+            {"name": "x", "shape": [8, 16]},
+            {"name": "w.a", "shape": [16, 4]},
+            {"name": "w.b", "shape": [16]},
+            {"name": "y", "shape": [8, 4]}],
+          "ops": [{"name": "fc", "op": "matmul", "inputs": ["x", "w.a"], "outputs": ["y"]}]}"#,
+    );
+    let cases = [
+        (
+            r#"[{"tensors": "w.a", "dims_mapping": [3, -1]}]"#,
+            "tensor `w.a`: dim 0 uses mesh dim 3",
+        ),
+        (
+            r#"[{"tensors": "w.a", "dims_mapping": [0]}]"#,
+            "tensor `w.a`: a mapping of 1 entries for a tensor of rank 2",
+        ),
+        (
+            r#"[{"tensors": "w.*", "dims_mapping": [0, -1]}]"#,
+            "tensor `w.b`: a mapping of 2 entries",
+        ),
+        (
+            r#"[{"tensors": "x", "dims_mapping": [0, -1], "partial_dims": [0]}]"#,
+            "tensor `x`: mesh dim 0 is used twice",
+        ),
+    ];
+    for (k, (annotations, needle)) in cases.iter().enumerate() {
+        let plan = temp_file(
+            &format!("bad_plan_{k}.json"),
+            &format!(r#"{{"annotations": {annotations}}}"#),
+        );
+        let plan = plan.to_str().unwrap();
+        let err = bad(
+            &["propagate", graph.to_str().unwrap(), "--plan", plan],
+            needle,
+        );
+        assert!(
+            err.contains(&format!("error: {plan}: plan pattern")),
+            "{err}"
+        );
+        assert!(!err.contains("planned_graph.json"), "{err}");
+    }
+}
+
+/// A plan may add annotations but not change one the graph file has: the
+/// same layout again is fine, another is an error naming both.
+#[test]
+fn a_plan_does_not_silently_override_the_graph() {
+    let graph = temp_file(
+        "annotated_graph.json",
+        r#"{"mesh": [2], "tensors": [
+            {"name": "x", "shape": [8, 16], "dims_mapping": [0, -1]},
+            {"name": "w", "shape": [16, 4]},
+            {"name": "y", "shape": [8, 4]}],
+          "ops": [{"name": "fc", "op": "matmul", "inputs": ["x", "w"], "outputs": ["y"]}]}"#,
+    );
+    let same = temp_file(
+        "same_plan.json",
+        r#"{"annotations": [{"tensors": "x", "dims_mapping": [0, -1]}, {"tensors": "w", "dims_mapping": [-1, 0]}]}"#,
+    );
+    let (code, _, err) = run(&[
+        "propagate",
+        graph.to_str().unwrap(),
+        "--plan",
+        same.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let other = temp_file(
+        "other_plan.json",
+        r#"{"annotations": [{"tensors": "x", "dims_mapping": [-1, 0]}]}"#,
+    );
+    bad(
+        &[
+            "propagate",
+            graph.to_str().unwrap(),
+            "--plan",
+            other.to_str().unwrap(),
+        ],
+        "plan pattern `x`: tensor `x` is annotated [0, -1] in the graph file",
     );
 }
 

@@ -256,13 +256,20 @@ impl Registry {
     }
 }
 
-/// Up to three of `candidates` close to `name` (edit distance at most a
-/// third of its length, or sharing it as a prefix), nearest first.
+/// Up to three of `candidates` close to `name`, nearest first: within an
+/// edit distance of a third of the length that differs (after a dotted
+/// prefix both share, so `aten.topk` is not near `aten.cos`), sharing `name`
+/// as a prefix, or `name` with one run of characters added or dropped inside
+/// (`transpose_y` and `trans_y`).
 pub(crate) fn near_names<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Vec<String> {
-    let limit = (name.len() / 3).max(1);
     let mut scored: Vec<(usize, &str)> = candidates
         .map(|k| (edit_distance(name, k), k))
-        .filter(|(d, k)| *d <= limit || (name.len() >= 3 && k.starts_with(name)))
+        .filter(|&(d, k)| {
+            let own = name.len() - shared_namespace(name, k);
+            d <= (own / 3).max(1)
+                || (name.len() >= 3 && k.starts_with(name))
+                || one_run_apart(name, k)
+        })
         .collect();
     scored.sort();
     scored
@@ -270,6 +277,32 @@ pub(crate) fn near_names<'c>(name: &str, candidates: impl Iterator<Item = &'c st
         .take(3)
         .map(|(_, k)| k.to_string())
         .collect()
+}
+
+/// The length of the longest prefix of both that ends with a `.`.
+fn shared_namespace(a: &str, b: &str) -> usize {
+    a.bytes()
+        .zip(b.bytes())
+        .take_while(|(x, y)| x == y)
+        .enumerate()
+        .filter(|&(_, (x, _))| x == b'.')
+        .map(|(i, _)| i + 1)
+        .last()
+        .unwrap_or(0)
+}
+
+/// Whether the shorter name is the longer with one run of characters taken
+/// out (at least three characters kept in front, one behind).
+fn one_run_apart(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let front = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let back = a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    a.len() != b.len() && front >= 3 && back >= 1 && front + back >= a.len().min(b.len())
 }
 
 /// A rule under the name it was registered by: its name and its errors
@@ -321,6 +354,17 @@ mod distance_tests {
             ["axis"]
         );
         assert!(near_names("zzzz", ["axis"].into_iter()).is_empty());
+        // One run of characters apart.
+        assert_eq!(
+            near_names("transpose_y", ["trans_x", "trans_y"].into_iter()),
+            ["trans_y"]
+        );
+        // Inside a shared namespace, the rest is what must be near.
+        assert!(near_names("aten.topk", ["aten.cos", "aten.mm"].into_iter()).is_empty());
+        assert_eq!(
+            near_names("aten.mmm", ["aten.mm", "aten.bmm", "aten.cos"].into_iter()),
+            ["aten.bmm", "aten.mm"]
+        );
     }
 }
 

@@ -87,6 +87,39 @@ pub fn apply(graph: &mut GraphFile, plan: &AnnotationFile) -> Result<usize, Grap
                 });
             }
             by[t] = Some(k);
+            let bad = |message: String| GraphError::BadPlan {
+                pattern: a.tensors.clone(),
+                message,
+            };
+            // The plan's layout checked here, so that its errors name the
+            // plan's pattern, not the graph file.
+            let mesh = plan.mesh.as_deref().unwrap_or(&graph.mesh);
+            let planned = crate::json::annotation(
+                mesh,
+                &tensor.name,
+                &tensor.shape,
+                &a.dims_mapping,
+                &a.partial_dims,
+            )
+            .map_err(|e| bad(e.to_string()))?;
+            // A graph's own annotation stays unless the plan says the same.
+            let own = crate::json::annotation(
+                mesh,
+                &tensor.name,
+                &tensor.shape,
+                &tensor.dims_mapping,
+                &tensor.partial_dims,
+            )
+            .ok()
+            .flatten();
+            if let Some(own) = own
+                && planned.as_ref() != Some(&own)
+            {
+                return Err(bad(format!(
+                    "tensor `{}` is annotated {own} in the graph file; a plan may add annotations but not change one (remove it from one of the two files)",
+                    tensor.name
+                )));
+            }
             tensor.dims_mapping = a.dims_mapping.clone();
             tensor.partial_dims = a.partial_dims.clone();
             tensor.priority = a.priority;

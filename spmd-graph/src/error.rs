@@ -9,6 +9,16 @@ use spmd_core::SpmdError;
 pub enum GraphError {
     #[error("tensor `{name}` is defined twice")]
     DuplicateTensor { name: String },
+    #[error(
+        "op name `{name}` is used by op #{first} and op #{second}: op names must be unique (reports and plans name ops by them)"
+    )]
+    DuplicateOp {
+        name: String,
+        first: usize,
+        second: usize,
+    },
+    #[error("the graph's `mesh` has no dims: give its shape, e.g. [2, 4] (one device is [1])")]
+    EmptyMesh,
     #[error("op `{op}` refers to tensor `{name}`, which is not defined")]
     UnknownTensor { op: String, name: String },
     #[error("the graph's `outputs` list names tensor `{name}`, which is not defined")]

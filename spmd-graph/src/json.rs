@@ -117,8 +117,45 @@ pub fn from_str(text: &str, registry: &Registry) -> Result<Loaded, GraphError> {
     from_file(&file, registry)
 }
 
+/// A tensor's annotation as a file writes it (`dims_mapping`, absent for
+/// replicated, and `partial_dims`), checked against its shape and the mesh;
+/// `None` when it has neither.
+pub(crate) fn annotation(
+    mesh: &[usize],
+    name: &str,
+    shape: &[usize],
+    dims_mapping: &Option<Mapping>,
+    partial_dims: &[u8],
+) -> Result<Option<DistAttr>, GraphError> {
+    if dims_mapping.is_none() && partial_dims.is_empty() {
+        return Ok(None);
+    }
+    let bad = |message: String| GraphError::BadAnnotation {
+        tensor: name.into(),
+        message,
+    };
+    let mapping = match dims_mapping {
+        Some(m) => m.to_dims_mapping().map_err(|e| bad(e.to_string()))?,
+        None => spmd_core::DimsMapping::replicated(shape.len()),
+    };
+    if let Some(&d) = partial_dims.iter().find(|&&d| d as usize >= mesh.len()) {
+        return Err(bad(format!(
+            "partial over mesh dim {d}, but the mesh has rank {}",
+            mesh.len()
+        )));
+    }
+    let partial = partial_dims.iter().fold(MeshSet::EMPTY, |m, &d| m.with(d));
+    let attr = DistAttr::new(mapping).with_partial(Partial::over(partial, ReduceType::Sum));
+    let checked_mesh = spmd_core::Mesh::new(mesh)?;
+    crate::graph::check_attr(&checked_mesh, name, shape, &attr)?;
+    Ok(Some(attr))
+}
+
 /// Builds the graph of a parsed file.
 pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphError> {
+    if file.mesh.is_empty() {
+        return Err(GraphError::EmptyMesh);
+    }
     let mesh = spmd_core::Mesh::new(&file.mesh)?;
     let mut b = GraphBuilder::new(mesh);
     for t in &file.tensors {
@@ -126,42 +163,29 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
         if t.param {
             b.mark_param(id);
         }
-        if t.dims_mapping.is_some() || !t.partial_dims.is_empty() {
-            let mapping = match &t.dims_mapping {
-                Some(m) => m.to_dims_mapping().map_err(|e| GraphError::BadAnnotation {
-                    tensor: t.name.clone(),
-                    message: e.to_string(),
-                })?,
-                None => spmd_core::DimsMapping::replicated(t.shape.len()),
-            };
-            if let Some(&d) = t
-                .partial_dims
-                .iter()
-                .find(|&&d| d as usize >= file.mesh.len())
-            {
-                return Err(GraphError::BadAnnotation {
-                    tensor: t.name.clone(),
-                    message: format!(
-                        "partial over mesh dim {d}, but the mesh has rank {}",
-                        file.mesh.len()
-                    ),
-                });
-            }
-            let partial = t
-                .partial_dims
-                .iter()
-                .fold(MeshSet::EMPTY, |m, &d| m.with(d));
-            b.annotate_with_priority(
-                id,
-                DistAttr::new(mapping).with_partial(Partial::over(partial, ReduceType::Sum)),
-                t.priority.unwrap_or(0),
-            )?;
+        if let Some(attr) = annotation(
+            &file.mesh,
+            &t.name,
+            &t.shape,
+            &t.dims_mapping,
+            &t.partial_dims,
+        )? {
+            b.annotate_with_priority(id, attr, t.priority.unwrap_or(0))?;
         }
     }
+    let mut named: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (i, op) in file.ops.iter().enumerate() {
         let label = if op.name.is_empty() {
             format!("{}#{i}", op.op)
         } else {
+            if let Some(&first) = named.get(op.name.as_str()) {
+                return Err(GraphError::DuplicateOp {
+                    name: op.name.clone(),
+                    first,
+                    second: i,
+                });
+            }
+            named.insert(&op.name, i);
             op.name.clone()
         };
         let find = |names: &[String]| -> Result<Vec<TensorId>, GraphError> {
@@ -335,6 +359,17 @@ mod tests {
         assert!(err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4], "dims_mapping": [3]}], "ops": []}"#)
             .contains("mesh dim 3"));
         assert!(err(r#"{"mesh": [2], "tensors": [], "ops": [], "extra": 1}"#).contains("extra"));
+        // A mesh of no dims, and two ops under one name, are errors, not a
+        // graph "on mesh " or a report whose origins are ambiguous.
+        assert!(err(r#"{"mesh": [], "tensors": [], "ops": []}"#).contains("`mesh` has no dims"));
+        let two = r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4]}, {"name": "y", "shape": [4]}, {"name": "z", "shape": [4]}],
+               "ops": [{"name": "act", "op": "relu", "inputs": ["x"], "outputs": ["y"]},
+                       {"name": "act", "op": "relu", "inputs": ["y"], "outputs": ["z"]}]}"#;
+        assert!(
+            err(two).contains("op name `act` is used by op #0 and op #1"),
+            "{}",
+            err(two)
+        );
         assert!(
             err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4], "partial_dims": [9]}], "ops": []}"#)
                 .contains("mesh dim 9")

@@ -482,7 +482,9 @@ mod tests {
         );
         assert_eq!(
             err("matmul", Attrs::new().with("transpose_y", true)).as_deref(),
-            Some("matmul: unknown attribute `transpose_y`; matmul takes: trans_x, trans_y")
+            Some(
+                "matmul: unknown attribute `transpose_y` (did you mean `trans_y`?); matmul takes: trans_x, trans_y"
+            )
         );
         assert!(err("layer_norm", Attrs::new().with("epsilon", 1e-5)).is_none());
         assert!(err("gelu", Attrs::new().with("approximate", true)).is_none());

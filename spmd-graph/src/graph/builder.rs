@@ -472,7 +472,7 @@ impl GraphBuilder {
 
 /// An annotation must fit its tensor: one entry per dim, mesh dims of the
 /// mesh, each used once (sharding or partial).
-pub(super) fn check_attr(
+pub(crate) fn check_attr(
     mesh: &Mesh,
     name: &str,
     shape: &[usize],

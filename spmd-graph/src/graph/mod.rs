@@ -16,7 +16,7 @@ mod calls;
 mod signature;
 
 pub use builder::GraphBuilder;
-pub(crate) use builder::Prebuilt;
+pub(crate) use builder::{Prebuilt, check_attr};
 
 /// A tensor of a graph: its index in [`Graph::tensors`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -226,7 +226,7 @@ impl Graph {
         if let Some((attr, _)) = &annotation
             && info.annotation.as_ref() != Some(attr)
         {
-            builder::check_attr(&self.mesh, &info.name, &info.shape, attr)?;
+            check_attr(&self.mesh, &info.name, &info.shape, attr)?;
         }
         info.priority = annotation.as_ref().map_or(0, |&(_, p)| p);
         info.annotation = annotation.map(|(a, _)| a);
