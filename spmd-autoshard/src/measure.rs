@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use spmd_core::{AttrValue, DistAttr, Mesh, MeshDim, MeshSet, Registry};
-use spmd_graph::reshard::{local_shape, volumes};
-use spmd_graph::steps::{Step, finish_partial};
+use spmd_graph::reshard::local_shape;
+use spmd_graph::steps::Step;
 use spmd_graph::{
     Backward, DType, Graph, GraphError, OpKind, Propagation, ReshardPlan, TensorId, backward_graph,
     plan, propagate,
@@ -254,8 +254,8 @@ impl<'r> Measurer<'r> {
             compute += self.flops[o.index()] / split(mesh, &p, &op.outputs) as f64;
         }
         let mut collectives = BTreeMap::new();
+        // (The plan reduces a result left partial: its collective is in it.)
         self.add_collectives(&mut collectives, "forward", &forward);
-        self.add_partial_outputs(&mut collectives, &p);
         let memory = self.memory(&p);
         let bound = Bound {
             memory,
@@ -320,22 +320,6 @@ impl<'r> Measurer<'r> {
             communication_time,
             step_time: compute_time + communication_time,
         }))
-    }
-
-    /// A graph output the forward leaves partial (a loss summed over split
-    /// batch rows) is read by the user, so it is reduced once: the
-    /// reshard plan does not count that reduction, the price does.
-    fn add_partial_outputs(&self, into: &mut Collectives, p: &Propagation) {
-        for &t in &self.outputs {
-            let attr = p.attr(t);
-            if !attr.partial.is_partial() {
-                continue;
-            }
-            let steps = finish_partial(attr);
-            let shape = &self.graph.tensor(t).shape;
-            let bytes = volumes(&steps, attr, shape, self.mesh(), self.dtype);
-            self.add_steps(into, "forward", steps.iter().zip(bytes));
-        }
     }
 
     /// Adds `plan`'s communicating steps to `into`, by pass, kind and mesh

@@ -210,8 +210,8 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
         };
         b.op(&label, &op.op, attrs, kind, &inputs, &outputs)?;
     }
-    let graph = b.build(registry)?;
-    let outputs = if file.outputs.is_empty() {
+    let mut graph = b.build(registry)?;
+    let outputs: Vec<TensorId> = if file.outputs.is_empty() {
         graph
             .tensor_ids()
             .filter(|&t| {
@@ -229,6 +229,7 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
             })
             .collect::<Result<_, _>>()?
     };
+    graph.mark_results(&outputs);
     Ok(Loaded {
         graph,
         outputs,
@@ -336,6 +337,44 @@ mod tests {
             crate::propagate(&back.graph).unwrap(),
         );
         assert_eq!(a.attrs, b.attrs);
+    }
+
+    /// A result of the graph left partial is reduced by the plan, once,
+    /// and the report says why; a tensor that is not a result is not.
+    #[test]
+    fn a_partial_result_is_reduced() {
+        let registry = spmd_ops::builtins();
+        let text = r#"{"mesh": [2], "tensors": [
+            {"name": "x", "shape": [8, 4], "dims_mapping": [-1, 0]},
+            {"name": "w", "shape": [4, 6], "dims_mapping": [0, -1]},
+            {"name": "y", "shape": [8, 6]}],
+          "ops": [{"name": "mm", "op": "matmul", "inputs": ["x", "w"], "outputs": ["y"]}]}"#;
+        let loaded = from_str(text, &registry).unwrap();
+        let y = loaded.outputs[0];
+        assert!(loaded.graph.is_result(y));
+        let p = crate::propagate(&loaded.graph).unwrap();
+        assert_eq!(p.attr(y).to_string(), "[-1, -1] partial{0: SUM}");
+        let plan = crate::plan(&loaded.graph, &p, DType::F32).unwrap();
+        assert_eq!(plan.count("all-reduce"), 1);
+        assert_eq!(plan.reshards[0].edge, crate::reshard::Edge::Result(0));
+        assert_eq!(plan.reshards[0].to.to_string(), "[-1, -1]");
+        let report = crate::report::plan_text(&loaded.graph, &plan);
+        assert!(
+            report.contains("mm's output 0 is a result of the graph"),
+            "{report}"
+        );
+        // The same graph with `outputs` naming another tensor: y is no
+        // result, and nothing reduces it.
+        let other = text.replace(r#""ops":"#, r#""outputs": ["x"], "ops":"#);
+        let loaded = from_str(&other, &registry).unwrap();
+        assert!(!loaded.graph.is_result(y));
+        let p = crate::propagate(&loaded.graph).unwrap();
+        assert_eq!(
+            crate::plan(&loaded.graph, &p, DType::F32)
+                .unwrap()
+                .count("all-reduce"),
+            0
+        );
     }
 
     #[test]

@@ -82,7 +82,11 @@
 //! attr differs from what the op requires (or an op's output from its
 //! tensor's attr), the difference is decomposed per mesh dim into
 //! all-reduce, reduce-scatter, all-gather, all-to-all and local slices
-//! ([`steps`]), with ring-algorithm volumes in bytes per device.
+//! ([`steps`]), with ring-algorithm volumes in bytes per device. A result
+//! of the graph (a graph file's `outputs`, or what [`Graph::mark_results`]
+//! marks) that propagation leaves partial is reduced once more, after the
+//! graph, since its user reads it whole: a loss averaged over split batch
+//! rows costs its all-reduce.
 //!
 //! # Training
 //!

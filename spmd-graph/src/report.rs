@@ -88,6 +88,7 @@ pub fn plan_text(graph: &Graph, plan: &ReshardPlan) -> String {
         let edge = match r.edge {
             Edge::Input(i) => format!("before {op} reads input {i}"),
             Edge::Output(i) => format!("after {op} writes output {i}"),
+            Edge::Result(i) => format!("{op}'s output {i} is a result of the graph"),
         };
         let _ = writeln!(s, "  {t}: {} -> {} ({edge})", r.from, r.to);
         for (step, bytes) in &r.steps {

@@ -10,7 +10,9 @@
 //!   all-reduce);
 //! - an **output** edge, when what the rule produces differs from the
 //!   tensor's final attr (the tensor is annotated, or an op downstream fixed
-//!   it first).
+//!   it first);
+//! - a **result** edge, when a result of the graph (what its user reads) is
+//!   left partial: it is reduced once, in its layout otherwise.
 //!
 //! The same conversion of the same tensor (same source and target attrs) is
 //! done once and shared by every consumer that needs it.
@@ -119,6 +121,9 @@ pub enum Edge {
     Input(usize),
     /// After the op writes its output `i`, to reach the tensor's attr.
     Output(usize),
+    /// The op's output `i` is a result of the graph (what the user reads)
+    /// and is left partial: it is reduced once, after the graph.
+    Result(usize),
 }
 
 /// One reshard of the plan.
@@ -214,6 +219,16 @@ pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPl
         }
         for (i, (&t, made)) in op.outputs.iter().zip(made).enumerate() {
             add(Edge::Output(i), t, made, prop.attr(t));
+        }
+        // A result the user reads partial would be read wrong: it is
+        // reduced, in its layout otherwise.
+        for (i, &t) in op.outputs.iter().enumerate() {
+            let attr = prop.attr(t);
+            if attr.partial.is_partial() && graph.is_result(t) {
+                let mut whole = attr.clone();
+                whole.partial = spmd_core::Partial::NONE;
+                add(Edge::Result(i), t, attr, &whole);
+            }
         }
     }
     Ok(ReshardPlan { dtype, reshards })

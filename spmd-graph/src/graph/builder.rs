@@ -411,6 +411,7 @@ impl GraphBuilder {
             dims.extend_from_slice(&t.shape);
         }
         let kinds = self.ops.iter().map(|op| op.kind).collect();
+        let n_tensors = self.tensors.len();
         let graph = Graph {
             mesh: self.mesh,
             tensors: self.tensors,
@@ -426,6 +427,7 @@ impl GraphBuilder {
             dims_at,
             kinds,
             prepared: Vec::new(),
+            results: vec![false; n_tensors],
         };
         let prepared = graph.op_ids().map(|o| graph.prepare(o)).collect();
         let graph = Graph { prepared, ..graph };

@@ -152,6 +152,9 @@ pub struct Graph {
     /// shapes (`SpmdRule::prepare`; `Prepared::NONE` when nothing compiles);
     /// a rule call then reads only the layouts.
     pub(crate) prepared: Vec<Prepared>,
+    /// Per tensor: whether it is a result of the graph (what the user
+    /// reads; see [`Graph::is_result`]).
+    pub(crate) results: Vec<bool>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -239,6 +242,23 @@ impl Graph {
             .position(|t| t.name == name)
             .map(|i| TensorId(i as u32))
     }
+    /// Whether tensor `t` is a result of the graph, what its user reads:
+    /// a result left partial is reduced by the reshard plan. A graph file's
+    /// `outputs` are its results; a built graph has those marked with
+    /// [`Graph::mark_results`].
+    pub fn is_result(&self, t: TensorId) -> bool {
+        self.results.get(t.index()).copied().unwrap_or(false)
+    }
+
+    /// Marks tensors as results of the graph (see [`Graph::is_result`]).
+    pub fn mark_results(&mut self, results: &[TensorId]) {
+        for &t in results {
+            if let Some(r) = self.results.get_mut(t.index()) {
+                *r = true;
+            }
+        }
+    }
+
     pub fn op_ids(&self) -> impl DoubleEndedIterator<Item = OpId> + ExactSizeIterator {
         (0..self.ops.len() as u32).map(OpId)
     }
