@@ -2214,6 +2214,27 @@ fn attribute_mistakes_are_named() {
     bad(&args, "`trans_y` is given twice (first as true)");
 }
 
+/// A dim split unevenly is listed with its padding, in text and JSON.
+#[test]
+fn uneven_shards_are_reported() {
+    let graph = temp_file(
+        "uneven_graph.json",
+        r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [7, 4], "dims_mapping": [0, -1]}, {"name": "y", "shape": [7, 4]}],
+            "ops": [{"name": "act", "op": "relu", "inputs": ["x"], "outputs": ["y"]}]}"#,
+    );
+    let (code, out, err) = run(&["propagate", graph.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("uneven shards"), "{out}");
+    assert!(
+        out.contains("x dim 0: 7 over 2 devices, blocks of 4 (1 of padding)"),
+        "{out}"
+    );
+    // (relu's output is not split unevenly: its rule drops what does not divide.)
+    assert!(!out.contains("y dim 0"), "{out}");
+    let v = json(&["propagate", graph.to_str().unwrap(), "--json"]);
+    assert_eq!(v["uneven_shards"].as_array().map(Vec::len), Some(1), "{v}");
+}
+
 /// A graph file that starts with a UTF-8 byte-order mark reads as the
 /// same file without it.
 #[test]

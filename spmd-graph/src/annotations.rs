@@ -35,6 +35,20 @@ pub struct AnnotationFile {
     pub annotations: Vec<Annotation>,
 }
 
+impl AnnotationFile {
+    /// Reads a plan file's text. A file that is a list of entries rather
+    /// than an object gets a message that says where they go, not serde's.
+    pub fn from_json(text: &str) -> Result<AnnotationFile, String> {
+        if text.trim_start().starts_with('[') {
+            return Err(
+                "a plan file is an object, `{\"annotations\": [...]}` (and optionally `\"mesh\"`), not a list: put the entries under \"annotations\""
+                    .into(),
+            );
+        }
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
 /// The tensors one pattern names, and their annotation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -134,9 +134,45 @@ pub fn text(graph: &Graph, prop: &Propagation, plan: &ReshardPlan) -> String {
     for [name, shape, attr, origin] in &rows {
         let _ = writeln!(s, "  {name:<w0$}  {shape:<w1$}  {attr:<w2$}  {origin}");
     }
+    let uneven = uneven_shards(graph, prop);
+    if !uneven.is_empty() {
+        let _ = writeln!(s, "\nuneven shards (the last blocks are padded)");
+        for u in &uneven {
+            let _ = writeln!(s, "  {u}");
+        }
+    }
     s.push('\n');
     s.push_str(&plan_text(graph, plan));
     s
+}
+
+/// Every dim a final layout splits unevenly: `name dim d: 7 over 2
+/// devices, blocks of 4 (1 of padding)`. A framework pads the last blocks
+/// (or gives them fewer rows); volumes count the largest block.
+pub fn uneven_shards(graph: &Graph, prop: &Propagation) -> Vec<String> {
+    let mesh = graph.mesh();
+    let mut out = Vec::new();
+    for t in graph.tensor_ids() {
+        let info = graph.tensor(t);
+        for (d, (&extent, sharding)) in info
+            .shape
+            .iter()
+            .zip(prop.attr(t).dims_mapping.as_slice())
+            .enumerate()
+        {
+            let parts: usize = sharding.iter().map(|m| mesh.dim(m)).product();
+            if parts <= 1 || extent.is_multiple_of(parts) {
+                continue;
+            }
+            let block = extent.div_ceil(parts);
+            out.push(format!(
+                "{} dim {d}: {extent} over {parts} devices, blocks of {block} ({} of padding)",
+                info.name,
+                block * parts - extent
+            ));
+        }
+    }
+    out
 }
 
 /// A dist attr in the conformance schema's form (`dims_mapping`,
@@ -151,8 +187,8 @@ fn attr_json(a: &spmd_core::DistAttr) -> Value {
 
 /// The report as JSON: `mesh`, `stats`, `tensors` (name, shape, the attr in
 /// the conformance schema's form, origin), `reshards` (op, edge, tensor,
-/// from and to in that form, steps with their bytes), `counts` and
-/// `total_bytes`.
+/// from and to in that form, steps with their bytes), `counts`,
+/// `total_bytes` and `uneven_shards` (see [`uneven_shards`]).
 pub fn json(graph: &Graph, prop: &Propagation, plan: &ReshardPlan) -> Value {
     let tensors: Vec<Value> = graph
         .tensor_ids()
@@ -203,5 +239,6 @@ pub fn json(graph: &Graph, prop: &Propagation, plan: &ReshardPlan) -> Value {
         "reshards": reshards,
         "counts": counts(plan),
         "total_bytes": plan.bytes(),
+        "uneven_shards": uneven_shards(graph, prop),
     })
 }

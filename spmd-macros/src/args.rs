@@ -822,9 +822,19 @@ fn ungroup_options(
             let example = match meta {
                 syn::Meta::Path(_) => format!("{group}(..., {inner})"),
                 syn::Meta::List(l) => format!("{group}({inner}({}))", l.tokens),
-                syn::Meta::NameValue(nv) => {
+                // The value as written when it is one the key takes; a
+                // hint that copied a bad value would mislead twice.
+                syn::Meta::NameValue(nv)
+                    if is_str(&nv.value)
+                        || (key == "reduce" && matches!(ungroup(&nv.value), Expr::Path(_))) =>
+                {
                     format!("{group}({inner} = {})", nv.value.to_token_stream())
                 }
+                syn::Meta::NameValue(_) => match STRING_OPTIONS.iter().find(|(k, _)| *k == key) {
+                    Some((_, example)) => (*example).to_string(),
+                    None if key == "reduce" => "partial(reduce = \"max\")".to_string(),
+                    None => format!("{group}({inner} = ...)"),
+                },
             };
             failed = true;
             errors.push(
@@ -947,10 +957,27 @@ fn unknown_option(key: &str, known: &[&str], group: Option<&str>) -> Error {
         .filter(|&(d, k)| d <= 2 && d < k.len())
         .min_by_key(|&(d, _)| d)
         .map(|(_, k)| format!(" (did you mean `{k}`?)"));
+    // A key of another group, as written or nearly (`conflict` for
+    // `merge(conflicts = ...)`).
     let home = GROUPED
         .iter()
-        .find(|(g, i, _)| *i == key && group != Some(*g))
-        .map(|(g, i, _)| format!(" (`{i}` is a key of `{g}(...)`)"));
+        .filter(|(g, _, _)| group != Some(*g))
+        .map(|&(g, i, f)| (spmd_notation::edit_distance(key, i), g, i, f))
+        .filter(|&(d, _, i, _)| d <= 2 && d < i.len())
+        .min_by_key(|&(d, ..)| d)
+        .map(|(d, g, i, f)| {
+            let valued = STRING_OPTIONS.iter().any(|(k, _)| *k == f) || f == "reduce";
+            let shown = if valued {
+                format!("{g}({i} = ...)")
+            } else {
+                format!("{g}({i}(...))")
+            };
+            if d == 0 {
+                format!(" (`{i}` is a key of `{g}(...)`: write `{shown}`)")
+            } else {
+                format!(" (did you mean `{shown}`?)")
+            }
+        });
     let list = known
         .iter()
         .map(|k| format!("`{k}`"))

@@ -114,7 +114,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::EmptyOperands => f.write_str("empty operand list before `->`"),
             ErrorKind::UnexpectedChar(c) => write!(
                 f,
-                "unexpected character {c:?} (expected a letter, `1`, `...`, `(`, `)`, `+`, `,` or `->`)"
+                "unexpected character {c:?} (expected an ASCII letter a-z or A-Z, `1`, `...`, `(`, `)`, `+`, `,` or `->`)"
             ),
             ErrorKind::MalformedEllipsis => f.write_str("malformed ellipsis (expected `...`)"),
             ErrorKind::RepeatedEllipsis => f.write_str("more than one `...` in one term"),

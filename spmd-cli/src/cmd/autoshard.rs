@@ -70,7 +70,7 @@ pub fn autoshard(args: &AutoshardArgs) -> Result<Output> {
     }
     options.starts = args.starts;
     if let Some(p) = &args.plan {
-        let pins: AnnotationFile = serde_json::from_str(&read_input(p)?)
+        let pins = AnnotationFile::from_json(&read_input(p)?)
             .map_err(|e| CliError::usage(format!("{}: plan JSON: {e}", display_path(p))))?;
         options.pins = Some(pins);
     }

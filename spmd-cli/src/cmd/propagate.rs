@@ -20,10 +20,10 @@ pub fn propagate(args: &PropagateArgs) -> Result<Output> {
             let mut file: json::GraphFile = serde_json::from_str(&text).map_err(|e| {
                 CliError::usage(format!("{}: graph JSON: {e}", display_path(&args.graph)))
             })?;
-            let plan: annotations::AnnotationFile = serde_json::from_str(&read_input(plan_path)?)
-                .map_err(|e| {
-                CliError::usage(format!("{}: plan JSON: {e}", display_path(plan_path)))
-            })?;
+            let plan =
+                annotations::AnnotationFile::from_json(&read_input(plan_path)?).map_err(|e| {
+                    CliError::usage(format!("{}: plan JSON: {e}", display_path(plan_path)))
+                })?;
             annotations::apply(&mut file, &plan)
                 .map_err(|e| CliError::usage(format!("{}: {e}", display_path(plan_path))))?;
             json::from_file(&file, &registry).map_err(fail)?
