@@ -2235,6 +2235,35 @@ fn uneven_shards_are_reported() {
     assert_eq!(v["uneven_shards"].as_array().map(Vec::len), Some(1), "{v}");
 }
 
+/// `explain` shows a template op's output shapes where its bound notation
+/// says them (softmax, mean_all), and `?` only where it does not.
+#[test]
+fn explain_shows_known_output_shapes() {
+    let (code, out, err) = run(&[
+        "explain",
+        "softmax",
+        "--mesh",
+        "2",
+        "--in",
+        "8x16:[0,-1]",
+        "--attr",
+        "axis=-1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("output 0 (out)"))
+        .unwrap_or_default();
+    assert!(row.contains("8x16") && !row.contains('?'), "{out}");
+    let (code, out, err) = run(&["explain", "mean_all", "--mesh", "2", "--in", "8x16:[0,-1]"]);
+    assert_eq!(code, 0, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("output 0 (out)"))
+        .unwrap_or_default();
+    assert!(row.contains("scalar"), "{out}");
+}
+
 /// A graph file that starts with a UTF-8 byte-order mark reads as the
 /// same file without it.
 #[test]

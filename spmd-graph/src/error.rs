@@ -3,6 +3,21 @@
 
 use spmd_core::SpmdError;
 
+/// A shape for a message: in full when short, else its rank, first dims and
+/// last dim (a 300-dim shape is not a 1,000-character line).
+fn short_shape(shape: &[usize]) -> String {
+    if shape.len() <= 8 {
+        return format!("{shape:?}");
+    }
+    let head: Vec<String> = shape[..4].iter().map(ToString::to_string).collect();
+    format!(
+        "[{}, ..., {}] (rank {})",
+        head.join(", "),
+        shape[shape.len() - 1],
+        shape.len()
+    )
+}
+
 /// An error about a graph.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -74,8 +89,15 @@ pub enum GraphError {
     BadAnnotation { tensor: String, message: String },
     /// A shape whose bytes do not fit in 64 bits (at 8 bytes an element):
     /// no communication volume could be counted for it.
-    #[error("tensor `{tensor}` of shape {shape:?} holds more bytes than 64 bits count")]
+    #[error(
+        "tensor `{tensor}` of shape {} holds more bytes than 64 bits count",
+        short_shape(shape)
+    )]
     TensorTooLarge { tensor: String, shape: Vec<usize> },
+    /// A rank no rule call can hold (the axes of a call, labels and the
+    /// dims `...` stands for, number at most [`GraphError::MAX_RANK`]).
+    #[error("tensor `{tensor}` has rank {rank}; a rule call holds at most {max} dims", max = GraphError::MAX_RANK)]
+    RankTooLarge { tensor: String, rank: usize },
     #[error(
         "op `{op}` gives tensor `{tensor}` (rank {expected}) an attr of rank {found}: the tensor's declared shape does not fit the op"
     )]
@@ -119,4 +141,10 @@ impl std::fmt::Display for MissingRule {
             names => write!(f, "; did you mean `{}`?)", names.join("`, `")),
         }
     }
+}
+
+impl GraphError {
+    /// The largest rank a graph's tensor may have: a rule call holds at most
+    /// 63 axes (spmd-core's limit), and one tensor's dims are each an axis.
+    pub const MAX_RANK: usize = 63;
 }

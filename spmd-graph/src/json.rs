@@ -398,6 +398,22 @@ mod tests {
         assert!(err(r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [4], "dims_mapping": [3]}], "ops": []}"#)
             .contains("mesh dim 3"));
         assert!(err(r#"{"mesh": [2], "tensors": [], "ops": [], "extra": 1}"#).contains("extra"));
+        // A rank no rule call can hold is named as a rank; a shape too
+        // large to count is shown short.
+        let shape = |rank: usize, e: usize| format!("[{}]", vec![e.to_string(); rank].join(", "));
+        let big = err(&format!(
+            r#"{{"mesh": [2], "tensors": [{{"name": "x", "shape": {}}}], "ops": []}}"#,
+            shape(300, 2)
+        ));
+        assert_eq!(
+            big,
+            "tensor `x` has rank 300; a rule call holds at most 63 dims"
+        );
+        let huge = err(&format!(
+            r#"{{"mesh": [2], "tensors": [{{"name": "x", "shape": {}}}], "ops": []}}"#,
+            shape(40, 1 << 20)
+        ));
+        assert!(huge.len() < 200 && huge.contains("(rank 40)"), "{huge}");
         // A mesh of no dims, and two ops under one name, are errors, not a
         // graph "on mesh " or a report whose origins are ambiguous.
         assert!(err(r#"{"mesh": [], "tensors": [], "ops": []}"#).contains("`mesh` has no dims"));

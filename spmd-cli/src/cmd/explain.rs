@@ -147,6 +147,29 @@ fn untraceable(req: &Request) -> CliError {
     ))
 }
 
+/// A forward call's output shapes from the notation it ran on (a bound
+/// template's, or a builder's), its input shapes giving the extents; `None`
+/// when an output has a `1` dim, whose extent a bound notation does not say
+/// (layer_norm's `ab1` output is as wide as its input).
+fn bound_output_shapes(req: &Request, notation: Option<&str>) -> Option<Vec<Vec<usize>>> {
+    if req.direction != Direction::Forward {
+        return None;
+    }
+    let parsed = spmd_core::notation::parse(notation?).ok()?;
+    let plan = parsed.plan();
+    let has_one = (0..plan.n_outputs()).any(|o| {
+        plan.dims_of(plan.output(o))
+            .iter()
+            .any(|d| matches!(d, spmd_core::notation::Dim::One))
+    });
+    if has_one {
+        return None;
+    }
+    let (ins, _) = req.parts()?;
+    let inputs: Vec<&[usize]> = ins.iter().map(|(shape, _)| shape.as_slice()).collect();
+    crate::shapes::output_shapes(&parsed.plan(), &inputs)
+}
+
 fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Option<CliError>)> {
     let rule = req.rule(registry)?;
     let mut rec = Recorder::default();
@@ -285,7 +308,10 @@ fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Opt
     let report_json;
     match &answer {
         Ok(result) => {
-            let shapes = output_shapes(req, &rule, result);
+            // A template's outputs: their shapes from the notation it was
+            // bound to for this call.
+            let shapes = output_shapes(req, &rule, result)
+                .or_else(|| bound_output_shapes(req, notation.as_deref()));
             let mut report = Report::new(req, &rule, result.clone(), shapes);
             // Each row's tensor: what it is called, and its term.
             let n_in = req.inputs.len();

@@ -121,6 +121,12 @@ impl GraphBuilder {
         name: String,
         shape: &[usize],
     ) -> Result<Result<TensorId, String>, GraphError> {
+        if shape.len() > GraphError::MAX_RANK {
+            return Err(GraphError::RankTooLarge {
+                tensor: name,
+                rank: shape.len(),
+            });
+        }
         // Volumes are counted in bytes (at most 8 an element) in a u64.
         let fits = shape
             .iter()
