@@ -4,7 +4,7 @@
 //! the whole-graph propagation of a GPT layer annotated with Megatron-LM's
 //! tensor parallelism, with its all-reduce counts checked.
 //!
-//! Run with `cargo run --release --example shard_report`.
+//! Run with `cargo run --release -p shard-report`.
 
 use spmd_core::SpmdRuleExt;
 use std::fmt::Write as _;
@@ -288,7 +288,7 @@ fn report(mesh: &Mesh, case: &Case) -> Result<String, SpmdError> {
 }
 
 /// The GPT layer example's checks, shown here in brief.
-#[path = "gpt_layer.rs"]
+#[path = "../../gpt_layer.rs"]
 mod gpt_layer;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
