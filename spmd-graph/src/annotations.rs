@@ -83,6 +83,8 @@ pub fn apply(graph: &mut GraphFile, plan: &AnnotationFile) -> Result<usize, Grap
     if let Some(mesh) = &plan.mesh {
         graph.mesh = mesh.clone();
     }
+    // The mesh the planned layouts are checked against, built once.
+    let mesh = spmd_core::Mesh::new(&graph.mesh)?;
     // Which pattern annotated each tensor, to refuse a second.
     let mut by: Vec<Option<usize>> = vec![None; graph.tensors.len()];
     for (k, a) in plan.annotations.iter().enumerate() {
@@ -107,9 +109,8 @@ pub fn apply(graph: &mut GraphFile, plan: &AnnotationFile) -> Result<usize, Grap
             };
             // The plan's layout checked here, so that its errors name the
             // plan's pattern, not the graph file.
-            let mesh = plan.mesh.as_deref().unwrap_or(&graph.mesh);
             let planned = crate::json::annotation(
-                mesh,
+                &mesh,
                 &tensor.name,
                 &tensor.shape,
                 &a.dims_mapping,
@@ -118,7 +119,7 @@ pub fn apply(graph: &mut GraphFile, plan: &AnnotationFile) -> Result<usize, Grap
             .map_err(|e| bad(e.to_string()))?;
             // A graph's own annotation stays unless the plan says the same.
             let own = crate::json::annotation(
-                mesh,
+                &mesh,
                 &tensor.name,
                 &tensor.shape,
                 &tensor.dims_mapping,

@@ -121,7 +121,7 @@ pub fn from_str(text: &str, registry: &Registry) -> Result<Loaded, GraphError> {
 /// replicated, and `partial_dims`), checked against its shape and the mesh;
 /// `None` when it has neither.
 pub(crate) fn annotation(
-    mesh: &[usize],
+    mesh: &spmd_core::Mesh,
     name: &str,
     shape: &[usize],
     dims_mapping: &Option<Mapping>,
@@ -138,16 +138,15 @@ pub(crate) fn annotation(
         Some(m) => m.to_dims_mapping().map_err(|e| bad(e.to_string()))?,
         None => spmd_core::DimsMapping::replicated(shape.len()),
     };
-    if let Some(&d) = partial_dims.iter().find(|&&d| d as usize >= mesh.len()) {
+    if let Some(&d) = partial_dims.iter().find(|&&d| d as usize >= mesh.rank()) {
         return Err(bad(format!(
             "partial over mesh dim {d}, but the mesh has rank {}",
-            mesh.len()
+            mesh.rank()
         )));
     }
     let partial = partial_dims.iter().fold(MeshSet::EMPTY, |m, &d| m.with(d));
     let attr = DistAttr::new(mapping).with_partial(Partial::over(partial, ReduceType::Sum));
-    let checked_mesh = spmd_core::Mesh::new(mesh)?;
-    crate::graph::check_attr(&checked_mesh, name, shape, &attr)?;
+    crate::graph::check_attr(mesh, name, shape, &attr)?;
     Ok(Some(attr))
 }
 
@@ -164,7 +163,7 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
             b.mark_param(id);
         }
         if let Some(attr) = annotation(
-            &file.mesh,
+            b.mesh(),
             &t.name,
             &t.shape,
             &t.dims_mapping,
