@@ -177,6 +177,21 @@ pub enum Command {
     Autoshard(AutoshardArgs),
 }
 
+impl Command {
+    /// Whether the command was asked for JSON: then its errors are JSON too.
+    pub fn wants_json(&self) -> bool {
+        match self {
+            Command::Infer(a) | Command::Explain(a) => a.call.json,
+            Command::Einsum(a) => a.call.json,
+            Command::Show(a) => a.json,
+            Command::Conformance(a) => a.json,
+            Command::Ops(a) => a.json,
+            Command::Propagate(a) => a.json,
+            Command::Autoshard(a) => a.json,
+        }
+    }
+}
+
 /// The tensors, mesh and direction of one rule call.
 #[derive(Args, Debug, Clone, Default)]
 pub struct CallArgs {
@@ -308,9 +323,15 @@ pub struct PropagateArgs {
     #[arg(long, value_name = "PLAN.json")]
     pub plan: Option<String>,
 
-    /// Print the report as JSON.
+    /// Print the report as JSON (schema: docs/json.md).
     #[arg(long)]
     pub json: bool,
+
+    /// List every tensor's layout and every reshard. By default a graph of
+    /// more than 100 tensors gets a summary: the layouts counted, each
+    /// collective's count and bytes, and the ten largest reshards.
+    #[arg(long)]
+    pub tensors: bool,
 }
 
 #[derive(Args, Debug, Clone)]

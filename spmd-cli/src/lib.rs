@@ -53,7 +53,10 @@ where
                 .get(1)
                 .and_then(|a| a.to_str())
                 .filter(|a| !a.starts_with('-'));
-            return clap_error(e, sub);
+            // The command line did not parse, so `--json` is looked for as
+            // written: a script that asked for JSON still gets JSON.
+            let json = args.iter().any(|a| a == "--json");
+            return clap_error(e, sub, json);
         }
     };
     match cli.color {
@@ -73,6 +76,7 @@ where
     };
     let (text, fail) = match result {
         Ok(o) => (o.text, o.fail),
+        Err(e) if cli.command.wants_json() => (error_json(&e.message, e.code), Some(e)),
         Err(e) => (String::new(), Some(e)),
     };
     let mut out = anstream::stdout().lock();
@@ -100,9 +104,21 @@ fn print_error(message: &str) {
     );
 }
 
+/// An error under `--json`, on stdout (docs/json.md): `{"schema_version",
+/// "error": {"message", "exit_code"}}`. The one-line message still goes to
+/// stderr for whoever watches the terminal.
+fn error_json(message: &str, code: i32) -> String {
+    let v = serde_json::json!({
+        "schema_version": spmd_graph::report::SCHEMA_VERSION,
+        "error": { "message": one_line(message), "exit_code": code },
+    });
+    format!("{}\n", report::to_json(&v))
+}
+
 /// Help and version print as clap renders them; argument errors become one
-/// `error: ...` line (with clap's tip folded in) and exit status 2.
-fn clap_error(e: clap::Error, sub: Option<&str>) -> i32 {
+/// `error: ...` line (with clap's tip folded in) and exit status 2, and
+/// under `--json` also the JSON error on stdout.
+fn clap_error(e: clap::Error, sub: Option<&str>, json: bool) -> i32 {
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = e.print();
@@ -138,7 +154,12 @@ fn clap_error(e: clap::Error, sub: Option<&str>) -> i32 {
                 }
                 msg.push_str(&p);
             }
-            print_error(&format!("{msg} (see `{cmd}`)"));
+            let msg = format!("{msg} (see `{cmd}`)");
+            if json {
+                let mut out = anstream::stdout().lock();
+                let _ = out.write_all(error_json(&msg, EXIT_USAGE).as_bytes());
+            }
+            print_error(&msg);
             EXIT_USAGE
         }
     }

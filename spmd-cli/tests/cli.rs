@@ -1427,7 +1427,7 @@ fn propagate_reports_the_gpt_layers_megatron_all_reduces() {
 #[test]
 fn propagate_json_has_tensors_reshards_and_counts() {
     let v = json(&["propagate", &gpt_layer(), "--json", "--dtype", "f32"]);
-    assert_eq!(v["counts"]["all-reduce"], 2);
+    assert_eq!(v["counts"]["all_reduce"], 2);
     assert_eq!(v["dtype"], "f32");
     let tensors = v["tensors"].as_array().unwrap();
     let qkv = tensors
@@ -1457,8 +1457,157 @@ fn propagate_json_has_tensors_reshards_and_counts() {
     assert!(v.get("backward").is_none());
 
     let v = json(&["propagate", &gpt_layer(), "--json", "--backward"]);
-    assert_eq!(v["backward"]["counts"]["all-reduce"], 15);
+    assert_eq!(v["backward"]["counts"]["all_reduce"], 15);
     assert_eq!(v["backward"]["param_grads"].as_object().unwrap().len(), 13);
+}
+
+/// The kinds `counts` and `bytes_by_kind` are keyed by are the steps' own
+/// `kind`s, and their figures add up to the steps'.
+#[test]
+fn propagate_json_counts_use_the_steps_kinds() {
+    let v = json(&[
+        "propagate",
+        &hf("llama.json"),
+        "--plan",
+        &hf("llama_tp_dp.json"),
+        "--json",
+        "--backward",
+    ]);
+    for report in [&v, &v["backward"]] {
+        let mut counts: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        for r in report["reshards"].as_array().unwrap() {
+            for step in r["steps"].as_array().unwrap() {
+                let kind = step["kind"].as_str().unwrap();
+                if kind == "slice" || kind == "make_partial" {
+                    continue;
+                }
+                let e = counts.entry(kind.to_string()).or_default();
+                e.0 += 1;
+                e.1 += step["bytes"].as_u64().unwrap();
+            }
+        }
+        assert!(!counts.is_empty(), "{report}");
+        for (kind, (n, bytes)) in &counts {
+            assert_eq!(report["counts"][kind], *n, "{kind}: {}", report["counts"]);
+            assert_eq!(report["bytes_by_kind"][kind], *bytes, "{kind}");
+        }
+        assert_eq!(report["counts"].as_object().unwrap().len(), counts.len());
+    }
+}
+
+/// Every key `propagate --json` prints is in docs/json.md's tables, and
+/// every key the propagate table lists is printed.
+#[test]
+fn propagate_json_follows_docs_json_md() {
+    let doc =
+        std::fs::read_to_string(format!("{}/../docs/json.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let section = doc.split("## `spmd propagate --json`").nth(1).unwrap();
+    // The first cell of each row of the section's first table.
+    let documented: std::collections::BTreeSet<&str> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| key"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('`').nth(1))
+        .collect();
+    let v = json(&["propagate", &gpt_layer(), "--json", "--backward"]);
+    let mut printed: std::collections::BTreeSet<&str> =
+        v.as_object().unwrap().keys().map(String::as_str).collect();
+    printed.extend(
+        v["backward"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str),
+    );
+    assert_eq!(printed, documented);
+    // The step kinds table lists each kind the report uses.
+    for r in v["reshards"].as_array().unwrap() {
+        for step in r["steps"].as_array().unwrap() {
+            let kind = step["kind"].as_str().unwrap();
+            assert!(section.contains(&format!("| `{kind}` |")), "{kind}");
+        }
+    }
+}
+
+/// Under `--json`, a failure is a JSON object on stdout (with the same one
+/// line on stderr and the same exit status), for a file error, a rule
+/// error and a command line that does not parse.
+#[test]
+fn errors_are_json_under_json() {
+    for (args, needle) in [
+        (
+            vec!["propagate", "/nonexistent/g.json", "--json"],
+            "cannot read",
+        ),
+        (
+            vec![
+                "infer", "matmull", "--mesh", "2", "--in", "4x4", "--in", "4x4", "--json",
+            ],
+            "did you mean",
+        ),
+        (
+            vec!["propagate", &gpt_layer(), "--bogus", "--json"],
+            "--bogus",
+        ),
+    ] {
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}");
+        assert!(err.starts_with("error: ") && err.contains(needle), "{err}");
+        let v: Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"));
+        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["error"]["exit_code"], 2);
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{message}");
+        assert_eq!(format!("error: {message}\n"), err);
+    }
+    // Without --json, stdout stays empty.
+    bad(&["propagate", "/nonexistent/g.json"], "cannot read");
+}
+
+/// A graph of more than 100 tensors gets a summary: layouts counted, each
+/// collective's count and bytes, the ten largest reshards. `--tensors`
+/// lists every tensor; small graphs are always listed.
+#[test]
+fn large_graphs_are_summarised() {
+    let args = [
+        "propagate",
+        &hf("llama.json"),
+        "--plan",
+        &hf("llama_tp_dp.json"),
+        "--backward",
+    ];
+    let (code, summary, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(summary.lines().count() < 50, "{summary}");
+    assert!(summary.contains("239 tensors: "), "{summary}");
+    assert!(summary.contains("every tensor: --tensors"), "{summary}");
+    assert!(summary.contains("largest reshards (10 of 31)"), "{summary}");
+    // The totals are the full report's.
+    let totals = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.contains("total:"))
+            .map(String::from)
+            .collect()
+    };
+    let mut full_args = args.to_vec();
+    full_args.push("--tensors");
+    let (code, full, err) = run(&full_args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(totals(&summary), totals(&full));
+    assert!(
+        full.contains("model.layers.1.mlp.down_proj.weight"),
+        "{full}"
+    );
+    assert!(
+        !summary.contains("model.layers.1.mlp.down_proj.weight"),
+        "{summary}"
+    );
+    assert!(full.lines().count() > 239, "{}", full.lines().count());
+    // A small graph (45 tensors) is listed whole without asking.
+    let (_, small, _) = run(&["propagate", &gpt_layer()]);
+    assert!(small.contains("\ntensors\n"), "{small}");
 }
 
 #[test]

@@ -82,7 +82,21 @@ impl Step {
         !matches!(self, Step::Slice { .. } | Step::MakePartial { .. })
     }
 
-    /// The name of the collective (or local step), as in the JSON `kind`.
+    /// The step's kind as JSON spells it, in the step's own `kind` field
+    /// and in a report's `counts` keys: `all_reduce`, `slice`, ...
+    pub fn id(&self) -> &'static str {
+        match self {
+            Step::AllReduce { .. } => "all_reduce",
+            Step::ReduceScatter { .. } => "reduce_scatter",
+            Step::AllToAll { .. } => "all_to_all",
+            Step::AllGather { .. } => "all_gather",
+            Step::Reorder { .. } => "reorder",
+            Step::Slice { .. } => "slice",
+            Step::MakePartial { .. } => "make_partial",
+        }
+    }
+
+    /// The name of the collective (or local step) in text: `all-reduce`.
     pub fn kind(&self) -> &'static str {
         match self {
             Step::AllReduce { .. } => "all-reduce",
@@ -558,6 +572,48 @@ mod tests {
             serde_json::to_string(&s).unwrap(),
             r#"[{"kind":"all_to_all","mesh_dim":0,"from_dim":0,"to_dim":1}]"#
         );
+    }
+
+    /// `id` is the serialized `kind`, for every variant, so a report's
+    /// count keys and its steps' kinds are one vocabulary.
+    #[test]
+    fn ids_are_the_serialized_kinds() {
+        let dims = vec![0];
+        let every = [
+            Step::AllReduce {
+                reduce: Sum,
+                mesh_dims: dims.clone(),
+            },
+            Step::ReduceScatter {
+                reduce: Sum,
+                tensor_dim: 0,
+                mesh_dims: dims.clone(),
+            },
+            Step::AllToAll {
+                mesh_dim: 0,
+                from_dim: 0,
+                to_dim: 1,
+            },
+            Step::AllGather {
+                tensor_dim: 0,
+                mesh_dims: dims.clone(),
+            },
+            Step::Reorder {
+                tensor_dim: 0,
+                mesh_dims: dims.clone(),
+            },
+            Step::Slice {
+                tensor_dim: 0,
+                mesh_dims: dims.clone(),
+            },
+            Step::MakePartial {
+                reduce: Sum,
+                mesh_dims: dims,
+            },
+        ];
+        for s in &every {
+            assert_eq!(serde_json::to_value(s).unwrap()["kind"], s.id(), "{s:?}");
+        }
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub fn propagate(args: &PropagateArgs) -> Result<Output> {
         if let (Some((bw, bp, bplan)), Value::Object(m)) = (&backward, &mut v) {
             let mut b = report::json(&bw.graph, bp, bplan);
             if let Value::Object(bm) = &mut b {
+                bm.remove("schema_version");
                 let grads: serde_json::Map<String, Value> = bw
                     .param_grads
                     .iter()
@@ -66,7 +67,11 @@ pub fn propagate(args: &PropagateArgs) -> Result<Output> {
         }
         return Ok(Output::ok(format!("{}\n", crate::report::to_json(&v))));
     }
-    let mut out = report::text(graph, &p, &forward);
+    let mut out = if args.tensors || graph.tensors().len() <= report::LISTING_LIMIT {
+        report::text(graph, &p, &forward)
+    } else {
+        report::summary_text(graph, &p, &forward)
+    };
     if let Some((bw, bp, bplan)) = &backward {
         out.push_str(&format!(
             "\nbackward graph: {} grad and accumulation ops, {} parameter gradients; propagation: {} sweeps\n",
@@ -74,7 +79,13 @@ pub fn propagate(args: &PropagateArgs) -> Result<Output> {
             bw.param_grads.len(),
             bp.stats.sweeps
         ));
-        out.push_str(&report::plan_text(&bw.graph, bplan));
+        out.push_str(
+            &if args.tensors || bw.graph.tensors().len() <= report::LISTING_LIMIT {
+                report::plan_text(&bw.graph, bplan)
+            } else {
+                report::plan_summary_text(&bw.graph, bplan)
+            },
+        );
     }
     Ok(Output::ok(out))
 }
