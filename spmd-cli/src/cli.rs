@@ -78,6 +78,7 @@ Examples:
   spmd propagate spmd-graph/graphs/gpt_layer.json --backward
   spmd propagate graph.json --dtype bf16 --json
   spmd propagate spmd-graph/graphs/hf/llama.json --plan spmd-graph/graphs/hf/llama_tp_dp.json --backward
+  spmd propagate spmd-graph/graphs/hf/llama.json --plan spmd-graph/graphs/hf/llama_tp_dp.json --backward --html plan.html
 
 The graph file lists the mesh, every tensor (name, shape, optional dims_mapping /
 partial_dims annotation with a priority, param flag) and the ops in a topological order (registry
@@ -332,6 +333,12 @@ pub struct PropagateArgs {
     /// collective's count and bytes, and the ten largest reshards.
     #[arg(long)]
     pub tensors: bool,
+
+    /// Also write the whole plan as one self-contained HTML page: the ops in
+    /// order, each tensor's layout on the mesh, each collective where it
+    /// happens, with its bytes (and the backward graph's with --backward).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -14,6 +14,7 @@ pub mod call;
 pub mod cli;
 pub mod cmd;
 pub mod error;
+pub mod html;
 pub mod layout;
 pub mod parse;
 pub mod report;

@@ -45,6 +45,19 @@ pub fn propagate(args: &PropagateArgs) -> Result<Output> {
         None
     };
 
+    let mut wrote = String::new();
+    if let Some(path) = &args.html {
+        let page = crate::html::page(
+            display_path(&args.graph),
+            crate::html::section(graph, &p, &forward),
+            backward
+                .as_ref()
+                .map(|(bw, bp, bplan)| crate::html::section(&bw.graph, bp, bplan)),
+        );
+        std::fs::write(path, page)
+            .map_err(|e| CliError::usage(format!("cannot write {path}: {e}")))?;
+        wrote = format!("\nplan page written to {path}\n");
+    }
     if args.json {
         let mut v = report::json(graph, &p, &forward);
         if let (Some((bw, bp, bplan)), Value::Object(m)) = (&backward, &mut v) {
@@ -87,5 +100,6 @@ pub fn propagate(args: &PropagateArgs) -> Result<Output> {
             },
         );
     }
+    out.push_str(&wrote);
     Ok(Output::ok(out))
 }
