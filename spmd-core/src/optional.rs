@@ -32,6 +32,7 @@
 use smallvec::SmallVec;
 
 use crate::dist_attr::{DimsMapping, DistAttr, Partial, Spec};
+use crate::error::{SpmdError, TensorRef};
 
 /// Which tensors of one call are absent: bit `i` of `inputs` is input `i`,
 /// bit `o` of `outputs` output `o` (in grad calls: output grad `o`). Also the
@@ -68,6 +69,25 @@ impl Absent {
     #[inline]
     pub const fn output(&self, o: usize) -> bool {
         o < 64 && self.outputs & (1u64 << o) != 0
+    }
+
+    /// Fails, naming the first such tensor, when a tensor absent here is
+    /// not among `optional` (what rule `op` declares may be absent).
+    #[inline]
+    pub fn within(self, op: &'static str, optional: Absent) -> Result<(), SpmdError> {
+        let stray = Absent::new(
+            self.inputs & !optional.inputs,
+            self.outputs & !optional.outputs,
+        );
+        if stray.is_none() {
+            return Ok(());
+        }
+        let tensor = if stray.inputs != 0 {
+            TensorRef::input(stray.inputs.trailing_zeros() as usize)
+        } else {
+            TensorRef::output(stray.outputs.trailing_zeros() as usize)
+        };
+        Err(SpmdError::AbsentTensor { op, tensor })
     }
 }
 

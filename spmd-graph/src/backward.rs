@@ -194,7 +194,7 @@ pub fn backward_graph(
             .no_grad;
         grad_outputs.clear();
         for (i, &t) in op.inputs.iter().enumerate() {
-            if no_grad.contains(i) {
+            if no_grad.contains(op.slot(i)) {
                 continue;
             }
             let info = forward.tensor(t);
@@ -205,7 +205,7 @@ pub fn backward_graph(
             grad_outputs.push(g);
         }
         // The grad op runs the forward op's own rule (built once, shared).
-        b.op_with(
+        let grad_op = b.op_with(
             join(&[&op.name, "_grad"]),
             &op.rule,
             op.attrs.clone(),
@@ -219,6 +219,7 @@ pub fn backward_graph(
                 stage: Stage::Other,
             }),
         )?;
+        b.set_absent(grad_op, op.absent);
     }
     let mut param_grads = Vec::new();
     for t in forward.tensor_ids() {

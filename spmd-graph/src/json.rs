@@ -25,8 +25,11 @@
 //! - `ops`: in a topological order; `op` is a registry name, `attrs` the
 //!   rule's attributes; `name` is optional. Every op whose name has no rule
 //!   is reported at once ([`GraphError::MissingRules`]), never replicated
-//!   silently. A grad op has `"forward_inputs": n`
-//!   (its first `n` inputs are the forward op's, the rest output grads).
+//!   silently. `inputs` holds one entry per input slot of the rule, `null`
+//!   for an absent optional one (`"inputs": ["x", null, null]`: ATen's
+//!   `native_layer_norm` without weight and bias). A grad op has
+//!   `"forward_inputs": n` (its first `n` entries are the forward op's
+//!   inputs, the rest output grads, which are never `null`).
 //! - `outputs` (optional): where the backward graph is seeded; by default
 //!   every produced tensor no op reads.
 //! - `dtype` (optional): the element type for volumes (default `f32`).
@@ -84,7 +87,9 @@ pub struct OpEntry {
     pub op: String,
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub attrs: Value,
-    pub inputs: Vec<String>,
+    /// One entry per input slot; `None` (`null`) for an absent optional
+    /// tensor.
+    pub inputs: Vec<Option<String>>,
     pub outputs: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forward_inputs: Option<usize>,
@@ -187,27 +192,37 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
             named.insert(&op.name, i);
             op.name.clone()
         };
-        let find = |names: &[String]| -> Result<Vec<TensorId>, GraphError> {
-            names
-                .iter()
-                .map(|n| {
-                    b.find(n).ok_or_else(|| GraphError::UnknownTensor {
-                        op: label.clone(),
-                        name: n.clone(),
-                    })
-                })
-                .collect()
+        let find = |n: &String| {
+            b.find(n).ok_or_else(|| GraphError::UnknownTensor {
+                op: label.clone(),
+                name: n.clone(),
+            })
         };
-        let (inputs, outputs) = (find(&op.inputs)?, find(&op.outputs)?);
+        let inputs = op
+            .inputs
+            .iter()
+            .map(|n| n.as_ref().map(find).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let outputs = op.outputs.iter().map(find).collect::<Result<Vec<_>, _>>()?;
         let attrs = Attrs::from_json("graph op", &op.attrs).map_err(|source| GraphError::Rule {
             op: label.clone(),
             source,
         })?;
         let kind = match op.forward_inputs {
-            Some(n) => OpKind::Grad { forward_inputs: n },
+            Some(n) => {
+                if inputs.iter().skip(n).any(Option::is_none) {
+                    return Err(GraphError::Json(format!(
+                        "op `{label}`: an output grad (input {n} on) is null; only forward inputs may be absent"
+                    )));
+                }
+                let present = inputs.iter().take(n).flatten().count();
+                OpKind::Grad {
+                    forward_inputs: present,
+                }
+            }
             None => OpKind::Forward,
         };
-        b.op(&label, &op.op, attrs, kind, &inputs, &outputs)?;
+        b.op_optional(&label, &op.op, attrs, kind, &inputs, &outputs)?;
     }
     let mut graph = b.build(registry)?;
     let outputs: Vec<TensorId> = if file.outputs.is_empty() {
@@ -269,18 +284,25 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
                 name: op.name.clone(),
                 op: op.rule.clone(),
                 attrs: attrs_json(&op.attrs),
-                inputs: op
-                    .inputs
-                    .iter()
-                    .map(|&t| graph.tensor(t).name.clone())
-                    .collect(),
+                inputs: {
+                    let mut present = op.inputs.iter();
+                    let slots = op.inputs.len() + op.absent.bits().count_ones() as usize;
+                    (0..slots)
+                        .map(|i| match op.absent.contains(i) {
+                            true => None,
+                            false => present.next().map(|&t| graph.tensor(t).name.clone()),
+                        })
+                        .collect()
+                },
                 outputs: op
                     .outputs
                     .iter()
                     .map(|&t| graph.tensor(t).name.clone())
                     .collect(),
                 forward_inputs: match op.kind {
-                    OpKind::Grad { forward_inputs } => Some(forward_inputs),
+                    OpKind::Grad { forward_inputs } => {
+                        Some(forward_inputs + op.absent.bits().count_ones() as usize)
+                    }
                     OpKind::Forward => None,
                 },
             })

@@ -441,6 +441,11 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                     }
                     _ => call,
                 };
+                // Before a template binds: a placeholder's rank would
+                // otherwise be blamed for a tensor that must be given.
+                if let __spmd::Call::Forward { absent, .. } | __spmd::Call::Backward { absent, .. } = call {
+                    absent.within(__NAME, <Self as __spmd::Op>::OPTIONAL)?;
+                }
                 #needs_shapes
                 #validate
                 #keep_prepared

@@ -20,7 +20,8 @@ What the JSON holds (see spmd-graph's `json` module for the format):
 - ops: each ATen call in graph order; `op` is the ATen name without a
   `.default` overload (`aten.mm`, `aten.add.Tensor`, `aten.transpose.int`),
   `inputs` its tensor arguments in schema order (a tensor list, as
-  `aten.cat`'s, gives one input per element), `attrs` its other arguments
+  `aten.cat`'s, gives one input per element; an optional tensor passed as
+  `None` is `null`), `attrs` its other arguments
   by schema name; an op with several results names them `<node>.0`, ...
   A `.Tensor` overload called with a number operand (`aten.add.Tensor(x,
   2.0)`) is written as ATen's `.Scalar` overload of the same arguments, so
@@ -118,6 +119,12 @@ def op_name(target):
     return name[: -len(".default")] if name.endswith(".default") else name
 
 
+def optional_tensor(arg):
+    """Whether a schema argument is an optional tensor (`Tensor? weight`)."""
+    t = arg.type
+    return isinstance(t, torch.OptionalType) and isinstance(t.getElementType(), torch.TensorType)
+
+
 def attr_value(v):
     """A non-tensor argument as JSON."""
     if isinstance(v, (bool, int, float, str)) or v is None:
@@ -184,6 +191,10 @@ def to_json(program, mesh):
                 inputs.append(tensor_name(v))
             elif isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.fx.Node) for x in v):
                 inputs.extend(tensor_name(x) for x in v)
+            elif v is None and optional_tensor(arg):
+                # An absent optional tensor (the weight and bias of a layer
+                # norm without affine parameters) keeps its slot as `null`.
+                inputs.append(None)
             elif v is not None or arg.name in node.kwargs:
                 attrs[arg.name] = attr_value(v)
         if isinstance(val, torch.Tensor):

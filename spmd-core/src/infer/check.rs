@@ -11,22 +11,7 @@ use crate::rule::EinsumRule;
 
 /// Fails on an absent tensor the rule does not declare optional.
 pub(super) fn check_absent(rule: &EinsumRule<'_>, absent: Absent) -> Result<(), SpmdError> {
-    let stray = Absent::new(
-        absent.inputs & !rule.optional.inputs,
-        absent.outputs & !rule.optional.outputs,
-    );
-    if stray.is_none() {
-        return Ok(());
-    }
-    let tensor = if stray.inputs != 0 {
-        TensorRef::input(stray.inputs.trailing_zeros() as usize)
-    } else {
-        TensorRef::output(stray.outputs.trailing_zeros() as usize)
-    };
-    Err(SpmdError::AbsentTensor {
-        op: rule.name,
-        tensor,
-    })
+    absent.within(rule.name, rule.optional)
 }
 
 pub(super) fn arity(

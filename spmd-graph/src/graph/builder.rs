@@ -5,7 +5,9 @@
 use std::hash::Hasher;
 use std::sync::Arc;
 
-use spmd_core::{Attrs, DistAttr, Mesh, Registry, Spec, SpmdError, SpmdRule, SpmdRuleExt};
+use spmd_core::{
+    Attrs, DistAttr, Mesh, Registry, Spec, SpmdError, SpmdRule, SpmdRuleExt, TensorSet,
+};
 
 use super::{Graph, OpId, OpInfo, OpKind, Stage, TensorId, TensorInfo};
 use crate::error::{GraphError, MissingRule};
@@ -245,6 +247,71 @@ impl GraphBuilder {
         self.op_with(name, rule, attrs, kind, inputs, outputs, None)
     }
 
+    /// [`GraphBuilder::op`] where optional inputs may be absent: `inputs`
+    /// gives one entry per input slot of the rule, `None` for an absent
+    /// one (ATen's `None` weight and bias of `native_layer_norm`). The
+    /// rule must declare those slots optional; `build` names the op and
+    /// the tensor otherwise.
+    ///
+    /// ```
+    /// use spmd_core::{Attrs, Mesh};
+    /// use spmd_graph::{GraphBuilder, OpKind};
+    ///
+    /// let mut b = GraphBuilder::new(Mesh::new(&[2])?);
+    /// let x = b.tensor("x", &[8, 16])?;
+    /// let y = b.tensor("y", &[8, 16])?;
+    /// let mean = b.tensor("mean", &[8, 1])?;
+    /// let rstd = b.tensor("rstd", &[8, 1])?;
+    /// let attrs = Attrs::new().with("normalized_shape", vec![16i64]);
+    /// let norm = b.op_optional(
+    ///     "norm", "aten.native_layer_norm", attrs, OpKind::Forward,
+    ///     &[Some(x), None, None], &[y, mean, rstd],
+    /// )?;
+    /// let graph = b.build(&spmd_ops::builtins())?;
+    /// assert_eq!(graph.op(norm).inputs, [x]);
+    /// assert!(graph.op(norm).absent.contains(2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn op_optional(
+        &mut self,
+        name: &str,
+        rule: &str,
+        attrs: Attrs,
+        kind: OpKind,
+        inputs: &[Option<TensorId>],
+        outputs: &[TensorId],
+    ) -> Result<OpId, GraphError> {
+        let name = if name.is_empty() {
+            format!("{rule}#{}", self.ops.len())
+        } else {
+            name.to_string()
+        };
+        if inputs.len() > 64 {
+            return Err(GraphError::Arity {
+                op: name,
+                rule: rule.into(),
+                what: "input slots",
+                found: inputs.len(),
+                expected: "has at most 64 (absent ones included)".into(),
+            });
+        }
+        let absent = inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.is_none())
+            .fold(TensorSet::EMPTY, |set, (i, _)| set.with(i));
+        let present: Vec<TensorId> = inputs.iter().flatten().copied().collect();
+        let id = self.op_with(name, rule, attrs, kind, &present, outputs, None)?;
+        self.set_absent(id, absent);
+        Ok(id)
+    }
+
+    /// Marks op `o`'s input slots in `absent` absent (see
+    /// [`OpInfo::absent`]).
+    pub(crate) fn set_absent(&mut self, o: OpId, absent: TensorSet) {
+        self.ops[o.index()].absent = absent;
+    }
+
     /// [`GraphBuilder::op`] with an owned name and, optionally, the rule
     /// already built (`build` then neither looks it up nor builds it).
     #[allow(clippy::too_many_arguments)]
@@ -281,6 +348,7 @@ impl GraphBuilder {
             attrs,
             kind,
             inputs: inputs.to_vec(),
+            absent: TensorSet::EMPTY,
             outputs: outputs.to_vec(),
         });
         self.prebuilt.push(prebuilt);
@@ -388,7 +456,18 @@ impl GraphBuilder {
                         OpKind::Forward => registry.get(&op.rule).map_or(Stage::Other, Stage::of),
                         OpKind::Grad { .. } => Stage::Other,
                     };
-                    (Arc::from(rule), stage)
+                    let rule: Arc<dyn SpmdRule> = Arc::from(rule);
+                    let rule = match op.absent.is_empty() {
+                        true => rule,
+                        false => Arc::new(super::absent::AbsentSlots {
+                            inner: rule,
+                            absent: op.absent,
+                            no_grad: registry
+                                .get(&op.rule)
+                                .map_or(TensorSet::EMPTY, |i| i.no_grad),
+                        }),
+                    };
+                    (rule, stage)
                 }
             };
             if check_calls && op.kind == OpKind::Forward {

@@ -7,10 +7,11 @@
 
 use std::sync::Arc;
 
-use spmd_core::{Attrs, DistAttr, Mesh, Prepared, SpmdRule};
+use spmd_core::{Attrs, DistAttr, Mesh, Prepared, SpmdRule, TensorSet};
 
 use crate::error::GraphError;
 
+mod absent;
 mod builder;
 mod calls;
 mod signature;
@@ -75,8 +76,23 @@ pub struct OpInfo {
     pub rule: String,
     pub attrs: Attrs,
     pub kind: OpKind,
+    /// The present inputs, in the order of the rule's input slots.
     pub inputs: Vec<TensorId>,
+    /// The rule's input slots left absent (optional tensors given as
+    /// `None`, `null` in a graph file); `inputs` fills the others in order.
+    /// For a grad op, the slots of its forward op's inputs.
+    pub absent: TensorSet,
     pub outputs: Vec<TensorId>,
+}
+
+impl OpInfo {
+    /// The rule's input slot of present input `k`.
+    pub fn slot(&self, k: usize) -> usize {
+        (0..)
+            .filter(|&i| !self.absent.contains(i))
+            .nth(k)
+            .expect("slots past the absent ones are present")
+    }
 }
 
 /// Which propagation stage an op belongs to (see the crate docs): ops that

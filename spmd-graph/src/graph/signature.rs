@@ -14,6 +14,7 @@ pub(super) fn signatures(ops: &[OpInfo], tensors: &[TensorInfo]) -> (Vec<u32>, V
         a.rule == b.rule
             && a.attrs == b.attrs
             && a.kind == b.kind
+            && a.absent == b.absent
             && a.inputs.len() == b.inputs.len()
             && a.outputs.len() == b.outputs.len()
             && a.inputs
@@ -39,6 +40,7 @@ pub(super) fn signatures(ops: &[OpInfo], tensors: &[TensorInfo]) -> (Vec<u32>, V
                 hash_attr(value, &mut h);
             }
             matches!(op.kind, OpKind::Forward).hash(&mut h);
+            op.absent.bits().hash(&mut h);
             for t in op.inputs.iter().chain(&op.outputs) {
                 tensors[t.index()].shape.hash(&mut h);
             }
