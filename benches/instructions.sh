@@ -10,7 +10,7 @@
 #                                      (SpmdRule::infer_into), as a search does
 #   benches/instructions.sh --prepared the forward cases, answered by the call
 #                                      prepared for their shapes
-#                                      (SpmdRule::forward_plain), as a graph does
+#                                      (SpmdRule::prepare), as a graph does
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 2; }

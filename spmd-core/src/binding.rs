@@ -6,6 +6,8 @@
 
 use spmd_notation::{BindError, MAX_BOUND_TERMS, PlanBuf, Pos, Side, Template};
 
+use crate::engine::cache::RuleKey;
+
 /// At most this many selectors, and this many values per list selector, are
 /// remembered; a template or call beyond them binds every time.
 const KEY_SELECTORS: usize = 4;
@@ -70,6 +72,9 @@ struct Key {
 pub struct Binding {
     buf: PlanBuf<'static>,
     key: Option<Key>,
+    /// Names this binding's plan in the engine's cache: a new one each
+    /// time it binds anew.
+    rule_key: RuleKey,
 }
 
 impl Binding {
@@ -80,6 +85,7 @@ impl Binding {
         Binding {
             buf: PlanBuf::new(""),
             key: None,
+            rule_key: RuleKey::NONE,
         }
     }
 }
@@ -106,19 +112,25 @@ impl Binding {
         sels: &[Pos<'_>],
         given: [usize; 2],
         rank: impl Fn(Side, usize) -> Option<usize>,
-    ) -> Result<&PlanBuf<'static>, BindError> {
+    ) -> Result<(&PlanBuf<'static>, RuleKey), BindError> {
         if let Some(k) = &self.key
             && k.given == given
             && usize::from(k.n_sels) == sels.len()
             && Self::ranks_match(k, given, &rank)
             && sels.iter().zip(&k.sels).all(|(&p, kp)| kp.is(p))
         {
-            return Ok(&self.buf);
+            return Ok((&self.buf, self.rule_key));
         }
         self.key = None;
+        self.rule_key = RuleKey::NONE;
         spmd_notation::bind_into(&mut self.buf, t, sels, given, &rank)?;
         self.key = Self::key(given, sels, &rank);
-        Ok(&self.buf)
+        // A binding that is not remembered is not named either: the next
+        // call binds again, into this buffer.
+        if self.key.is_some() {
+            self.rule_key = RuleKey::unique();
+        }
+        Ok((&self.buf, self.rule_key))
     }
 
     /// Whether the call's ranks are the key's: its inputs', then its

@@ -296,19 +296,24 @@ impl DimsMapping {
         self.0.push(s)
     }
     /// The first `rank` (at most 8) shardings of `dims`, inline in one
-    /// move: the plain pass writes every answer's mappings this way, without
+    /// move: answers' mappings are written this way, without
     /// a capacity check per dim.
     #[inline(always)]
     pub(crate) fn from_array(dims: [Sharding; 8], rank: usize) -> DimsMapping {
         DimsMapping(SmallVec::from_buf_and_len(dims, rank))
     }
-    /// This mapping's `rank` (at most 8) dims, to overwrite: in place when
+    /// This mapping's `rank` dims, to overwrite: in place when
     /// it has that rank already (a result reused for one op's calls), so
-    /// the plain pass writes an answer's dims without a move or a drop.
+    /// the engine writes an answer's dims without a move or a drop.
     #[inline(always)]
     pub(crate) fn overwrite(&mut self, rank: usize) -> &mut [Sharding] {
         if self.0.len() != rank {
-            *self = DimsMapping::from_array([Sharding::REPLICATED; 8], rank);
+            if rank <= 8 {
+                *self = DimsMapping::from_array([Sharding::REPLICATED; 8], rank);
+            } else {
+                self.0.clear();
+                self.0.resize(rank, Sharding::REPLICATED);
+            }
         }
         &mut self.0
     }
@@ -435,14 +440,6 @@ impl Partial {
             p.set(d, r);
         }
         p
-    }
-
-    /// Partial over `dims`, all by `Sum`: the set alone, as `Sum` is
-    /// reduce type 0 (one move, for the plain pass).
-    #[inline(always)]
-    pub(crate) const fn sum_over(dims: MeshSet) -> Partial {
-        const _: () = assert!(ReduceType::Sum as u32 == 0);
-        Partial(dims.0 as u32)
     }
 
     /// Marks mesh dim `d` partial with reduce type `r` (a dim beyond any

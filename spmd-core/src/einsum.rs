@@ -4,6 +4,7 @@
 use spmd_notation::Notation;
 
 use crate::dist_attr::{ReduceType, Spec};
+use crate::engine::cache::RuleKey;
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::policy::Policy;
@@ -19,6 +20,8 @@ pub struct Einsum {
     /// chose one from the attributes (`reduce_base`'s `reduce_type`);
     /// otherwise the rule's declared one.
     reduce: Option<ReduceType>,
+    /// Names its notation in the engine's cache (a clone shares it).
+    key: RuleKey,
 }
 
 impl Einsum {
@@ -29,6 +32,7 @@ impl Einsum {
             notation: spmd_notation::parse(equation)?,
             policy: Policy::CLASSIC,
             reduce: None,
+            key: RuleKey::unique(),
         })
     }
 
@@ -52,6 +56,7 @@ impl Einsum {
             notation: spmd_notation::parse_terms(inputs, outputs)?,
             policy: Policy::CLASSIC,
             reduce: None,
+            key: RuleKey::unique(),
         })
     }
 
@@ -84,6 +89,7 @@ impl Einsum {
             notation: Notation::from_plan(buf.plan()),
             policy: Policy::CLASSIC,
             reduce: None,
+            key: RuleKey::unique(),
         })
     }
 
@@ -109,6 +115,12 @@ impl Einsum {
     pub fn with_reduce(mut self, reduce: ReduceType) -> Einsum {
         self.reduce = Some(reduce);
         self
+    }
+
+    /// What names its notation in the engine's cache.
+    #[doc(hidden)]
+    pub fn key(&self) -> RuleKey {
+        self.key
     }
 
     /// The reduce type [`Einsum::with_reduce`] set, if any.
@@ -167,25 +179,20 @@ impl SpmdRule for Einsum {
         "einsum"
     }
     fn prepare(&self, call: &crate::op::Call<'_>) -> Result<crate::Prepared, SpmdError> {
-        self.rule().compile_forward(call)
+        self.rule().compile_forward(call, self.key)
     }
+    #[inline]
     fn infer_into(
         &self,
         call: &crate::op::Call<'_>,
         trace: Option<&mut dyn Trace>,
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
-        match (trace, call) {
-            (
-                None,
-                crate::op::Call::Forward {
-                    prepared: Some(p), ..
-                },
-            ) if p.answer("einsum", 0, call, result) => Ok(()),
-            (None, _) => self
+        match trace {
+            None => self
                 .rule()
-                .run_into(call, &mut crate::trace::NoTrace, result),
-            (Some(t), _) => self.rule().run_into(call, t, result),
+                .run_keyed(self.key, call, &mut crate::trace::NoTrace, result),
+            Some(t) => self.rule().run_keyed(self.key, call, t, result),
         }
     }
 }

@@ -18,12 +18,16 @@
 //! # Ok::<(), spmd_core::SpmdError>(())
 //! ```
 //!
-//! A caller asking about many layouts of the same tensors (a strategy
-//! search, a graph) prepares the call once: [`SpmdRule::prepare`] for any
-//! rule ([`Prepared`]), [`EinsumRule::prepare_forward`] for a compiled
-//! rule; each call then reads only the layouts, and answers what the
-//! unprepared call answers (into a [`RuleResult`], or the fixed arrays of
-//! an [`InlineResult`]).
+//! Every call is compiled for its rule and shapes (every check, with every
+//! error, and flat per-dim tables), then one interpreter answers it, in
+//! every direction. A rule declared with `#[spmd_rule]`, or an [`Einsum`],
+//! keeps what a call compiled, per thread: a call with the shapes of an
+//! earlier one reads only its layouts. A caller asking about many layouts
+//! of the same tensors (a strategy search, a graph) can also keep the
+//! compiled call itself: [`SpmdRule::prepare`] for any rule ([`Prepared`]),
+//! [`EinsumRule::prepare_forward`] for a compiled rule; each call then
+//! answers what the unprepared call answers (into a [`RuleResult`], or the
+//! fixed arrays of an [`InlineResult`]).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
 
@@ -39,8 +43,8 @@ mod binding;
 mod cache;
 mod dist_attr;
 mod einsum;
+mod engine;
 mod error;
-mod infer;
 #[cfg(feature = "serde")]
 pub mod json;
 mod merge;

@@ -21,6 +21,9 @@ pub(crate) struct AxisMap {
     pub(crate) sharding: [Sharding; 64],
     first: [u8; MAX_MESH_RANK],
     claimants: [u64; MAX_MESH_RANK],
+    /// Whether some mesh dim has more than one claimant (otherwise there is
+    /// nothing to settle).
+    contested: bool,
 }
 
 /// A merge failure: the axis already had `existing`, which neither equals nor
@@ -40,23 +43,36 @@ pub(crate) struct MeshDimClash {
 
 impl AxisMap {
     /// A fixed-size table: no allocation and no spill checks on the hot path.
+    #[inline(always)]
     pub(crate) fn new() -> AxisMap {
         AxisMap {
             sharding: [Sharding::REPLICATED; 64],
             first: [NOBODY; MAX_MESH_RANK],
             claimants: [0; MAX_MESH_RANK],
+            contested: false,
         }
     }
 
     /// Merges one tensor dim's sharding into axis `a`. Replicated merges with
     /// anything, equal shardings merge, and a co-sharding that extends the other
     /// (one is a prefix of the other) merges into the longer one.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn merge(&mut self, a: u8, given: Sharding) -> Result<Sharding, AxisClash> {
         if given.is_replicated() {
             return Ok(self.sharding[a as usize]);
         }
         let cur = self.sharding[a as usize];
+        // The common case: one mesh dim, on an axis that has none yet.
+        if cur.is_replicated()
+            && let Some(bits) = given.single_bits()
+        {
+            let m = bits.trailing_zeros() as usize;
+            if m < MAX_MESH_RANK {
+                self.claim(m, a);
+                self.sharding[a as usize] = given;
+                return Ok(given);
+            }
+        }
         let merged = if cur.starts_with(&given) {
             cur
         } else if given.starts_with(&cur) {
@@ -66,25 +82,34 @@ impl AxisMap {
         };
         // Mesh dims new to this axis are claimed now: that moment orders them.
         for m in merged.iter().skip(cur.len()) {
-            let m = m as usize;
-            if self.first[m] == NOBODY {
-                self.first[m] = a;
-            }
-            self.claimants[m] |= 1u64 << a;
+            self.claim(m as usize, a);
         }
         self.sharding[a as usize] = merged;
         Ok(merged)
+    }
+
+    /// Axis (or claimant) `a` claims mesh dim `m`.
+    #[inline(always)]
+    fn claim(&mut self, m: usize, a: u8) {
+        if self.first[m] == NOBODY {
+            self.first[m] = a;
+        }
+        let bit = 1u64 << a;
+        self.contested |= self.claimants[m] & !bit != 0;
+        self.claimants[m] |= bit;
+    }
+
+    /// Whether some mesh dim has several claimants.
+    #[inline(always)]
+    pub(crate) fn contested(&self) -> bool {
+        self.contested
     }
 
     /// Records the claims of a dim that carries no sharding (see [`UNSHARDED`]).
     #[inline]
     pub(crate) fn claim_unsharded(&mut self, given: Sharding) {
         for m in given.iter() {
-            let m = m as usize;
-            if self.first[m] == NOBODY {
-                self.first[m] = UNSHARDED;
-            }
-            self.claimants[m] |= 1u64 << UNSHARDED;
+            self.claim(m as usize, UNSHARDED);
         }
     }
 

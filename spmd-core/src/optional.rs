@@ -91,52 +91,6 @@ impl Absent {
     }
 }
 
-/// Which tensors are absent, as inference asks it: an [`Absent`] mask known
-/// at run time, or [`AllPresent`], known at compile time, so that the plain
-/// entry points (every tensor present) compile to the code they had before
-/// absent tensors existed.
-pub(crate) trait Presence: Copy {
-    fn mask(self) -> Absent;
-    /// Whether input `i` is absent.
-    fn input(self, i: usize) -> bool;
-    /// Whether output `o` is absent.
-    fn output(self, o: usize) -> bool;
-}
-
-impl Presence for Absent {
-    #[inline(always)]
-    fn mask(self) -> Absent {
-        self
-    }
-    #[inline(always)]
-    fn input(self, i: usize) -> bool {
-        Absent::input(&self, i)
-    }
-    #[inline(always)]
-    fn output(self, o: usize) -> bool {
-        Absent::output(&self, o)
-    }
-}
-
-/// Every tensor present.
-#[derive(Clone, Copy)]
-pub(crate) struct AllPresent;
-
-impl Presence for AllPresent {
-    #[inline(always)]
-    fn mask(self) -> Absent {
-        Absent::NONE
-    }
-    #[inline(always)]
-    fn input(self, _: usize) -> bool {
-        false
-    }
-    #[inline(always)]
-    fn output(self, _: usize) -> bool {
-        false
-    }
-}
-
 /// The dist attr of an absent tensor's placeholder: rank 0, not partial.
 static ABSENT_ATTR: DistAttr = DistAttr {
     dims_mapping: DimsMapping::EMPTY,

@@ -6,38 +6,41 @@
 //! the shapes decide (the `...` width, each axis's extent, which axis each
 //! dim carries, whether the declared output shapes agree) is the same every
 //! time; preparing works it out once, and each call then reads only the
-//! layouts. The answer is the rule's own: a call the compiled shapes do
-//! not answer (a co-sharded or partial-and-split input, a conflict the
-//! strict policy refuses) runs the rule's full inference, errors included.
+//! layouts. The answer is the engine's own, errors included (a prepared
+//! call's layouts are checked on every call); a call with other shapes is
+//! compiled as any call is.
 //!
 //! Two levels: any [`SpmdRule`] prepares through [`SpmdRule::prepare`]
 //! into a [`Prepared`], which answers every call of that rule (what a
 //! graph keeps per op; `#[spmd_rule]` runs the op's `validate` and
-//! `adjust` hooks and chooses its `case` on every call); and
+//! `adjust` hooks and chooses its `case` on every call, and the
+//! preparation answers only for the notation it was made for); and
 //! [`EinsumRule::prepare_forward`] keeps a compiled rule with its shapes
 //! ([`PreparedForward`]) and can answer into the fixed arrays of an
 //! [`InlineResult`], `Copy`, the cheapest answer to write and to keep.
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use smallvec::SmallVec;
 
 use crate::dist_attr::{DimsMapping, DistAttr, Partial, Sharding, Spec};
+use crate::engine::Compiled;
+use crate::engine::cache::RuleKey;
 use crate::error::{Role, SpmdError};
-use crate::infer::plain::{Frame, MAX_PLAIN_TENSORS, RunOptions, rule_is_plain, run_forward};
 use crate::mesh::Mesh;
 use crate::op::Call;
-use crate::optional::{Absent, AllPresent};
 use crate::rule::{EinsumRule, RuleResult, SpmdRule};
+use crate::trace::NoTrace;
 
 /// A forward call's shapes compiled once ([`SpmdRule::prepare`]), for a
 /// caller that asks about many layouts of the same tensors: owned (it
 /// borrows no rule), so a caller keeps one per op.
 ///
 /// It carries its own fallback: [`Prepared::infer_into`] answers every
-/// call, by the compiled shapes where the call has exactly those (and
-/// layouts the compiled answer takes), and by the rule's own inference
-/// otherwise, errors included. It answers only for the rule that made it.
+/// call, by the compiled shapes where the call has exactly those, and by
+/// the rule's own inference otherwise, errors included. It answers only
+/// for the rule (and the notation of that rule) that made it.
 ///
 /// ```
 /// use spmd_core::{Call, DistAttr, Einsum, Mesh, RuleResult, Spec, SpmdRule};
@@ -47,6 +50,7 @@ use crate::rule::{EinsumRule, RuleResult, SpmdRule};
 /// let (x, w) = (DistAttr::from_paddle(&[0, 1]).unwrap(), DistAttr::from_paddle(&[1, -1]).unwrap());
 /// let specs = [Spec::new(&[1024, 512], &x), Spec::new(&[512, 256], &w)];
 /// let prepared = matmul.prepare(&Call::forward(&mesh, &specs))?;
+/// assert!(prepared.is_compiled());
 /// let mut out = RuleResult::default();
 /// prepared.infer_into(&matmul, &Call::forward(&mesh, &specs), &mut out)?;
 /// assert_eq!(out.outputs[0].to_string(), "[0, -1] partial{1: SUM}");
@@ -54,74 +58,50 @@ use crate::rule::{EinsumRule, RuleResult, SpmdRule};
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct Prepared {
-    compiled: Option<Compiled>,
-}
-
-/// What preparing a call compiled: the frame of its shapes, the options
-/// the run reads, and the shapes themselves (a call with others is not
-/// answered by it).
-#[derive(Clone, Debug)]
-struct Compiled {
-    /// The rule that made it.
-    op: &'static str,
-    frame: Frame,
-    options: RunOptions,
-    /// Which of its notations the rule chose (`#[spmd_rule]`'s `case`s):
-    /// a call that chooses another is not answered.
-    case: u32,
-    /// The inputs' dims, then the declared outputs' dims (their ranks are
-    /// the frame's), and how many outputs were declared.
-    dims: SmallVec<[usize; 16]>,
-    declared: u8,
+    compiled: Option<Box<Compiled>>,
+    /// The key of the notation that compiled it.
+    key: Option<RuleKey>,
 }
 
 impl Prepared {
     /// Nothing compiled: every call is the rule's to answer.
-    pub const NONE: Prepared = Prepared { compiled: None };
+    pub const NONE: Prepared = Prepared {
+        compiled: None,
+        key: None,
+    };
 
-    /// The preparation of `rule` (chosen as notation `case` of its op) for
-    /// forward calls with `call`'s shapes and declared output shapes (its
-    /// layouts are not read); [`Prepared::NONE`] when the shapes or the
-    /// rule do not compile, or the call is not a forward call with every
-    /// tensor present.
-    pub(crate) fn of(rule: &EinsumRule<'_>, call: &Call<'_>, case: u32) -> Prepared {
-        let compiled = match *call {
-            Call::Forward {
-                inputs,
-                output_shapes,
-                absent,
-                ..
-            } if absent.is_none() => {
-                Compiled::of_shapes(rule, inputs.len(), |i| inputs[i].shape, output_shapes)
-            }
-            _ => None,
-        };
-        Prepared {
-            compiled: compiled.map(|c| Compiled { case, ..c }),
+    /// The preparation of `rule` (named by `key`) for forward calls with
+    /// `call`'s shapes and declared output shapes (its layouts are not
+    /// read); [`Prepared::NONE`] for a rule without a key, or shapes the
+    /// rule rejects (each call then reports them).
+    pub(crate) fn of(rule: &EinsumRule<'_>, call: &Call<'_>, key: RuleKey) -> Prepared {
+        if key == RuleKey::NONE || !call.is_forward() {
+            return Prepared::NONE;
         }
-    }
-
-    /// The same preparation, for op `op`'s notation `case` (what
-    /// `#[spmd_rule]` records, so that a call choosing another is left to
-    /// the rule; its own name, so that the check is one compare of
-    /// addresses).
-    #[doc(hidden)]
-    pub fn for_case(self, op: &'static str, case: u32) -> Prepared {
-        Prepared {
-            compiled: self.compiled.map(|c| Compiled { op, case, ..c }),
+        let mut compiled = Box::new(Compiled::empty());
+        match compiled.compile_shapes(rule, call) {
+            Ok(()) => Prepared {
+                compiled: Some(compiled),
+                key: Some(key),
+            },
+            Err(_) => Prepared::NONE,
         }
-    }
-
-    /// The notation case it was made for (`None`: nothing compiled).
-    #[doc(hidden)]
-    pub fn case(&self) -> Option<u32> {
-        self.compiled.as_ref().map(|c| c.case)
     }
 
     /// Whether anything was compiled (when not, every call runs the
     /// rule's full inference).
     pub fn is_compiled(&self) -> bool {
         self.compiled.is_some()
+    }
+
+    /// What answers a call of the notation named `key`: the compiled
+    /// shapes, when they are the call's.
+    #[inline]
+    pub(crate) fn for_call(&self, key: RuleKey, call: &Call<'_>) -> Option<&Compiled> {
+        match (&self.compiled, self.key) {
+            (Some(c), Some(k)) if k == key && c.fits(call) => Some(c),
+            _ => None,
+        }
     }
 
     /// Answers `call` by `rule` (the rule that made this preparation),
@@ -136,124 +116,17 @@ impl Prepared {
     ) -> Result<(), SpmdError> {
         rule.infer_into(&call.with_prepared(self), None, result)
     }
-
-    /// Answers the forward `call` of op `op`, which chose notation
-    /// `case`, into `result` when this preparation was made for them, the
-    /// call has the prepared shapes, every tensor present, and layouts
-    /// the compiled answer takes; otherwise `false`, `result` untouched,
-    /// and the rule answers in full. What a rule's
-    /// [`SpmdRule::infer_into`] calls first (`#[spmd_rule]`'s does).
-    #[doc(hidden)]
-    #[inline]
-    pub fn answer(&self, op: &str, case: u32, call: &Call<'_>, result: &mut RuleResult) -> bool {
-        match &self.compiled {
-            Some(c) if c.case == case => c.answer(op, call, result),
-            _ => false,
-        }
-    }
 }
 
-impl Compiled {
-    /// The compilation of `rule` for forward calls with `n_inputs` shapes
-    /// (input `i`'s is `shape(i)`) and the declared output shapes; `None`
-    /// when the rule or the shapes are not plain.
-    fn of_shapes<'s>(
-        rule: &EinsumRule<'_>,
-        n_inputs: usize,
-        shape: impl Fn(usize) -> &'s [usize] + Copy,
-        output_shapes: &[&[usize]],
-    ) -> Option<Compiled> {
-        if !rule_is_plain(rule) || output_shapes.len() > u8::MAX as usize {
-            return None;
-        }
-        let mut frame = Frame::new(0, 0, 0);
-        if !frame.fill_forward(rule, n_inputs, shape, output_shapes) {
-            return None;
-        }
-        let mut dims = SmallVec::new();
-        for i in 0..n_inputs {
-            dims.extend_from_slice(shape(i));
-        }
-        for s in output_shapes {
-            dims.extend_from_slice(s);
-        }
-        Some(Compiled {
-            op: rule.name,
-            frame,
-            options: RunOptions::of(rule),
-            case: 0,
-            dims,
-            declared: output_shapes.len() as u8,
-        })
-    }
-
-    /// See [`Prepared::answer`].
-    #[inline]
-    fn answer(&self, op: &str, call: &Call<'_>, result: &mut RuleResult) -> bool {
-        let Call::Forward {
-            mesh,
-            inputs,
-            output_shapes,
-            absent,
-            ..
-        } = *call
-        else {
-            return false;
-        };
-        absent == Absent::NONE
-            && same_name(self.op, op)
-            && self.has_shapes(inputs, output_shapes)
-            && run_forward(&self.options, &self.frame, mesh, |i| inputs[i].attr, result)
-    }
-
-    /// Whether the call's shapes are the prepared ones.
-    #[inline]
-    fn has_shapes(&self, inputs: &[Spec<'_>], output_shapes: &[&[usize]]) -> bool {
-        if inputs.len() != self.frame.n_inputs()
-            || output_shapes.len() != usize::from(self.declared)
-        {
-            return false;
-        }
-        // Dim by dim: shapes are short, and a slice compare calls `memcmp`.
-        let mut dims = self.dims.iter();
-        for s in inputs
-            .iter()
-            .map(|s| s.shape)
-            .chain(output_shapes.iter().copied())
-        {
-            for &d in s {
-                if dims.next() != Some(&d) {
-                    return false;
-                }
-            }
-        }
-        dims.next().is_none()
-    }
-
-    /// Answers with input `i` laid out as `attr(i)`: the shapes are the
-    /// caller's guarantee ([`PreparedForward`] keeps them).
-    #[inline]
-    fn answer_layouts(&self, mesh: &Mesh, inputs: &[&DistAttr], result: &mut RuleResult) -> bool {
-        inputs.len() == self.frame.n_inputs()
-            && run_forward(&self.options, &self.frame, mesh, |i| inputs[i], result)
-    }
-}
-
-/// Whether two op names are one: the same `'static` string nearly always
-/// (compared by address first), or equal ones (compared byte by byte:
-/// names are short, and `memcmp`'s setup costs more than the loop).
-#[inline(always)]
-fn same_name(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && (core::ptr::eq(a.as_ptr(), b.as_ptr()) || a.bytes().zip(b.bytes()).all(|(x, y)| x == y))
-}
+/// Tensors an [`InlineResult`] holds.
+const MAX_INLINE_TENSORS: usize = 6;
 
 /// A rule's answer held in fixed arrays: at most
 /// [`InlineResult::MAX_TENSORS`] tensors (inputs, then outputs), each of
 /// rank [`InlineResult::MAX_RANK`] at most. `Copy`, with no heap and no
 /// drop: what a search keeps per candidate layout, and the cheapest answer
-/// to write ([`PreparedForward::forward_inline`]). Every prepared call the
-/// one-pass engine takes fits; [`RuleResult`] holds any answer.
+/// to write ([`PreparedForward::forward_inline`]). An answer of more
+/// tensors or a larger rank is an error; [`RuleResult`] holds any answer.
 ///
 /// Past a tensor's rank, and past the last tensor, every entry is
 /// replicated, so equal answers are equal words (`==` and `Hash` compare
@@ -278,9 +151,9 @@ fn same_name(a: &str, b: &str) -> bool {
 pub struct InlineResult {
     pub(crate) n_inputs: u8,
     pub(crate) n_outputs: u8,
-    pub(crate) ranks: [u8; MAX_PLAIN_TENSORS],
-    pub(crate) dims: [[Sharding; InlineResult::MAX_RANK]; MAX_PLAIN_TENSORS],
-    pub(crate) partial: [Partial; MAX_PLAIN_TENSORS],
+    pub(crate) ranks: [u8; MAX_INLINE_TENSORS],
+    pub(crate) dims: [[Sharding; InlineResult::MAX_RANK]; MAX_INLINE_TENSORS],
+    pub(crate) partial: [Partial; MAX_INLINE_TENSORS],
 }
 
 impl Default for InlineResult {
@@ -289,16 +162,16 @@ impl Default for InlineResult {
         InlineResult {
             n_inputs: 0,
             n_outputs: 0,
-            ranks: [0; MAX_PLAIN_TENSORS],
-            dims: [[Sharding::REPLICATED; InlineResult::MAX_RANK]; MAX_PLAIN_TENSORS],
-            partial: [Partial::NONE; MAX_PLAIN_TENSORS],
+            ranks: [0; MAX_INLINE_TENSORS],
+            dims: [[Sharding::REPLICATED; InlineResult::MAX_RANK]; MAX_INLINE_TENSORS],
+            partial: [Partial::NONE; MAX_INLINE_TENSORS],
         }
     }
 }
 
 impl InlineResult {
     /// Inputs and outputs together.
-    pub const MAX_TENSORS: usize = MAX_PLAIN_TENSORS;
+    pub const MAX_TENSORS: usize = MAX_INLINE_TENSORS;
     /// Of each tensor.
     pub const MAX_RANK: usize = 8;
 
@@ -421,9 +294,9 @@ pub struct PreparedForward<'r> {
     rule: EinsumRule<'r>,
     input_shapes: Vec<SmallVec<[usize; 8]>>,
     output_shapes: Vec<SmallVec<[usize; 8]>>,
-    /// `None` when the rule or its shapes do not compile, and every call
-    /// runs the full inference.
-    plain: Option<Compiled>,
+    /// `None` when the shapes do not compile: every call then reports
+    /// their error.
+    compiled: Option<Box<Compiled>>,
 }
 
 impl<'r> EinsumRule<'r> {
@@ -438,7 +311,7 @@ impl<'r> EinsumRule<'r> {
         input_shapes: &[&[usize]],
         output_shapes: &[&[usize]],
     ) -> PreparedForward<'r> {
-        PreparedForward {
+        let mut prepared = PreparedForward {
             rule: *self,
             input_shapes: input_shapes
                 .iter()
@@ -448,24 +321,47 @@ impl<'r> EinsumRule<'r> {
                 .iter()
                 .map(|s| SmallVec::from_slice(s))
                 .collect(),
-            plain: Compiled::of_shapes(
-                self,
-                input_shapes.len(),
-                |i| input_shapes[i],
-                output_shapes,
-            ),
-        }
+            compiled: None,
+        };
+        let mesh = Mesh::new(&[1]).expect("a one-device mesh is valid");
+        prepared.compiled = prepared.with_call(&mesh, &[], |call| {
+            let mut compiled = Box::new(Compiled::empty());
+            compiled.compile_shapes(self, call).ok().map(|()| compiled)
+        });
+        prepared
     }
 
     /// The preparation of forward calls with `call`'s shapes (see
-    /// [`Prepared`]). A `Result` so that `#[spmd_rule]`'s rule selection,
-    /// which may fail, wraps it as it wraps every call.
-    pub fn compile_forward(&self, call: &Call<'_>) -> Result<Prepared, SpmdError> {
-        Ok(Prepared::of(self, call, 0))
+    /// [`Prepared`]), for the notation `key` names. A `Result` so that
+    /// `#[spmd_rule]`'s rule selection, which may fail, wraps it as it
+    /// wraps every call.
+    #[doc(hidden)]
+    pub fn compile_forward(&self, call: &Call<'_>, key: RuleKey) -> Result<Prepared, SpmdError> {
+        Ok(Prepared::of(self, call, key))
     }
 }
 
+/// A layout placeholder for the inputs of a call that only compiles.
+static ANY: DistAttr = DistAttr {
+    dims_mapping: DimsMapping::EMPTY,
+    partial: Partial::NONE,
+};
+
 impl PreparedForward<'_> {
+    /// Calls `f` with the forward call of the prepared shapes, input `i`
+    /// laid out as `inputs[i]` (a placeholder past them).
+    fn with_call<R>(&self, mesh: &Mesh, inputs: &[&DistAttr], f: impl FnOnce(&Call<'_>) -> R) -> R {
+        let specs: SmallVec<[Spec<'_>; 8]> = self
+            .input_shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Spec::new(s, inputs.get(i).copied().unwrap_or(&ANY)))
+            .collect();
+        let outputs: SmallVec<[&[usize]; 4]> =
+            self.output_shapes.iter().map(|s| s.as_slice()).collect();
+        f(&Call::forward_with_output_shapes(mesh, &specs, &outputs))
+    }
+
     /// Forward inference with input `i` laid out as `inputs[i]`, into
     /// `result` (cleared first): the answer, and the errors, of
     /// [`EinsumRule::forward`] on the prepared shapes. A call with another
@@ -477,19 +373,12 @@ impl PreparedForward<'_> {
         inputs: &[&DistAttr],
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
-        // (A preparation's input count is the prepared shapes'.)
-        if let Some(p) = &self.plain
-            && p.answer_layouts(mesh, inputs, result)
-        {
-            return Ok(());
-        }
-        self.in_full(mesh, inputs, result)
+        self.answer(mesh, inputs, result)
     }
 
     /// [`PreparedForward::forward_into`], answered into fixed arrays:
-    /// the same answer and errors, and an
-    /// [`SpmdError::InlineCapacity`] error for an answer that does not
-    /// fit (never one the one-pass engine gives: see [`InlineResult`]).
+    /// the same answer and errors, and an [`SpmdError::InlineCapacity`]
+    /// error for an answer that does not fit (see [`InlineResult`]).
     #[inline]
     pub fn forward_inline(
         &self,
@@ -497,52 +386,15 @@ impl PreparedForward<'_> {
         inputs: &[&DistAttr],
         result: &mut InlineResult,
     ) -> Result<(), SpmdError> {
-        if let Some(p) = &self.plain
-            && inputs.len() == p.frame.n_inputs()
-            && run_forward(&p.options, &p.frame, mesh, |i| inputs[i], result)
-        {
-            return Ok(());
-        }
-        self.inline_in_full(mesh, inputs, result)
+        self.answer(mesh, inputs, result)
     }
 
-    /// The general driver's answer, in fixed arrays.
-    #[cold]
-    fn inline_in_full(
+    #[inline]
+    fn answer<S: crate::engine::Sink>(
         &self,
         mesh: &Mesh,
         inputs: &[&DistAttr],
-        result: &mut InlineResult,
-    ) -> Result<(), SpmdError> {
-        let mut full = RuleResult::default();
-        self.in_full(mesh, inputs, &mut full)?;
-        *result = InlineResult::from_result(&full).ok_or_else(|| SpmdError::InlineCapacity {
-            op: self.rule.name,
-            tensors: full.inputs.len() + full.outputs.len(),
-            rank: full
-                .inputs
-                .iter()
-                .chain(&full.outputs)
-                .map(|a| a.dims_mapping.rank())
-                .max()
-                .unwrap_or(0),
-        })?;
-        Ok(())
-    }
-
-    /// Whether calls can take the one-pass engine (the rule and the shapes
-    /// are plain); when not, every call runs the general driver.
-    pub fn is_plain(&self) -> bool {
-        self.plain.is_some()
-    }
-
-    /// The general driver on the prepared shapes.
-    #[cold]
-    fn in_full(
-        &self,
-        mesh: &Mesh,
-        inputs: &[&DistAttr],
-        result: &mut RuleResult,
+        result: &mut S,
     ) -> Result<(), SpmdError> {
         if inputs.len() != self.input_shapes.len() {
             return Err(SpmdError::Arity {
@@ -553,23 +405,17 @@ impl PreparedForward<'_> {
                 names: self.rule.input_names,
             });
         }
-        let specs: SmallVec<[Spec<'_>; 8]> = self
-            .input_shapes
-            .iter()
-            .zip(inputs)
-            .map(|(s, a)| Spec::new(s, a))
-            .collect();
-        let outputs: SmallVec<[&[usize]; 4]> =
-            self.output_shapes.iter().map(|s| s.as_slice()).collect();
-        crate::infer::forward(
-            &self.rule,
-            mesh,
-            &specs,
-            &outputs,
-            AllPresent,
-            &mut crate::trace::NoTrace,
-            result,
-        )
+        self.with_call(mesh, inputs, |call| match &self.compiled {
+            Some(c) => c.run_fitting(&self.rule, call, &mut NoTrace, result),
+            // The shapes do not compile: the call reports why.
+            None => crate::engine::infer(&self.rule, call, &mut NoTrace, result),
+        })
+    }
+
+    /// Whether the prepared shapes compiled (when not, every call reports
+    /// their error).
+    pub fn is_compiled(&self) -> bool {
+        self.compiled.is_some()
     }
 }
 
@@ -610,14 +456,14 @@ mod tests {
         assert_eq!(out, RuleResult::default());
     }
 
-    /// A rule the one-pass engine does not take (here: a `Max` reduce)
-    /// is prepared all the same, and every call gets the driver's answer.
+    /// Every rule prepares (here a `Max` reduce), and a prepared call
+    /// answers what the unprepared call answers.
     #[test]
-    fn rules_that_are_not_plain_run_the_driver() {
+    fn a_prepared_call_answers_as_the_rule() {
         let e = Einsum::new("ab->a").unwrap().with_reduce(ReduceType::Max);
         let rule = e.rule();
         let call = rule.prepare_forward(&[&[4, 6]], &[]);
-        assert!(!call.is_plain());
+        assert!(call.is_compiled());
         let mesh = Mesh::new(&[2]).unwrap();
         let x = attr(&[-1, 0]);
         let mut out = RuleResult::default();
@@ -654,16 +500,15 @@ mod tests {
     }
 
     /// A prepared call whose answer does not fit fixed arrays (here a rank-9
-    /// tensor, which the one-pass engine leaves to the driver) is a typed
-    /// error naming the op, the tensor count and the rank; the same call
-    /// into a `RuleResult` answers.
+    /// tensor) is a typed error naming the op, the tensor count and the
+    /// rank; the same call into a `RuleResult` answers.
     #[test]
     fn an_answer_too_large_for_fixed_arrays_is_an_error() {
         let e = Einsum::new("abcdefghi->abcdefghi").unwrap();
         let rule = e.rule();
         let shape = [2usize; 9];
         let call = rule.prepare_forward(&[&shape], &[]);
-        assert!(!call.is_plain());
+        assert!(call.is_compiled());
         let mesh = Mesh::new(&[2]).unwrap();
         let x = attr(&[0, -1, -1, -1, -1, -1, -1, -1, -1]);
         let mut inline = InlineResult::default();
@@ -690,7 +535,7 @@ mod tests {
         let rule = e.rule();
         let (x, w) = (&[4, 6][..], &[5, 8][..]);
         let call = rule.prepare_forward(&[x, w], &[]);
-        assert!(!call.is_plain());
+        assert!(!call.is_compiled());
         let mesh = Mesh::new(&[2]).unwrap();
         let (a, b) = (attr(&[0, -1]), attr(&[-1, -1]));
         let mut out = RuleResult::default();

@@ -13,6 +13,7 @@ pub use spmd_notation::{
     AxisId, AxisSet, Dim, Fate, Item, Plan, Pos, Repeat, Select, Side, Template, Term,
 };
 
+pub use crate::engine::cache::{KeySite, RuleKey};
 pub use crate::template::{IntoPos, Positions};
 
 pub use crate::{
@@ -44,12 +45,18 @@ pub struct RuntimeOptions<'o> {
 
 /// Runs `f` on the rule over a notation built at run time, with the options
 /// the attribute gave by label resolved against that notation.
+/// `keyed`: whether the notation is kept between calls (its key then names
+/// what it compiles; a notation built for one call has none).
 pub fn runtime_rule<R>(
     o: &RuntimeOptions<'_>,
     einsum: &Einsum,
-    f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
+    keyed: bool,
+    f: impl FnOnce(&EinsumRule<'_>, RuleKey) -> Result<R, SpmdError>,
 ) -> Result<R, SpmdError> {
-    rule_over(o, einsum.notation().plan(), einsum.reduce(), f)
+    let key = if keyed { einsum.key() } else { RuleKey::NONE };
+    rule_over(o, einsum.notation().plan(), einsum.reduce(), |rule| {
+        f(rule, key)
+    })
 }
 
 /// Binds a template for this call (docs/semantics.md §3) and runs `f` on
@@ -66,7 +73,7 @@ pub fn bound_rule<R>(
     slot: &'static impl BindingSlot,
     selections: &[Pos<'_>],
     call: &Call<'_>,
-    f: impl FnOnce(&EinsumRule<'_>) -> Result<R, SpmdError>,
+    f: impl FnOnce(&EinsumRule<'_>, RuleKey) -> Result<R, SpmdError>,
 ) -> Result<R, SpmdError> {
     let rank = |side: Side, i: usize| match side {
         Side::Input => call.input_rank(i),
@@ -74,7 +81,7 @@ pub fn bound_rule<R>(
     };
     let given = [call.n_inputs(), call.n_outputs()];
     slot.with_binding(|binding| {
-        let bound = binding
+        let (bound, key) = binding
             .bind(template, selections, given, rank)
             .map_err(|e| crate::template::bind_error(base.name, template, call, e))?;
         let plan = bound.plan();
@@ -94,7 +101,7 @@ pub fn bound_rule<R>(
             reduce_overrides: &overrides,
             ..*base
         };
-        f(&rule)
+        f(&rule, key)
     })
 }
 

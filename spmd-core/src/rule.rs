@@ -8,7 +8,7 @@ use crate::dist_attr::{DistAttr, ReduceType, Spec};
 use crate::error::SpmdError;
 use crate::mesh::Mesh;
 use crate::op::Call;
-use crate::optional::{Absent, AllPresent, fill_shapes, fill_specs};
+use crate::optional::{Absent, fill_shapes, fill_specs};
 use crate::policy::Policy;
 use crate::prepared::Prepared;
 use crate::signature::GradSignature;
@@ -181,7 +181,11 @@ impl<'a> EinsumRule<'a> {
     }
 
     /// The reduce type of partial results over axis `a`.
+    #[inline]
     pub fn reduce_of(&self, a: AxisId) -> ReduceType {
+        if self.reduce_overrides.is_empty() {
+            return self.reduce;
+        }
         self.reduce_overrides
             .iter()
             .find(|(x, _)| *x == a)
@@ -198,55 +202,23 @@ impl<'a> EinsumRule<'a> {
         trace: &mut T,
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
-        use crate::infer;
-        match *call {
-            Call::Forward {
-                mesh,
-                inputs,
-                output_shapes,
-                absent,
-                ..
-            } if absent.is_none() => {
-                infer::forward(self, mesh, inputs, output_shapes, AllPresent, trace, result)
-            }
-            Call::Forward {
-                mesh,
-                inputs,
-                output_shapes,
-                absent,
-                ..
-            } => infer::forward(self, mesh, inputs, output_shapes, absent, trace, result),
-            Call::Backward {
-                mesh,
-                input_shapes,
-                outputs,
-                absent,
-            } if absent.is_none() => {
-                infer::backward(self, mesh, input_shapes, outputs, AllPresent, trace, result)
-            }
-            Call::Backward {
-                mesh,
-                input_shapes,
-                outputs,
-                absent,
-            } => infer::backward(self, mesh, input_shapes, outputs, absent, trace, result),
-            Call::Grad {
-                mesh,
-                inputs,
-                output_grads,
-                absent,
-                ..
-            } if absent.is_none() => {
-                infer::grad(self, mesh, inputs, output_grads, AllPresent, trace, result)
-            }
-            Call::Grad {
-                mesh,
-                inputs,
-                output_grads,
-                absent,
-                ..
-            } => infer::grad(self, mesh, inputs, output_grads, absent, trace, result),
-        }
+        crate::engine::infer(self, call, trace, result)
+    }
+
+    /// [`EinsumRule::run_into`] for a rule named by `key`: a call with the
+    /// shapes of an earlier one reuses what that call compiled (see
+    /// `RuleKey`). What `#[spmd_rule]`'s expansions and [`Einsum`](crate::Einsum)
+    /// call.
+    #[doc(hidden)]
+    #[inline]
+    pub fn run_keyed<T: Trace + ?Sized>(
+        &self,
+        key: crate::engine::cache::RuleKey,
+        call: &Call<'_>,
+        trace: &mut T,
+        result: &mut RuleResult,
+    ) -> Result<(), SpmdError> {
+        crate::engine::infer_keyed(key, self, call, trace, result)
     }
 
     /// [`EinsumRule::run_into`], answered by value.
@@ -260,17 +232,7 @@ impl<'a> EinsumRule<'a> {
 
     /// Forward inference: the inputs' specs give the requirements and outputs.
     pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        answer(|r| {
-            crate::infer::forward(
-                self,
-                mesh,
-                inputs,
-                &[],
-                AllPresent,
-                &mut crate::trace::NoTrace,
-                r,
-            )
-        })
+        self.run(&Call::forward(mesh, inputs), &mut crate::trace::NoTrace)
     }
 
     /// Forward inference where the tensors `absent` names are absent: their
@@ -282,17 +244,8 @@ impl<'a> EinsumRule<'a> {
         inputs: &[Spec<'_>],
         absent: Absent,
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| {
-            crate::infer::forward(
-                self,
-                mesh,
-                inputs,
-                &[],
-                absent,
-                &mut crate::trace::NoTrace,
-                r,
-            )
-        })
+        let call = Call::forward(mesh, inputs).with_absent(absent);
+        self.run(&call, &mut crate::trace::NoTrace)
     }
 
     /// Forward inference with absent optional inputs as `None` (see
@@ -326,17 +279,10 @@ impl<'a> EinsumRule<'a> {
         input_shapes: &[&[usize]],
         outputs: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| {
-            crate::infer::backward(
-                self,
-                mesh,
-                input_shapes,
-                outputs,
-                AllPresent,
-                &mut crate::trace::NoTrace,
-                r,
-            )
-        })
+        self.run(
+            &Call::backward(mesh, input_shapes, outputs),
+            &mut crate::trace::NoTrace,
+        )
     }
 
     /// Backward inference with absent tensors (see [`EinsumRule::forward_absent`]).
@@ -347,17 +293,8 @@ impl<'a> EinsumRule<'a> {
         outputs: &[Spec<'_>],
         absent: Absent,
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| {
-            crate::infer::backward(
-                self,
-                mesh,
-                input_shapes,
-                outputs,
-                absent,
-                &mut crate::trace::NoTrace,
-                r,
-            )
-        })
+        let call = Call::backward(mesh, input_shapes, outputs).with_absent(absent);
+        self.run(&call, &mut crate::trace::NoTrace)
     }
 
     /// Backward inference with absent optional tensors as `None`.
@@ -385,17 +322,10 @@ impl EinsumRule<'_> {
         inputs: &[Spec<'_>],
         output_grads: &[Spec<'_>],
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| {
-            crate::infer::grad(
-                self,
-                mesh,
-                inputs,
-                output_grads,
-                AllPresent,
-                &mut crate::trace::NoTrace,
-                r,
-            )
-        })
+        self.run(
+            &Call::grad(mesh, inputs, output_grads),
+            &mut crate::trace::NoTrace,
+        )
     }
 
     /// Grad inference with absent tensors (see [`EinsumRule::forward_absent`]):
@@ -408,17 +338,8 @@ impl EinsumRule<'_> {
         output_grads: &[Spec<'_>],
         absent: Absent,
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| {
-            crate::infer::grad(
-                self,
-                mesh,
-                inputs,
-                output_grads,
-                absent,
-                &mut crate::trace::NoTrace,
-                r,
-            )
-        })
+        let call = Call::grad(mesh, inputs, output_grads).with_absent(absent);
+        self.run(&call, &mut crate::trace::NoTrace)
     }
 
     /// Grad inference with absent optional tensors as `None`.
@@ -440,7 +361,7 @@ impl EinsumRule<'_> {
         inputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| crate::infer::forward(self, mesh, inputs, &[], AllPresent, trace, r))
+        self.run(&Call::forward(mesh, inputs), trace)
     }
 
     /// [`EinsumRule::backward`], reporting each step to `trace`.
@@ -451,7 +372,7 @@ impl EinsumRule<'_> {
         outputs: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| crate::infer::backward(self, mesh, input_shapes, outputs, AllPresent, trace, r))
+        self.run(&Call::backward(mesh, input_shapes, outputs), trace)
     }
 
     /// [`EinsumRule::grad`], reporting each step to `trace`.
@@ -462,7 +383,7 @@ impl EinsumRule<'_> {
         output_grads: &[Spec<'_>],
         trace: &mut T,
     ) -> Result<RuleResult, SpmdError> {
-        answer(|r| crate::infer::grad(self, mesh, inputs, output_grads, AllPresent, trace, r))
+        self.run(&Call::grad(mesh, inputs, output_grads), trace)
     }
 }
 
@@ -696,9 +617,6 @@ impl SpmdRule for EinsumRule<'static> {
     fn name(&self) -> &'static str {
         self.name
     }
-    fn prepare(&self, call: &Call<'_>) -> Result<Prepared, SpmdError> {
-        Ok(Prepared::of(self, call, 0))
-    }
     #[inline]
     fn infer_into(
         &self,
@@ -706,17 +624,9 @@ impl SpmdRule for EinsumRule<'static> {
         trace: Option<&mut dyn Trace>,
         result: &mut RuleResult,
     ) -> Result<(), SpmdError> {
-        match (trace, call) {
-            // A preparation answers where it applies (never while tracing:
-            // a trace reports every step).
-            (
-                None,
-                Call::Forward {
-                    prepared: Some(p), ..
-                },
-            ) if p.answer(self.name, 0, call, result) => Ok(()),
-            (None, _) => self.run_into(call, &mut crate::trace::NoTrace, result),
-            (Some(t), _) => self.run_into(call, t, result),
+        match trace {
+            None => self.run_into(call, &mut crate::trace::NoTrace, result),
+            Some(t) => self.run_into(call, t, result),
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::mesh::{MeshDim, MeshSet};
 /// Object safe: registered rules take `&mut dyn Trace`.
 pub trait Trace {
     /// Whether events that cost extra work to find are wanted. [`NoTrace`]
-    /// says no, so the plain inference path never computes them.
+    /// says no, so an untraced call never computes them.
     fn enabled(&self) -> bool {
         true
     }

@@ -309,7 +309,7 @@ fn attr_json(a: &spmd_core::DistAttr) -> Value {
     v
 }
 
-/// The version of [`json`]'s schema (`docs/json.md`); it changes only when
+/// The version of [`json`](fn@json)'s schema (`docs/json.md`); it changes only when
 /// a field changes meaning or goes away.
 pub const SCHEMA_VERSION: u32 = 1;
 

@@ -157,8 +157,13 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                 match &l.form {
                     Form::Notation(n) => {
                         let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
+                        let k = syn::Ident::new(&format!("__KEY_{i}"), Span::call_site());
                         let expr = literal_rule(rule, n, l.lit.span(), &policy);
-                        consts.extend(quote!(const #c: __spmd::EinsumRule<'static> = #expr;));
+                        // The key that names this notation's compiled calls.
+                        consts.extend(quote! {
+                            const #c: __spmd::EinsumRule<'static> = #expr;
+                            static #k: __spmd::KeySite = __spmd::KeySite::new();
+                        });
                     }
                     Form::Template(t) => {
                         let c = syn::Ident::new(&format!("__TEMPLATE_{i}"), Span::call_site());
@@ -208,14 +213,16 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                     .enumerate()
                     .map(|(i, when)| {
                         let c = syn::Ident::new(&format!("__RULE_{}", i + 1), Span::call_site());
-                        quote!(if #when { &#c } else)
+                        let k = syn::Ident::new(&format!("__KEY_{}", i + 1), Span::call_site());
+                        quote!(if #when { (&#c, &#k) } else)
                     })
                     .collect();
-                let select = quote!(#(#whens)* { &__RULE_0 });
+                let select = quote!(#(#whens)* { (&__RULE_0, &__KEY_0) });
                 let reduce = reduce_fn.map(|f| quote!(let rule = &rule.with_reduce(#f(self)?);));
                 Box::new(move |call: TokenStream| {
                     quote! {{
-                        let rule: &__spmd::EinsumRule<'static> = #select;
+                        let (rule, __key): (&__spmd::EinsumRule<'static>, &__spmd::KeySite) = #select;
+                        let __key = __key.key();
                         #reduce
                         rule.#call
                     }}
@@ -227,9 +234,12 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                     let branch = |i: usize| match &forms[i].1 {
                         None => {
                             let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
+                            let k = syn::Ident::new(&format!("__KEY_{i}"), Span::call_site());
                             match &reduce_fn {
-                                Some(f) => quote!(#c.with_reduce(#f(self)?).#call),
-                                None => quote!(#c.#call),
+                                Some(f) => {
+                                    quote!({ let __key = #k.key(); #c.with_reduce(#f(self)?).#call })
+                                }
+                                None => quote!({ let __key = #k.key(); #c.#call }),
                             }
                         }
                         Some(sels) => {
@@ -238,7 +248,7 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                                 syn::Ident::new(&format!("__BINDING_{i}"), Span::call_site());
                             quote! {{
                                 let __selections = [#(#sels),*];
-                                __spmd::bound_rule(&__RULE_BASE, #reduce_now, #reduce_axes, &#c, &#slot, &__selections, &call, |rule| rule.#call)
+                                __spmd::bound_rule(&__RULE_BASE, #reduce_now, #reduce_axes, &#c, &#slot, &__selections, &call, |rule, __key| rule.#call)
                             }}
                         }
                     };
@@ -264,6 +274,9 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
             // With `cache`: one `NotationCache` per rule type and thread
             // (no lock on the hot path), behind one inherent method, so a
             // struct that cannot be a key gets one error, on `cache`.
+            // A cached notation keeps its key, so its compiled calls are
+            // kept too; one built per call names nothing.
+            let keyed = cache.is_some();
             let (cache_items, einsum) = if let Some(span) = *cache {
                 let lookup = quote_spanned!(span=> __spmd::cached_notation);
                 (
@@ -297,7 +310,7 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                 Box::new(move |call: TokenStream| {
                     quote! {{
                         #einsum
-                        __spmd::runtime_rule(&#options, &einsum, |rule| rule.#call)
+                        __spmd::runtime_rule(&#options, &einsum, #keyed, |rule, __key| rule.#call)
                     }}
                 }),
                 None,
@@ -357,7 +370,7 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
     // result, which no layer moves. The untraced path runs the engine
     // with the static `NoTrace`, so tracing costs it nothing.
     let body = |trace: TokenStream| {
-        let run = with_rule(quote!(run_into(&call, #trace, result)));
+        let run = with_rule(quote!(run_keyed(__key, &call, #trace, result)));
         match &adjust {
             Some(adjust) => quote! {{
                 #run?;
@@ -376,45 +389,28 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
             }
         }
     });
-    // Prepared forward calls (`SpmdRule::prepare`): the rule the call
-    // chooses, compiled with its case. A prepared call runs the hooks and
-    // chooses again as any call does, and keeps its preparation only when
-    // the case is the one prepared.
-    let (prepare, keep_prepared) = match &case {
-        Some(case) => {
-            let compile = with_rule(quote!(compile_forward(&call)));
-            (
-                quote! {
-                    fn prepare(
-                        &self,
-                        call: &__spmd::Call<'_>,
-                    ) -> __spmd::Result<__spmd::Prepared, __spmd::SpmdError> {
-                        if !call.is_forward() {
-                            return __spmd::Ok(__spmd::Prepared::NONE);
-                        }
-                        let call: __spmd::Call<'_> = *call;
-                        let case: u32 = #case;
-                        let prepared: __spmd::Prepared = #compile?;
-                        __spmd::Ok(prepared.for_case(__NAME_ID, case))
+    // Prepared forward calls (`SpmdRule::prepare`): the notation the call
+    // chooses, compiled under its key. A prepared call runs the hooks and
+    // chooses again as any call does; the engine answers by the
+    // preparation only when the chosen notation's key is the one prepared.
+    let prepare = match &case {
+        Some(_) => {
+            let compile = with_rule(quote!(compile_forward(&call, __key)));
+            quote! {
+                fn prepare(
+                    &self,
+                    call: &__spmd::Call<'_>,
+                ) -> __spmd::Result<__spmd::Prepared, __spmd::SpmdError> {
+                    if !call.is_forward() {
+                        return __spmd::Ok(__spmd::Prepared::NONE);
                     }
-                },
-                // The case is chosen only for a prepared call: the engine
-                // itself never reads the preparation.
-                // (Nested `if`s: the expansion compiles in any edition.)
-                quote! {
-                    if trace.is_none() {
-                        if let __spmd::Option::Some(p) = call.prepared() {
-                            if p.answer(__NAME_ID, #case, &call, result) {
-                                #adjust
-                                return __spmd::Ok(());
-                            }
-                        }
-                    }
-                },
-            )
+                    let call: __spmd::Call<'_> = *call;
+                    #compile
+                }
+            }
         }
         // A plan built at run time is not prepared.
-        None => (TokenStream::new(), TokenStream::new()),
+        None => TokenStream::new(),
     };
     let rule_impl = quote! {
         #[automatically_derived]
@@ -448,7 +444,6 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                 }
                 #needs_shapes
                 #validate
-                #keep_prepared
                 match trace {
                     __spmd::Option::None => {
                         let __trace = &mut __spmd::NoTrace;
@@ -461,13 +456,10 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
     };
     quote! {
         #item
-        #[allow(non_upper_case_globals, clippy::all, unused_mut)]
+        #[allow(non_upper_case_globals, clippy::all, unused_mut, unused_variables)]
         const _: () = {
             use #krate::__private as __spmd;
             const __NAME: &'static str = #name;
-            // The name read from one place: a preparation made here is
-            // recognised by its address (a `const` may have several).
-            static __NAME_ID: &'static str = __NAME;
             #grad_signature
             #consts
             #op_impl

@@ -1,44 +1,16 @@
-//! Is a call well formed for its plan: arity, absent tensors, each
-//! tensor's mapping against its shape and the mesh, ranks against terms.
+//! Is a tensor of a call well formed: its mapping against its shape and
+//! the mesh, its rank against its term.
 
 use spmd_notation::Term;
 
 use crate::dist_attr::Spec;
-use crate::error::{RankNeed, Role, SpmdError, TensorRef};
+use crate::error::{RankNeed, SpmdError, TensorRef};
 use crate::mesh::{MAX_MESH_RANK, Mesh};
-use crate::optional::Absent;
 use crate::rule::EinsumRule;
 
-/// Fails on an absent tensor the rule does not declare optional.
-pub(super) fn check_absent(rule: &EinsumRule<'_>, absent: Absent) -> Result<(), SpmdError> {
-    absent.within(rule.name, rule.optional)
-}
-
-pub(super) fn arity(
-    rule: &EinsumRule<'_>,
-    t: TensorRef,
-    expected: usize,
-    found: usize,
-) -> Result<(), SpmdError> {
-    if expected == found {
-        Ok(())
-    } else {
-        Err(SpmdError::Arity {
-            op: rule.name,
-            role: t.role,
-            expected,
-            found,
-            names: match t.role {
-                Role::Input => rule.input_names,
-                Role::Output => rule.output_names,
-            },
-        })
-    }
-}
-
 /// Checks a given tensor's dist attr against its shape and the mesh.
-#[inline]
-pub(super) fn validate(
+#[inline(always)]
+pub(crate) fn validate(
     op: &'static str,
     t: TensorRef,
     spec: &Spec<'_>,
@@ -54,7 +26,7 @@ pub(super) fn validate(
 /// replicated or split over one mesh dim, and the mesh dims (partial ones
 /// included) are on the mesh and used once. `false` sends the tensor to
 /// [`validate_in_full`], which also handles co-shardings and names the fault.
-#[inline]
+#[inline(always)]
 fn plainly_valid(spec: &Spec<'_>, mesh: &Mesh) -> bool {
     let mapping = spec.attr.dims_mapping.as_slice();
     if mapping.len() != spec.shape.len() {
@@ -137,7 +109,7 @@ fn validate_in_full(
 
 /// How many dims the term's ellipsis stands for in a tensor of this rank.
 #[inline]
-pub(super) fn ellipsis_len(
+pub(crate) fn ellipsis_len(
     rule: &EinsumRule<'_>,
     t: TensorRef,
     term: Term,
@@ -153,7 +125,7 @@ pub(super) fn ellipsis_len(
 }
 
 #[cold]
-pub(super) fn rank_error(
+pub(crate) fn rank_error(
     rule: &EinsumRule<'_>,
     t: TensorRef,
     term: Term,

@@ -1,0 +1,753 @@
+//! The inference engine (docs/semantics.md §4): compile, then interpret.
+//!
+//! A call is first compiled for its rule into a [`Program`]
+//! ([`program`]): every check that the call is well formed, with every
+//! error it can give, and flat tables of what each tensor dim is (the axis
+//! it belongs to, the axis its sharding goes to, its compound factors).
+//! One interpreter then runs the same steps for forward, backward and grad
+//! alike, reading only those tables, the shapes and the layouts:
+//!
+//! 1. learn every axis's extent from the shapes ([`state`]);
+//! 2. merge the given side's layouts into an axis map, conflicts settled by
+//!    the rule's policy ([`merge`]; role priority in [`roles`], aligned
+//!    operands in [`align`]); with `Compounds::Absorb`, minor factors'
+//!    shardings first move onto their majors ([`partial`]);
+//! 3. fit the map to the divisibility policy;
+//! 4. backward: explain the given outputs' partial status ([`partial`]);
+//! 5. project the map onto every answer and mark partial status
+//!    ([`answer`]).
+//!
+//! A prepared call keeps its program and extents and runs steps 2 to 5.
+
+use smallvec::SmallVec;
+
+use crate::dist_attr::{DistAttr, Partial, Spec};
+use crate::error::{SpmdError, TensorRef};
+use crate::op::Call;
+use crate::policy::{BackwardPartial, Compounds, Conflicts, MissingAxis};
+use crate::rule::EinsumRule;
+use crate::trace::Trace;
+
+mod align;
+pub(crate) mod answer;
+pub(crate) mod cache;
+pub(crate) mod check;
+mod merge;
+mod partial;
+pub(crate) mod program;
+mod roles;
+pub(crate) mod state;
+
+pub(crate) use answer::Sink;
+pub(crate) use program::{Direction, Given, Program};
+use state::{Extents, Run};
+
+/// Answers `call` by `rule` into `sink`: compiles it, then runs it.
+#[inline]
+pub(crate) fn infer<T: Trace + ?Sized, S: Sink>(
+    rule: &EinsumRule<'_>,
+    call: &Call<'_>,
+    trace: &mut T,
+    sink: &mut S,
+) -> Result<(), SpmdError> {
+    if trace.enabled() {
+        trace.plan(&rule.plan);
+    }
+    let mut compiled = Compiled::empty();
+    compiled.compile(rule, call)?;
+    compiled.run(rule, call, trace, sink)
+}
+
+/// Answers `call` by `rule`, named by `key` (see [`cache`]): by the
+/// compiled form kept for its shapes, compiled and kept when there is none.
+/// A traced call, or a rule without a key, is compiled afresh.
+#[inline]
+pub(crate) fn infer_keyed<T: Trace + ?Sized, S: Sink>(
+    key: cache::RuleKey,
+    rule: &EinsumRule<'_>,
+    call: &Call<'_>,
+    trace: &mut T,
+    sink: &mut S,
+) -> Result<(), SpmdError> {
+    if key != cache::RuleKey::NONE
+        && !trace.enabled()
+        && let Some(c) = call.prepared().and_then(|p| p.for_call(key, call))
+    {
+        return c.run_fitting(rule, call, trace, sink);
+    }
+    #[cfg(feature = "std")]
+    if key != cache::RuleKey::NONE && !trace.enabled() {
+        return cache::with_compiled(key, rule, call, |c, fresh| match fresh {
+            true => c.run(rule, call, trace, sink),
+            false => c.run_fitting(rule, call, trace, sink),
+        });
+    }
+    let _ = key;
+    infer(rule, call, trace, sink)
+}
+
+/// A call's shapes compiled for a rule: the program, and the extents the
+/// shapes give. What a prepared call keeps and the cache holds; it
+/// answers every call with those shapes.
+#[derive(Clone, Debug)]
+pub(crate) struct Compiled {
+    pub(crate) prog: Program,
+    pub(crate) extent: Extents,
+    /// The call it was compiled for: its direction, absent tensors, and
+    /// the shapes it gives (see [`shape_key`]).
+    direction: Direction,
+    absent: crate::optional::Absent,
+    shapes: SmallVec<[usize; 16]>,
+}
+
+impl Compiled {
+    /// Nothing compiled yet.
+    pub(crate) fn empty() -> Compiled {
+        Compiled {
+            prog: Program::empty(),
+            extent: [state::UNKNOWN; 64],
+            direction: Direction::Forward,
+            absent: crate::optional::Absent::NONE,
+            shapes: SmallVec::new(),
+        }
+    }
+
+    /// Compiles `call` for `rule` (every error of the call's shapes and
+    /// layouts reported, in the reference order).
+    pub(crate) fn compile(
+        &mut self,
+        rule: &EinsumRule<'_>,
+        call: &Call<'_>,
+    ) -> Result<(), SpmdError> {
+        self.compile_checked(rule, call, true)
+    }
+
+    /// Compiles `call`'s shapes for `rule`, its layouts unread (a
+    /// preparation's).
+    pub(crate) fn compile_shapes(
+        &mut self,
+        rule: &EinsumRule<'_>,
+        call: &Call<'_>,
+    ) -> Result<(), SpmdError> {
+        self.compile_checked(rule, call, false)
+    }
+
+    fn compile_checked(
+        &mut self,
+        rule: &EinsumRule<'_>,
+        call: &Call<'_>,
+        layouts: bool,
+    ) -> Result<(), SpmdError> {
+        self.prog.compile(rule, call, layouts)?;
+        let mut learner = state::Learner {
+            rule,
+            prog: &self.prog,
+            extent: [state::UNKNOWN; 64],
+        };
+        learner.learn_all(|s| slot_shape(&self.prog, call, s))?;
+        self.extent = learner.extent;
+        let prog = &mut self.prog;
+        let shapes: SmallVec<[&[usize]; 8]> = (0..prog.slots.len())
+            .map(|s| slot_shape(prog, call, s))
+            .collect();
+        prog.read_sizes(rule, |s| shapes[s]);
+        self.direction = self.prog.direction;
+        self.absent = call.absent();
+        self.shapes.clear();
+        shape_key(call, &mut self.shapes);
+        Ok(())
+    }
+
+    /// Whether `call` has the shapes, direction and absent tensors this
+    /// was compiled for (its layouts are not read).
+    #[inline]
+    pub(crate) fn fits(&self, call: &Call<'_>) -> bool {
+        let direction = match call {
+            Call::Forward { .. } => Direction::Forward,
+            Call::Backward { .. } => Direction::Backward,
+            Call::Grad { .. } => Direction::Grad,
+        };
+        direction == self.direction
+            && call.absent() == self.absent
+            && same_shapes(call, &self.shapes)
+    }
+
+    /// Runs on `call`, whose shapes this was compiled for and whose
+    /// layouts are checked.
+    #[inline]
+    pub(crate) fn run<T: Trace + ?Sized, S: Sink>(
+        &self,
+        rule: &EinsumRule<'_>,
+        call: &Call<'_>,
+        trace: &mut T,
+        sink: &mut S,
+    ) -> Result<(), SpmdError> {
+        run(rule, &self.prog, &self.extent, call, true, trace, sink)
+    }
+
+    /// Runs on `call`, which [`Compiled::fits`]: its layouts are checked
+    /// first (the only errors such a call can have).
+    #[inline]
+    pub(crate) fn run_fitting<T: Trace + ?Sized, S: Sink>(
+        &self,
+        rule: &EinsumRule<'_>,
+        call: &Call<'_>,
+        trace: &mut T,
+        sink: &mut S,
+    ) -> Result<(), SpmdError> {
+        // The merge checks the layouts it reads, when it reads every given
+        // tensor in the order they are checked; otherwise they are checked
+        // first.
+        // (Absorbing compounds reads the layouts before they merge.)
+        let absorbs =
+            rule.policy.compounds == Compounds::Absorb && !rule.plan.compound_minor.is_empty();
+        let rule_merges_in_order = !absorbs
+            && match self.prog.direction {
+                Direction::Forward => matches!(
+                    rule.policy.conflicts,
+                    Conflicts::FirstWins | Conflicts::Strict
+                ),
+                Direction::Backward => rule.merged_first.is_empty(),
+                Direction::Grad => false,
+            };
+        if !rule_merges_in_order {
+            self.prog.validate_layouts(rule, call)?;
+        }
+        run(
+            rule,
+            &self.prog,
+            &self.extent,
+            call,
+            !rule_merges_in_order,
+            trace,
+            sink,
+        )
+    }
+}
+
+/// The shapes a call gives, flattened: the count of each list, then each
+/// shape's rank and dims (forward: inputs, declared outputs; backward:
+/// inputs, outputs; grad: the grad op's tensors, output grads).
+fn shape_key(call: &Call<'_>, key: &mut SmallVec<[usize; 16]>) {
+    let mut push = |shapes: &mut dyn Iterator<Item = &[usize]>| {
+        let at = key.len();
+        key.push(0);
+        let mut n = 0;
+        for shape in shapes {
+            n += 1;
+            key.push(shape.len());
+            key.extend_from_slice(shape);
+        }
+        key[at] = n;
+    };
+    match *call {
+        Call::Forward {
+            inputs,
+            output_shapes,
+            ..
+        } => {
+            push(&mut inputs.iter().map(|s| s.shape));
+            push(&mut output_shapes.iter().copied());
+        }
+        Call::Backward {
+            input_shapes,
+            outputs,
+            ..
+        } => {
+            push(&mut input_shapes.iter().copied());
+            push(&mut outputs.iter().map(|s| s.shape));
+        }
+        Call::Grad {
+            inputs,
+            output_grads,
+            ..
+        } => {
+            push(&mut inputs.iter().map(|s| s.shape));
+            push(&mut output_grads.iter().map(|s| s.shape));
+        }
+    }
+}
+
+/// Whether `call`'s shapes are `key`'s (see [`shape_key`]). Dim by dim,
+/// by index: shapes are short, and a slice compare calls `memcmp`.
+#[inline]
+fn same_shapes(call: &Call<'_>, key: &[usize]) -> bool {
+    /// Whether `key[at..]` starts with the list `shapes`; moves `at` past it.
+    #[inline(always)]
+    fn list<'s>(
+        key: &[usize],
+        at: &mut usize,
+        n: usize,
+        mut shape: impl FnMut(usize) -> &'s [usize],
+    ) -> bool {
+        if key.get(*at) != Some(&n) {
+            return false;
+        }
+        *at += 1;
+        for k in 0..n {
+            let shape = shape(k);
+            let end = *at + 1 + shape.len();
+            if end > key.len() || key[*at] != shape.len() {
+                return false;
+            }
+            for (a, b) in key[*at + 1..end].iter().zip(shape) {
+                if a != b {
+                    return false;
+                }
+            }
+            *at = end;
+        }
+        true
+    }
+    let mut at = 0;
+    let same = match *call {
+        Call::Forward {
+            inputs,
+            output_shapes,
+            ..
+        } => {
+            list(key, &mut at, inputs.len(), |k| inputs[k].shape)
+                && list(key, &mut at, output_shapes.len(), |k| output_shapes[k])
+        }
+        Call::Backward {
+            input_shapes,
+            outputs,
+            ..
+        } => {
+            list(key, &mut at, input_shapes.len(), |k| input_shapes[k])
+                && list(key, &mut at, outputs.len(), |k| outputs[k].shape)
+        }
+        Call::Grad {
+            inputs,
+            output_grads,
+            ..
+        } => {
+            list(key, &mut at, inputs.len(), |k| inputs[k].shape)
+                && list(key, &mut at, output_grads.len(), |k| output_grads[k].shape)
+        }
+    };
+    same && at == key.len()
+}
+
+/// Slot `s`'s shape as `call` gives it (empty when it gives none).
+fn slot_shape<'c>(prog: &Program, call: &Call<'c>, s: usize) -> &'c [usize] {
+    let slot = &prog.slots[s];
+    match (*call, slot.given) {
+        (_, Given::Nothing) => &[],
+        (Call::Forward { inputs, .. }, Given::Layout) => inputs[s].shape,
+        (Call::Forward { output_shapes, .. }, Given::Shape) => {
+            output_shapes[s - usize::from(prog.n_inputs)]
+        }
+        (Call::Backward { input_shapes, .. }, Given::Shape) => input_shapes[s],
+        (Call::Backward { outputs, .. }, Given::Layout) => {
+            outputs[s - usize::from(prog.n_inputs)].shape
+        }
+        (
+            Call::Grad {
+                inputs,
+                output_grads,
+                ..
+            },
+            _,
+        ) => {
+            let s = if slot.given == Given::Shape {
+                usize::from(slot.twin)
+            } else {
+                s
+            };
+            let n = usize::from(prog.n_tensors);
+            if s < n {
+                inputs[s].shape
+            } else {
+                output_grads[s - n].shape
+            }
+        }
+    }
+}
+
+/// Runs `prog` (compiled from `call`'s shapes for `rule`, with the
+/// extents they give) on `call`; `checked`: whether its layouts are
+/// checked already (else the merge checks them).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run<T: Trace + ?Sized, S: Sink>(
+    rule: &EinsumRule<'_>,
+    prog: &Program,
+    extent: &Extents,
+    call: &Call<'_>,
+    checked: bool,
+    trace: &mut T,
+    sink: &mut S,
+) -> Result<(), SpmdError> {
+    let mesh = call.mesh();
+    // Compounds::Absorb: the given side's layouts with minor factors' mesh
+    // dims moved onto their majors; they are what the run reads.
+    let absorbing = absorbing(rule, prog, call);
+    let absorbed: SmallVec<[Option<DistAttr>; 2]> = match &absorbing {
+        Some(range) => range
+            .clone()
+            .map(|s| {
+                let present = prog.slots[s].present;
+                present
+                    .then(|| partial::absorbed(rule, prog, mesh, s, &slot_spec(prog, call, s)))
+                    .flatten()
+            })
+            .collect(),
+        None => SmallVec::new(),
+    };
+    // A forward run reads only its inputs' specs: the call's own, unless
+    // absorbing rewrote some.
+    if let (Call::Forward { inputs, .. }, None) = (call, &absorbing) {
+        let mut run = Run::new(rule, prog, mesh, inputs, extent);
+        return run.go(checked, trace, sink);
+    }
+    let mut specs = Specs::of(prog, call);
+    let specs = specs.as_mut_slice();
+    if let Some(range) = absorbing {
+        for (s, attr) in range.zip(&absorbed) {
+            if let Some(attr) = attr {
+                specs[s].attr = attr;
+            }
+        }
+    }
+    let mut run = Run::new(rule, prog, mesh, specs, extent);
+    run.go(checked, trace, sink)
+}
+
+/// The given slots whose layouts `Compounds::Absorb` may change, when some
+/// may change; `None` in the common case (no compound).
+#[inline]
+fn absorbing(
+    rule: &EinsumRule<'_>,
+    prog: &Program,
+    call: &Call<'_>,
+) -> Option<core::ops::Range<usize>> {
+    if rule.policy.compounds != Compounds::Absorb || rule.plan.compound_minor.is_empty() {
+        return None;
+    }
+    let n_in = usize::from(prog.n_inputs);
+    let given = match prog.direction {
+        Direction::Forward => 0..n_in,
+        Direction::Backward => n_in..usize::from(prog.n_given),
+        Direction::Grad => return None,
+    };
+    given
+        .clone()
+        .any(|s| {
+            prog.slots[s].present && partial::may_absorb(rule, prog, s, &slot_spec(prog, call, s))
+        })
+        .then_some(given)
+}
+
+/// The placeholder layout of a tensor the call gives no layout of.
+static NO_LAYOUT: DistAttr = DistAttr {
+    dims_mapping: crate::dist_attr::DimsMapping::EMPTY,
+    partial: Partial::NONE,
+};
+
+/// Slot `s`'s shape and layout, as the call gives them (an empty shape
+/// and a placeholder layout where it gives none).
+#[inline]
+fn slot_spec<'c>(prog: &Program, call: &Call<'c>, s: usize) -> Spec<'c> {
+    let bare = |shape: &'c [usize]| Spec {
+        shape,
+        attr: &NO_LAYOUT,
+    };
+    let slot = &prog.slots[s];
+    match (*call, slot.given) {
+        (_, Given::Nothing) => bare(&[]),
+        (Call::Forward { inputs, .. }, Given::Layout) => inputs[s],
+        (Call::Forward { output_shapes, .. }, Given::Shape) => {
+            bare(output_shapes[s - usize::from(prog.n_inputs)])
+        }
+        (Call::Backward { input_shapes, .. }, Given::Shape) => bare(input_shapes[s]),
+        (Call::Backward { outputs, .. }, Given::Layout) => outputs[s - usize::from(prog.n_inputs)],
+        (Call::Grad { .. }, Given::Shape) => bare(slot_shape(prog, call, s)),
+        (
+            Call::Grad {
+                inputs,
+                output_grads,
+                ..
+            },
+            Given::Layout,
+        ) => {
+            let n = usize::from(prog.n_tensors);
+            if s < n {
+                inputs[s]
+            } else {
+                output_grads[s - n]
+            }
+        }
+    }
+}
+
+/// Every slot's shape and layout, as the call gives them: in a fixed
+/// array for the common call of a few tensors, on the heap past it.
+enum Specs<'c> {
+    Inline {
+        buf: [Spec<'c>; INLINE_SPECS],
+        len: usize,
+    },
+    Heap(alloc::vec::Vec<Spec<'c>>),
+}
+
+/// Slots a call's specs hold without a heap allocation.
+const INLINE_SPECS: usize = 8;
+
+impl<'c> Specs<'c> {
+    #[inline(always)]
+    fn of(prog: &Program, call: &Call<'c>) -> Specs<'c> {
+        let n = prog.slots.len();
+        if n > INLINE_SPECS {
+            return Specs::Heap((0..n).map(|s| slot_spec(prog, call, s)).collect());
+        }
+        let bare = Spec {
+            shape: &[],
+            attr: &NO_LAYOUT,
+        };
+        let mut buf = [bare; INLINE_SPECS];
+        match *call {
+            // The common case: the inputs as given, the outputs bare.
+            Call::Forward {
+                inputs,
+                output_shapes,
+                ..
+            } => {
+                buf[..inputs.len()].copy_from_slice(inputs);
+                if output_shapes.len() == usize::from(prog.n_outputs) {
+                    for (b, &shape) in buf[inputs.len()..n].iter_mut().zip(output_shapes) {
+                        b.shape = shape;
+                    }
+                }
+            }
+            _ => {
+                for (s, b) in buf[..n].iter_mut().enumerate() {
+                    *b = slot_spec(prog, call, s);
+                }
+            }
+        }
+        Specs::Inline { buf, len: n }
+    }
+
+    #[inline(always)]
+    fn as_mut_slice(&mut self) -> &mut [Spec<'c>] {
+        match self {
+            Specs::Inline { buf, len } => &mut buf[..*len],
+            Specs::Heap(v) => v,
+        }
+    }
+}
+
+impl<'c> Run<'_, '_, 'c> {
+    /// Steps 2 to 5, once the extents are known; `checked`: whether the
+    /// layouts are checked already.
+    #[inline]
+    pub(crate) fn go<T: Trace + ?Sized, S: Sink>(
+        &mut self,
+        checked: bool,
+        trace: &mut T,
+        sink: &mut S,
+    ) -> Result<(), SpmdError> {
+        match self.prog.direction {
+            Direction::Forward => self.go_forward(checked, trace, sink),
+            Direction::Backward => self.go_backward(checked, trace, sink),
+            Direction::Grad => self.go_grad(trace, sink),
+        }
+    }
+
+    #[inline(never)]
+    fn go_forward<T: Trace + ?Sized, S: Sink>(
+        &mut self,
+        checked: bool,
+        trace: &mut T,
+        sink: &mut S,
+    ) -> Result<(), SpmdError> {
+        let rule = self.rule;
+        let prog = self.prog;
+        let n_in = usize::from(prog.n_inputs);
+        let slots = self.slots;
+        let present = |s: usize| slots[s].present;
+        // What the merge reads: present inputs that do not follow
+        // the others.
+        let merged = |i: usize| present(i) && !rule.follows.contains(i);
+        let mut aligned_partial = Partial::NONE;
+        let derived = match rule.policy.conflicts {
+            Conflicts::RolePriority => {
+                self.merge_by_role(merged, trace);
+                None
+            }
+            Conflicts::Align => {
+                let ops: SmallVec<[usize; 8]> = (0..n_in).filter(|&i| merged(i)).collect();
+                aligned_partial = self.merge_aligned(&ops);
+                None
+            }
+            _ => {
+                // Unchecked layouts are checked in input order,
+                // each before any merge error a later one could
+                // hide.
+                for i in (0..n_in).filter(|&i| present(i)) {
+                    let merged = if merged(i) {
+                        self.merge(i, !checked, trace)
+                    } else if !checked {
+                        self.check_layout(i)
+                    } else {
+                        Ok(())
+                    };
+                    if merged.is_err() && !checked {
+                        for j in (i + 1..n_in).filter(|&j| present(j)) {
+                            self.check_layout(j)?;
+                        }
+                    }
+                    merged?;
+                }
+                self.resolve(trace)?;
+                // Given side: the inputs; derived side: the outputs.
+                self.fit(trace)
+            }
+        };
+        let derived = derived.as_ref().unwrap_or(&self.map.sharding);
+        self.answer_forward(derived, aligned_partial, trace, sink)
+    }
+
+    #[inline(never)]
+    fn go_backward<T: Trace + ?Sized, S: Sink>(
+        &mut self,
+        checked: bool,
+        trace: &mut T,
+        sink: &mut S,
+    ) -> Result<(), SpmdError> {
+        let rule = self.rule;
+        let prog = self.prog;
+        let n_in = usize::from(prog.n_inputs);
+        let slots = self.slots;
+        let present = |s: usize| slots[s].present;
+        let outputs = n_in..usize::from(prog.n_given);
+        // The outputs declared `merged_first`, then the others, each
+        // in order; outputs that follow take no part.
+        let merges = |s: usize| present(s) && !rule.follows_outputs.contains(s - n_in);
+        let first = |s: usize| rule.merged_first.contains(s - n_in);
+        if rule.merged_first.is_empty() {
+            // In order: unchecked layouts are checked each before
+            // any merge error a later one could hide.
+            for s in outputs.clone().filter(|&s| present(s)) {
+                let merged = if merges(s) {
+                    self.merge(s, !checked, trace)
+                } else if !checked {
+                    self.check_layout(s)
+                } else {
+                    Ok(())
+                };
+                if merged.is_err() && !checked {
+                    for t in (s + 1..outputs.end).filter(|&t| present(t)) {
+                        self.check_layout(t)?;
+                    }
+                }
+                merged?;
+            }
+        } else {
+            for s in outputs.clone().filter(|&s| merges(s) && first(s)) {
+                self.merge(s, false, trace)?;
+            }
+            for s in outputs.filter(|&s| merges(s) && !first(s)) {
+                self.merge(s, false, trace)?;
+            }
+        }
+        self.resolve(trace)?;
+        // Given side: the outputs; derived side: the inputs.
+        let mut derived = self.fit(trace);
+        // Partial Stage-II: what explains the given outputs'
+        // partial status.
+        let by_inputs = if rule.policy.backward_partial == BackwardPartial::Explain {
+            self.explain_partials(&mut derived, trace)
+        } else {
+            Partial::NONE
+        };
+        if rule.policy.missing_axis == MissingAxis::Error {
+            self.check_no_missing_axis()?;
+        }
+        if trace.enabled() {
+            self.trace_missing_axes(trace);
+        }
+        let derived = derived.as_ref().unwrap_or(&self.map.sharding);
+        self.answer_backward(derived, by_inputs, sink)
+    }
+
+    #[inline(never)]
+    fn go_grad<T: Trace + ?Sized, S: Sink>(
+        &mut self,
+        trace: &mut T,
+        sink: &mut S,
+    ) -> Result<(), SpmdError> {
+        let rule = self.rule;
+        let prog = self.prog;
+        let slots = self.slots;
+        let present = |s: usize| slots[s].present;
+        let plan = &rule.plan;
+        // What the grad op reads: not the inputs the rule says it
+        // ignores, nor an addend (`d bias = Σ dy`, and no other
+        // grad reads a bias). Inputs that follow the others are
+        // read but do not merge.
+        let merges = |s: usize| {
+            present(s)
+                && self.slots[s].input.is_none_or(|i| {
+                    let i = usize::from(i);
+                    !rule.grad_ignores.contains(i)
+                        && !plan.is_addend(i)
+                        && !rule.follows.contains(i)
+                })
+        };
+        let operands = 0..usize::from(prog.n_given);
+        if rule.policy.conflicts == Conflicts::Align {
+            let ops: SmallVec<[usize; 8]> = operands.filter(|&s| merges(s)).collect();
+            // The grads come back whole: a shared partial is not kept here.
+            self.merge_aligned(&ops);
+        } else {
+            for s in operands.filter(|&s| merges(s)) {
+                self.merge(s, false, trace)?;
+            }
+            self.resolve(trace)?;
+        }
+        // Given side: the grad op's inputs; derived side: the
+        // input grads.
+        let derived = self.fit(trace);
+        let derived = derived.as_ref().unwrap_or(&self.map.sharding);
+        self.answer_grad(derived, trace, sink)
+    }
+
+    /// Backward, `MissingAxis::Error`: fails on the first input dim whose
+    /// axis no output has.
+    fn check_no_missing_axis(&self) -> Result<(), SpmdError> {
+        let out_axes = self.prog.output_axes;
+        for i in 0..usize::from(self.prog.n_inputs) {
+            let shape = self.specs[i].shape;
+            for dim in 0..shape.len() {
+                if let Some(a) = self.carrier(i, dim)
+                    && !out_axes.contains(a)
+                {
+                    return Err(SpmdError::MissingAxis {
+                        op: self.rule.name,
+                        tensor: TensorRef::input(i),
+                        dim,
+                        axis: self.axis_name(a),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells `trace` of every input dim whose axis no output has
+    /// (backward's replicated fallback).
+    fn trace_missing_axes<T: Trace + ?Sized>(&self, trace: &mut T) {
+        let out_axes = self.prog.output_axes;
+        for i in 0..usize::from(self.prog.n_inputs) {
+            let shape = self.specs[i].shape;
+            for dim in 0..shape.len() {
+                if let Some(a) = self.carrier(i, dim)
+                    && !out_axes.contains(a)
+                {
+                    trace.missing_axis(TensorRef::input(i), dim, self.axis_name(a));
+                }
+            }
+        }
+    }
+}
