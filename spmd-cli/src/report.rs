@@ -66,6 +66,7 @@ pub struct Report {
 }
 
 fn row(
+    mesh: &Mesh,
     label: String,
     shape: Option<Vec<usize>>,
     given: Option<DistAttr>,
@@ -73,7 +74,10 @@ fn row(
 ) -> TensorRow {
     let reshard = given
         .as_ref()
-        .map(|g| reshard::classify(g, result))
+        .map(|g| match &shape {
+            Some(sh) => reshard::classify_sized(g, result, sh, mesh.shape()),
+            None => reshard::classify(g, result),
+        })
         .unwrap_or_default();
     TensorRow {
         label,
@@ -89,6 +93,7 @@ fn row(
 /// The row of a tensor slot the caller filled: absent, or the tensor with
 /// its attr as given (when `with_given`) and the rule's answer.
 fn slot_row(
+    mesh: &Mesh,
     label: String,
     slot: Option<&TensorArg>,
     with_given: bool,
@@ -97,6 +102,7 @@ fn slot_row(
     match slot {
         None => TensorRow::absent(label),
         Some(t) => row(
+            mesh,
             label,
             Some(t.shape.clone()),
             with_given.then(|| t.attr()),
@@ -113,7 +119,7 @@ fn forward_rows(req: &Request, result: &RuleResult, out_shapes: Option<Vec<Vec<u
         .iter()
         .zip(&result.inputs)
         .enumerate()
-        .map(|(i, (t, r))| slot_row(format!("input {i}"), t.as_ref(), true, r))
+        .map(|(i, (t, r))| slot_row(&req.mesh, format!("input {i}"), t.as_ref(), true, r))
         .collect();
     let outputs = result
         .outputs
@@ -121,7 +127,7 @@ fn forward_rows(req: &Request, result: &RuleResult, out_shapes: Option<Vec<Vec<u
         .enumerate()
         .map(|(o, r)| {
             let shape = out_shapes.as_ref().and_then(|s| s.get(o).cloned());
-            row(format!("output {o}"), shape, None, r)
+            row(&req.mesh, format!("output {o}"), shape, None, r)
         })
         .collect();
     (inputs, outputs)
@@ -137,7 +143,7 @@ fn backward_rows(req: &Request, result: &RuleResult) -> Rows {
         .enumerate()
         .map(|(i, (t, r))| {
             let mapped = t.as_ref().is_some_and(|t| t.mapping.is_some());
-            slot_row(format!("input {i}"), t.as_ref(), mapped, r)
+            slot_row(&req.mesh, format!("input {i}"), t.as_ref(), mapped, r)
         })
         .collect();
     let outputs = req
@@ -145,7 +151,7 @@ fn backward_rows(req: &Request, result: &RuleResult) -> Rows {
         .iter()
         .zip(&result.outputs)
         .enumerate()
-        .map(|(o, (t, r))| slot_row(format!("output {o}"), t.as_ref(), true, r))
+        .map(|(o, (t, r))| slot_row(&req.mesh, format!("output {o}"), t.as_ref(), true, r))
         .collect();
     (inputs, outputs)
 }
@@ -166,9 +172,9 @@ fn grad_rows(req: &Request, result: &RuleResult) -> Rows {
                 format!("out_grad {}", k - n_in)
             };
             match given.get(k) {
-                Some(t) => slot_row(label, t.as_ref(), true, r),
+                Some(t) => slot_row(&req.mesh, label, t.as_ref(), true, r),
                 // Past the given tensors: the rule answers more than it took.
-                None => row(label, None, None, r),
+                None => row(&req.mesh, label, None, None, r),
             }
         })
         .collect();
@@ -180,10 +186,14 @@ fn grad_rows(req: &Request, result: &RuleResult) -> Rows {
         .map(|(o, r)| match req.inputs.get(o) {
             // An absent input has no grad: the answer is a placeholder.
             Some(None) if aligned => TensorRow::absent(format!("input {o} grad")),
-            Some(Some(t)) if aligned => {
-                row(format!("input {o} grad"), Some(t.shape.clone()), None, r)
-            }
-            _ => row(format!("grad {o}"), None, None, r),
+            Some(Some(t)) if aligned => row(
+                &req.mesh,
+                format!("input {o} grad"),
+                Some(t.shape.clone()),
+                None,
+                r,
+            ),
+            _ => row(&req.mesh, format!("grad {o}"), None, None, r),
         })
         .collect();
     (inputs, outputs)

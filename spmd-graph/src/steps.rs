@@ -20,7 +20,12 @@
 //!
 //! A tensor dim keeps a mesh dim in place only when everything before it in
 //! the co-shard list is unchanged: going from `[[0,1]]` to `[[1]]` changes
-//! which block every device holds along mesh dim 1 too. Steps are grouped (one
+//! which block every device holds along mesh dim 1 too. And only when its
+//! splits nest: an extent split unevenly over a co-shard (64 over `[[0,1]]`
+//! on a 2x3 mesh, blocks of 11, 11, 11, 11, 10, 10) does not split evenly
+//! along the major mesh dim alone (32, 32), so [`classify_sized`] rebuilds
+//! such a dim: an all-gather of every mesh dim that splits it, then a slice
+//! by every mesh dim that will. Steps are grouped (one
 //! all-reduce per reduce type, one all-gather or slice per tensor dim) and
 //! listed in a fixed order: reductions, all-to-alls, all-gathers, reorders,
 //! slices, partial marks.
@@ -189,13 +194,16 @@ enum Place {
     },
 }
 
-fn place(a: &DistAttr, other: &DistAttr, m: MeshDim) -> Place {
+/// Where mesh dim `m` is in `a`, compared with `other`; a tensor dim in
+/// `rebuilt` keeps none of its mesh dims.
+fn place(a: &DistAttr, other: &DistAttr, m: MeshDim, rebuilt: &[usize]) -> Place {
     for (dim, s) in a.dims_mapping.as_slice().iter().enumerate() {
         if let Some(pos) = s.iter().position(|x| x == m) {
-            let kept = other
-                .dims_mapping
-                .get(dim)
-                .is_some_and(|o| o.prefix(pos + 1) == s.prefix(pos + 1));
+            let kept = !rebuilt.contains(&dim)
+                && other
+                    .dims_mapping
+                    .get(dim)
+                    .is_some_and(|o| o.prefix(pos + 1) == s.prefix(pos + 1));
             return Place::Splits { dim, kept };
         }
     }
@@ -213,10 +221,147 @@ fn mesh_dims_of(a: &DistAttr) -> impl Iterator<Item = MeshDim> + '_ {
         .chain(a.partial.dims().iter())
 }
 
-/// The steps that turn `from` into `to` (empty when they are equal). Both
-/// should have the same rank; extra dims on either side are compared as if
-/// replicated on the other.
+/// The steps that turn `from` into `to` (empty when they are equal), for
+/// splits that divide their extents evenly (see [`classify_sized`] for a
+/// tensor of known shape). Both should have the same rank; extra dims on
+/// either side are compared as if replicated on the other.
 pub fn classify(from: &DistAttr, to: &DistAttr) -> Vec<Step> {
+    classify_rebuilding(from, to, Vec::new())
+}
+
+/// The steps that turn `from` into `to` for a tensor of `shape` on a mesh of
+/// extents `mesh`: [`classify`], except that a tensor dim whose mapping
+/// changes and which either side splits unevenly is rebuilt (gathered
+/// whole, then sliced), since its blocks do not nest.
+///
+/// ```
+/// use spmd_core::{DimsMapping, DistAttr};
+/// use spmd_graph::steps::{classify_sized, summary};
+///
+/// let co = DistAttr::new(DimsMapping::from_nested(&[&[0, 1]]).unwrap());
+/// let major = DistAttr::from_paddle(&[0]).unwrap();
+/// // 96 over 2x3 splits evenly: gathering mesh dim 1 leaves mesh dim 0's blocks.
+/// let even = classify_sized(&co, &major, &[96], &[2, 3]);
+/// assert_eq!(summary(&even), "all-gather along dim 0 over mesh dim 1");
+/// // 64 does not (blocks of 11 and 10 do not add up to 32s).
+/// let uneven = classify_sized(&co, &major, &[64], &[2, 3]);
+/// assert_eq!(
+///     summary(&uneven),
+///     "all-gather along dim 0 over mesh dims 1,0 + local slice along dim 0 over mesh dim 0 (no communication)"
+/// );
+/// ```
+pub fn classify_sized(
+    from: &DistAttr,
+    to: &DistAttr,
+    shape: &[usize],
+    mesh: &[usize],
+) -> Vec<Step> {
+    let parts = |a: &DistAttr, d: usize| -> usize {
+        a.dims_mapping.get(d).map_or(1, |s| {
+            s.iter()
+                .map(|m| mesh.get(m as usize).copied().unwrap_or(1))
+                .product()
+        })
+    };
+    let uneven: Vec<usize> = (0..shape.len())
+        .filter(|&d| {
+            from.dims_mapping.get(d) != to.dims_mapping.get(d)
+                && (!shape[d].is_multiple_of(parts(from, d).max(1))
+                    || !shape[d].is_multiple_of(parts(to, d).max(1)))
+        })
+        .collect();
+    classify_rebuilding(from, to, uneven)
+}
+
+/// The mesh dims of tensor dim `d` in `a`, major first.
+fn list(a: &DistAttr, d: usize) -> Vec<MeshDim> {
+    a.dims_mapping
+        .get(d)
+        .map_or(Vec::new(), |s| s.iter().collect())
+}
+
+/// How a mesh dim leaves or joins a tensor dim's co-shard list, in the
+/// order the steps run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Join {
+    /// Reduce-scatter of a partial value (first).
+    Scatter,
+    /// All-to-all from another tensor dim.
+    Moved,
+    /// Reorder within the dim.
+    Reordered,
+    /// Local slice (last).
+    Sliced,
+}
+
+/// Whether tensor dim `d` can change from `from`'s list to `to`'s with the
+/// steps in their fixed order (reductions and scatters, all-to-alls,
+/// gathers minor to major, reorders, slices), each a contiguous split or
+/// join: every join appends at the minor end, every gather removes the
+/// minor end. Where not, the dim is rebuilt (gathered whole, then sliced).
+fn runs_in_order(from: &DistAttr, to: &DistAttr, d: usize, rebuilt: &[usize]) -> bool {
+    let (f, t) = (list(from, d), list(to, d));
+    let p = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let (removed, added) = (&f[p..], &t[p..]);
+    let mut joins = Vec::with_capacity(added.len());
+    for &m in added {
+        joins.push(match place(from, to, m, rebuilt) {
+            Place::Partial(r) => (Join::Scatter, Some(r)),
+            Place::Splits { dim, .. } if dim == d => (Join::Reordered, None),
+            Place::Splits { dim, .. } if !rebuilt.contains(&dim) => {
+                // Leaves its dim at the minor end, before any gather.
+                if list(from, dim).last() != Some(&m) || joins_early(from, to, dim, rebuilt) {
+                    return false;
+                }
+                (Join::Moved, None)
+            }
+            _ => (Join::Sliced, None),
+        });
+    }
+    // Joins run in kind order (scatters one group, all-to-alls by mesh dim).
+    let sorted = joins.windows(2).zip(added.windows(2)).all(|(j, m)| {
+        j[0].0 < j[1].0
+            || (j[0].0 == j[1].0
+                && (j[0].0 != Join::Scatter || j[0].1 == j[1].1)
+                && (j[0].0 != Join::Moved || m[0] < m[1]))
+    });
+    // Scatters and all-to-alls run before the gathers: they append only to
+    // a list nothing leaves.
+    let early = joins
+        .iter()
+        .any(|(j, _)| matches!(j, Join::Scatter | Join::Moved));
+    let leaves = removed.iter().any(|m| !added.contains(m));
+    // What stays (reordered) precedes what leaves: gathers take the minor end.
+    let stays_major = removed
+        .iter()
+        .skip_while(|m| added.contains(m))
+        .all(|m| !added.contains(m));
+    sorted && !(early && leaves) && stays_major
+}
+
+/// Whether a mesh dim joins tensor dim `d` by a reduce-scatter or an
+/// all-to-all (steps that run before the gathers).
+fn joins_early(from: &DistAttr, to: &DistAttr, d: usize, rebuilt: &[usize]) -> bool {
+    let (f, t) = (list(from, d), list(to, d));
+    let p = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    t[p..].iter().any(|&m| match place(from, to, m, rebuilt) {
+        Place::Partial(_) => true,
+        Place::Splits { dim, .. } => dim != d && !rebuilt.contains(&dim),
+        Place::Replicated => false,
+    })
+}
+
+fn classify_rebuilding(from: &DistAttr, to: &DistAttr, mut rebuilt: Vec<usize>) -> Vec<Step> {
+    let rank = from.dims_mapping.rank().max(to.dims_mapping.rank());
+    // Rebuilding a dim changes how mesh dims join others: to a fixed point.
+    while let Some(d) = (0..rank).find(|&d| {
+        !rebuilt.contains(&d)
+            && list(from, d) != list(to, d)
+            && !runs_in_order(from, to, d, &rebuilt)
+    }) {
+        rebuilt.push(d);
+    }
+    let rebuilt = rebuilt.as_slice();
     let mut all: Vec<MeshDim> = mesh_dims_of(from).chain(mesh_dims_of(to)).collect();
     all.sort_unstable();
     all.dedup();
@@ -238,11 +383,17 @@ pub fn classify(from: &DistAttr, to: &DistAttr) -> Vec<Step> {
     }
 
     for m in all {
-        match (place(from, to, m), place(to, from, m)) {
+        let (before, after) = (place(from, to, m, rebuilt), place(to, from, m, rebuilt));
+        match (before, after) {
             (Place::Replicated, Place::Replicated) => {}
             (Place::Partial(a), Place::Partial(b)) if a == b => {}
             (Place::Splits { kept: true, .. }, Place::Splits { kept: true, .. }) => {}
             (Place::Partial(r), Place::Replicated) => add(&mut reduce, r, m),
+            // A rebuilt dim is sliced once whole: reduce, then slice.
+            (Place::Partial(r), Place::Splits { dim, .. }) if rebuilt.contains(&dim) => {
+                add(&mut reduce, r, m);
+                add(&mut slice, dim, m);
+            }
             (Place::Partial(r), Place::Splits { dim, .. }) => add(&mut scatter, (r, dim), m),
             (Place::Partial(r), Place::Partial(r2)) => {
                 add(&mut reduce, r, m);
@@ -255,6 +406,12 @@ pub fn classify(from: &DistAttr, to: &DistAttr) -> Vec<Step> {
             }
             (Place::Replicated, Place::Splits { dim, .. }) => add(&mut slice, dim, m),
             (Place::Replicated, Place::Partial(r)) => add(&mut mark, r, m),
+            (Place::Splits { dim: d1, .. }, Place::Splits { dim: d2, .. })
+                if rebuilt.contains(&d1) || rebuilt.contains(&d2) =>
+            {
+                add(&mut gather, d1, m);
+                add(&mut slice, d2, m);
+            }
             (Place::Splits { dim: d1, .. }, Place::Splits { dim: d2, .. }) if d1 != d2 => {
                 a2a.push(Step::AllToAll {
                     mesh_dim: m,
@@ -451,10 +608,20 @@ mod tests {
                 to_dim: 1
             }]
         );
-        // Swapping two mesh dims: two all-to-alls.
+        // Swapping two mesh dims is not two all-to-alls: the first one
+        // appends its mesh dim to dim 1 after mesh dim 1 (`[1,0]`), and the
+        // second would then take the major end of that list, which leaves
+        // every device non-contiguous rows. Both dims are rebuilt.
         assert_eq!(
             text(&a(&[0, 1]), &a(&[1, 0])),
-            "all-to-all over mesh dim 0: dim 0 -> dim 1 + all-to-all over mesh dim 1: dim 1 -> dim 0"
+            "all-gather along dim 0 over mesh dim 0 + all-gather along dim 1 over mesh dim 1 \
+             + local slice along dim 0 over mesh dim 1 (no communication) \
+             + local slice along dim 1 over mesh dim 0 (no communication)"
+        );
+        // Moving one mesh dim next to a dim that stays put is one all-to-all.
+        assert_eq!(
+            text(&a(&[0, 1]), &co(&[&[], &[1, 0]])),
+            "all-to-all over mesh dim 0: dim 0 -> dim 1"
         );
     }
 
@@ -530,10 +697,11 @@ mod tests {
                 mesh_dims: vec![0, 1]
             }]
         );
-        // Removing the major mesh dim moves the minor one's blocks.
+        // Removing the major mesh dim of a co-shard cannot be one gather
+        // (each device would hold rows far apart): the dim is rebuilt.
         assert_eq!(
             text(&co(&[&[0, 1]]), &co(&[&[1]])),
-            "all-gather along dim 0 over mesh dim 0 + reorder dim 0's blocks along mesh dim 1 (co-shard order changes)"
+            "all-gather along dim 0 over mesh dims 1,0 + local slice along dim 0 over mesh dim 1 (no communication)"
         );
         // Adding a minor mesh dim keeps the major one: a plain slice.
         assert_eq!(
