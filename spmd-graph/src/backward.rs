@@ -51,7 +51,44 @@ enum Source {
     Required { op: OpId, input: usize },
 }
 
+/// Where a tensor of a backward graph without a producer comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Given {
+    /// Forward op `op`'s input `input`, saved as that op read it (laid out
+    /// as it required).
+    Saved { op: OpId, input: usize },
+    /// The gradient of forward output `output`, where the backward pass
+    /// starts (the loss's gradient, complete).
+    Seed { output: TensorId },
+    /// A zero gradient: a forward output nothing downstream gives one to.
+    Zero,
+}
+
 impl Backward {
+    /// What each backward tensor that no backward op produces holds (see
+    /// [`Given`]), in tensor order.
+    pub fn given(&self) -> Vec<(TensorId, Given)> {
+        let mut out = Vec::new();
+        let source = |t: TensorId| {
+            self.sources
+                .iter()
+                .find(|(s, _)| *s == t)
+                .map(|(_, src)| *src)
+        };
+        for t in self.graph.tensor_ids() {
+            if self.graph.tensor(t).producer.is_some() {
+                continue;
+            }
+            let given = match source(t) {
+                Some(Source::Required { op, input }) => Given::Saved { op, input },
+                Some(Source::Complete(f)) => Given::Seed { output: f },
+                None => Given::Zero,
+            };
+            out.push((t, given));
+        }
+        out
+    }
+
     /// Annotates this backward graph as [`backward_graph`] would for
     /// another propagation `prop` of the same forward graph (only its
     /// annotations changed): the same graph, without building it again. A

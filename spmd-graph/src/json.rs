@@ -21,7 +21,9 @@
 //!   `priority` ranks the annotation (0, the default, propagates first);
 //!   `param` marks a trainable weight (it gets a gradient in the backward
 //!   graph); `dtype` is the element type as the producer named it
-//!   (informational).
+//!   (informational); `init` says what a constant the graph creates holds
+//!   (`{"full": 1.0}`, `{"arange": {"start": 0, "step": 1}}`: informational,
+//!   for the plan simulator, which otherwise makes up values).
 //! - `ops`: in a topological order; `op` is a registry name, `attrs` the
 //!   rule's attributes; `name` is optional. Every op whose name has no rule
 //!   is reported at once ([`GraphError::MissingRules`]), never replicated
@@ -76,6 +78,19 @@ pub struct TensorEntry {
     /// volumes are counted in the graph's `dtype`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<Init>,
+}
+
+/// What a constant tensor holds (the graph creates it from no tensor:
+/// ATen's `full`, `ones`, `arange`, ...), row-major.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Init {
+    /// Every element `value`.
+    Full(f64),
+    /// `start`, `start + step`, ... in row-major order.
+    Arange { start: f64, step: f64 },
 }
 
 /// One op of a [`GraphFile`].
@@ -273,8 +288,9 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
                     .unwrap_or_default(),
                 priority: (t.annotation.is_some() && t.priority != 0).then_some(t.priority),
                 param: t.param,
-                // The graph keeps no element type per tensor.
+                // The graph keeps no element type or constant per tensor.
                 dtype: None,
+                init: None,
             })
             .collect(),
         ops: graph

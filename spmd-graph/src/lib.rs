@@ -109,8 +109,8 @@ pub mod report;
 pub mod reshard;
 pub mod steps;
 
-pub use backward::{Backward, backward_graph};
+pub use backward::{Backward, Given, backward_graph};
 pub use error::{GraphError, MissingRule};
 pub use graph::{Graph, GraphBuilder, OpId, OpInfo, OpKind, Stage, TensorId, TensorInfo};
 pub use propagate::{Origin, Propagation, Stats, propagate};
-pub use reshard::{DType, Edge, Reshard, ReshardPlan, plan};
+pub use reshard::{DType, Edge, Reshard, ReshardPlan, answer, plan};

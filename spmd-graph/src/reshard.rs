@@ -46,7 +46,7 @@ use spmd_core::{DistAttr, Mesh, MeshDim, Sharding};
 use crate::error::GraphError;
 use crate::graph::{Graph, OpId, TensorId};
 use crate::propagate::Propagation;
-use crate::steps::{Step, classify};
+use crate::steps::{Step, classify_sized};
 
 /// An element type, for volumes in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -114,7 +114,7 @@ impl FromStr for DType {
 }
 
 /// Which side of an op a reshard sits on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case", tag = "side", content = "index")]
 pub enum Edge {
     /// Before the op reads its input `i`.
@@ -172,6 +172,48 @@ impl ReshardPlan {
     }
 }
 
+/// What op `o`'s rule answers under `prop`'s final attrs, as the reshard
+/// plan reads it: the layouts its inputs are resharded to (`inputs`) and
+/// the layouts it produces (`outputs`).
+///
+/// ```
+/// use spmd_core::{Attrs, DistAttr, Mesh};
+/// use spmd_graph::{GraphBuilder, answer, propagate};
+///
+/// let mut b = GraphBuilder::new(Mesh::new(&[2])?);
+/// let x = b.tensor("x", &[4, 6])?;
+/// let w = b.tensor("w", &[6, 8])?;
+/// b.annotate(x, DistAttr::from_paddle(&[-1, 0]).unwrap())?;
+/// b.apply("mm", "matmul", Attrs::new(), &[x, w], ("y", &[4, 8]))?;
+/// let graph = b.build(&spmd_ops::builtins())?;
+/// let prop = propagate(&graph)?;
+/// let mm = graph.op_ids().next().unwrap();
+/// let r = answer(&graph, &prop, mm)?;
+/// assert_eq!(r.inputs[1].to_string(), "[0, -1]");
+/// assert_eq!(r.outputs[0].to_string(), "[-1, -1] partial{0: SUM}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn answer(
+    graph: &Graph,
+    prop: &Propagation,
+    o: OpId,
+) -> Result<spmd_core::RuleResult, GraphError> {
+    if let Some((inputs, outputs)) = prop.answer(graph, o) {
+        return Ok(spmd_core::RuleResult {
+            inputs: inputs.iter().cloned().collect(),
+            outputs: outputs.iter().cloned().collect(),
+        });
+    }
+    let mut out = spmd_core::RuleResult::default();
+    graph
+        .call_resolving_into(o, &prop.attrs, 0, &mut out)
+        .map_err(|source| GraphError::Rule {
+            op: graph.op(o).name.clone(),
+            source,
+        })?;
+    Ok(out)
+}
+
 /// The reshard plan of `graph` under the attrs of `prop`, volumes in `dtype`.
 pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPlan, GraphError> {
     let mut reshards = Vec::new();
@@ -203,7 +245,7 @@ pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPl
                 return;
             }
             let shape = &graph.tensor(t).shape;
-            let steps = classify(from, to);
+            let steps = classify_sized(from, to, shape, graph.mesh().shape());
             let bytes = volumes(&steps, from, shape, graph.mesh(), dtype);
             reshards.push(Reshard {
                 op: o,
@@ -360,7 +402,13 @@ mod tests {
 
     fn bytes(from: &DistAttr, to: &DistAttr, shape: &[usize], mesh: &[usize]) -> Vec<u64> {
         let mesh = Mesh::new(mesh).unwrap();
-        volumes(&classify(from, to), from, shape, &mesh, DType::F32)
+        volumes(
+            &classify_sized(from, to, shape, mesh.shape()),
+            from,
+            shape,
+            &mesh,
+            DType::F32,
+        )
     }
 
     #[test]
