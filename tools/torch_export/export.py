@@ -30,7 +30,9 @@ What the JSON holds (see spmd-graph's `json` module for the format):
 Calls that compute nothing (`aten._assert_tensor_metadata`, ...) are left
 out, and calls that read no tensor (`aten.arange`, `aten.full`, ...) are
 written as constant tensors without a producer (a device can create its
-block of a constant in any layout); both are counted on stderr.
+block of a constant in any layout), with their values as `init` where one
+number fills them (`{"full": 1.0}`) or they count up evenly
+(`{"arange": {"start": 0, "step": 1}}`); both are counted on stderr.
 """
 
 import argparse
@@ -140,6 +142,35 @@ def tensor_entry(name, val, **extra):
     return dict(name=name, shape=list(val.shape), dtype=str(val.dtype).removeprefix("torch."), **extra)
 
 
+def constant_init(node):
+    """What a created constant holds, in spmd-graph's `init` form, read from
+    the creating call's arguments (the exported values are fake): one
+    number repeated (`full`, `ones`, `zeros`, `scalar_tensor`) or an even
+    progression (`arange`); None for any other creation op."""
+    name = op_name(node.target)
+    args = list(node.args)
+    number = lambda v: float(v) if isinstance(v, (int, float, bool)) else None
+    if name in ("aten.full", "aten.full.default") and len(args) >= 2:
+        v = number(args[1])
+    elif name.startswith("aten.ones"):
+        v = 1.0
+    elif name.startswith("aten.zeros"):
+        v = 0.0
+    elif name.startswith("aten.scalar_tensor") and args:
+        v = number(args[0])
+    elif name.startswith("aten.arange"):
+        # arange(end), arange.start(start, end), arange.start_step(start, end, step)
+        nums = [number(a) for a in args[:3]]
+        if None in nums or not nums:
+            return None
+        start = nums[0] if len(nums) >= 2 else 0.0
+        step = nums[2] if len(nums) == 3 else 1.0
+        return {"arange": {"start": start, "step": step}}
+    else:
+        return None
+    return None if v is None else {"full": v}
+
+
 def to_json(program, mesh):
     sig = program.graph_signature
     names = {}  # node name -> tensor name
@@ -176,7 +207,8 @@ def to_json(program, mesh):
             # in whatever layout its readers want. It is written as a tensor
             # without a producer, as the parameters are.
             if isinstance(val, torch.Tensor):
-                tensors.append(tensor_entry(node.name, val))
+                init = constant_init(node)
+                tensors.append(tensor_entry(node.name, val, **({"init": init} if init else {})))
                 created[op_name(node.target)] = created.get(op_name(node.target), 0) + 1
                 continue
         inputs, attrs = [], {}
