@@ -74,7 +74,9 @@
 
 mod check;
 mod eval;
+pub mod kernels;
 mod mesh_sim;
+pub mod plan;
 mod tensor;
 
 pub use check::{

@@ -240,6 +240,16 @@ pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
     }
 }
 
+/// The multi-index of flat (row-major) position `k` in `shape`.
+pub(crate) fn unflatten(shape: &[usize], mut k: usize) -> Vec<usize> {
+    let mut index = vec![0; shape.len()];
+    for (i, &n) in index.iter_mut().zip(shape).rev() {
+        *i = k % n.max(1);
+        k /= n.max(1);
+    }
+    index
+}
+
 /// SplitMix64: a fast, well-mixed 64-bit hash.
 pub(crate) fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
