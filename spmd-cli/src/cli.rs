@@ -98,6 +98,21 @@ The plan written by -o is a plan file: `spmd propagate GRAPH --plan plan.json --
 shows every tensor and collective of it. The cost model (every constant, and its source)
 is in docs/autoshard.md.";
 
+const CHECK_EXAMPLES: &str = "\
+Examples:
+  spmd check spmd-graph/graphs/hf/llama.json --plan spmd-graph/graphs/hf/llama_tp_dp.json --backward
+  spmd check spmd-graph/graphs/gpt_layer.json --backward
+  spmd check graph.json --plan plan.json --json
+  spmd check spmd-graph/graphs/hf/llama.json --plan spmd-graph/graphs/hf/llama_tp.json --skip-reshard view_14
+
+Every device computes its blocks with the op's reference kernel (f64), every reshard
+of the plan runs as the collective it names, and every tensor (with --backward, every
+gradient too) is compared with a dense single-device run. The first value that differs
+is reported: the op, the tensor and its layout, the device, its block and the element;
+exit status 1. When everything matches, one line sums up what ran. An op the simulator
+has no kernel for is an error (exit status 2): the plan could not be checked. The simulator holds
+every tensor densely and on every device: check small configs of a model.";
+
 const OPS_EXAMPLES: &str = "\
 Examples:
   spmd ops
@@ -173,6 +188,10 @@ pub enum Command {
     #[command(after_help = PROPAGATE_EXAMPLES)]
     Propagate(PropagateArgs),
 
+    /// Run a graph's plan on a simulated mesh and compare every value with a dense run.
+    #[command(after_help = CHECK_EXAMPLES)]
+    Check(CheckArgs),
+
     /// Choose a plan for a graph: the cheapest training step that fits the memory budget.
     #[command(after_help = AUTOSHARD_EXAMPLES)]
     Autoshard(AutoshardArgs),
@@ -189,6 +208,7 @@ impl Command {
             Command::Ops(a) => a.json,
             Command::Propagate(a) => a.json,
             Command::Autoshard(a) => a.json,
+            Command::Check(a) => a.json,
         }
     }
 }
@@ -339,6 +359,30 @@ pub struct PropagateArgs {
     /// happens, with its bytes (and the backward graph's with --backward).
     #[arg(long, value_name = "FILE")]
     pub html: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    /// The graph JSON file, `.json` or `.json.gz` (`-` = stdin).
+    #[arg(value_name = "GRAPH.json")]
+    pub graph: String,
+
+    /// Annotate the graph from a plan file first (as `spmd propagate --plan`).
+    #[arg(long, value_name = "PLAN.json")]
+    pub plan: Option<String>,
+
+    /// Also run the backward graph and compare every gradient.
+    #[arg(long)]
+    pub backward: bool,
+
+    /// Run the plan without the reshards of this tensor (forward or
+    /// backward graph; repeatable): what they guard.
+    #[arg(long, value_name = "TENSOR")]
+    pub skip_reshard: Vec<String>,
+
+    /// Print the result as JSON (schema: docs/json.md).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -14,6 +14,7 @@ pub mod call;
 pub mod cli;
 pub mod cmd;
 pub mod error;
+pub mod graph_input;
 pub mod html;
 pub mod layout;
 pub mod parse;
@@ -74,6 +75,7 @@ where
         Command::Ops(a) => cmd::ops::ops(a),
         Command::Propagate(a) => cmd::propagate::propagate(a),
         Command::Autoshard(a) => cmd::autoshard::autoshard(a),
+        Command::Check(a) => cmd::check::check(a),
     };
     let (text, fail) = match result {
         Ok(o) => (o.text, o.fail),

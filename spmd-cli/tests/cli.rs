@@ -2629,3 +2629,143 @@ fn autoshard_reads_gzip_and_refuses_impossible_budgets() {
         "mesh extent 0",
     );
 }
+
+#[test]
+fn check_holds_on_committed_plans_and_on_autoshards() {
+    let (code, out, err) = run(&[
+        "check",
+        &hf("llama.json"),
+        "--plan",
+        &hf("llama_tp_dp.json"),
+        "--backward",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.contains("the plan holds, forward and backward"),
+        "{out}"
+    );
+    assert!(out.contains("on 8 devices"), "{out}");
+    assert!(out.contains("21 parameter gradients"), "{out}");
+    // A plan the search invents is judged the same way.
+    let plan = std::env::temp_dir().join(format!("spmd-cli-check-{}.json", std::process::id()));
+    let plan = plan.to_string_lossy().into_owned();
+    let (code, _, err) = run(&["autoshard", &hf("llama.json"), "--mesh", "2x2", "-o", &plan]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&[
+        "check",
+        &hf("llama.json"),
+        "--plan",
+        &plan,
+        "--backward",
+        "--json",
+    ]);
+    assert_eq!(v["holds"], true, "{v}");
+    assert_eq!(v["summary"]["devices"], 4, "{v}");
+    let _ = std::fs::remove_file(&plan);
+}
+
+#[test]
+fn check_names_the_first_divergence_of_a_broken_plan() {
+    // The plan's first reshard, taken away: the op that reads the tensor
+    // gets a partial sum where it needs the whole.
+    let (llama, tp) = (hf("llama.json"), hf("llama_tp.json"));
+    let annotated = ["--plan", tp.as_str()];
+    let mut args = vec!["propagate", llama.as_str(), "--json"];
+    args.extend(annotated);
+    let p = json(&args);
+    let first = &p["reshards"][0];
+    let (op, tensor) = (
+        first["op"].as_str().unwrap(),
+        first["tensor"].as_str().unwrap(),
+    );
+    let mut args = vec!["check", llama.as_str()];
+    args.extend(annotated);
+    args.extend(["--skip-reshard", tensor]);
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.is_empty(), "{err}");
+    assert!(out.contains("diverges"), "{out}");
+    assert!(out.contains(&format!("op `{op}`")), "{out}");
+    assert!(out.contains(&format!("`{tensor}`")), "{out}");
+    assert!(out.contains("device 0") && out.contains("block ["), "{out}");
+    args.push("--json");
+    let (code, out, _) = run(&args);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["holds"], false);
+    let d = &v["divergence"];
+    assert_eq!(
+        (d["op"].as_str(), d["tensor"].as_str()),
+        (Some(op), Some(tensor)),
+        "{d}"
+    );
+    assert_eq!(d["finding"], "unplanned", "{d}");
+    assert_eq!(d["phase"], "forward", "{d}");
+    assert_eq!(d["detail"]["held"], first["from"]["text"], "{d}");
+}
+
+#[test]
+fn check_refuses_what_it_cannot_run() {
+    bad(
+        &["check", &hf("llama.json"), "--skip-reshard", "nothing"],
+        "--skip-reshard nothing: the plan has no reshard",
+    );
+    bad(&["check", &hf("llama-2-7b.json.gz")], "over its limit");
+    bad(
+        &["check", "no-such-graph.json"],
+        "cannot read no-such-graph.json",
+    );
+}
+
+/// The keys of the first table after `heading` in docs/json.md.
+fn documented_keys(heading: &str, table: usize) -> std::collections::BTreeSet<String> {
+    let doc =
+        std::fs::read_to_string(format!("{}/../docs/json.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let section = doc.split(heading).nth(1).unwrap();
+    let lines: Vec<&str> = section.lines().collect();
+    let starts: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with("| ") && (i == 0 || !lines[i - 1].starts_with('|')))
+        .collect();
+    lines[starts[table] + 2..]
+        .iter()
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('`').nth(1))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `check --json` prints the keys docs/json.md lists, for a plan that
+/// holds and one that diverges; every finding kind it names is documented.
+#[test]
+fn check_json_follows_docs_json_md() {
+    let heading = "## `spmd check --json`";
+    let (llama, tp) = (hf("llama.json"), hf("llama_tp_dp.json"));
+    let base = ["check", llama.as_str(), "--plan", tp.as_str(), "--json"];
+    let holds = json(&base);
+    let mut args = base.to_vec();
+    args.extend(["--skip-reshard", "view_14"]);
+    let (code, out, _) = run(&args);
+    assert_eq!(code, 1, "{out}");
+    let diverges: Value = serde_json::from_str(&out).unwrap();
+    let keys = |v: &Value| -> std::collections::BTreeSet<String> {
+        v.as_object().unwrap().keys().cloned().collect()
+    };
+    let mut top = keys(&holds);
+    top.extend(keys(&diverges));
+    assert_eq!(top, documented_keys(heading, 0));
+    assert_eq!(keys(&diverges["divergence"]), documented_keys(heading, 1));
+    let findings = documented_keys(heading, 2);
+    assert!(
+        findings.contains(diverges["divergence"]["finding"].as_str().unwrap()),
+        "{findings:?}"
+    );
+    let doc =
+        std::fs::read_to_string(format!("{}/../docs/json.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    for key in keys(&holds["summary"]) {
+        assert!(
+            doc.contains(&format!("`{key}`")),
+            "summary key {key} is not documented"
+        );
+    }
+}

@@ -2,6 +2,7 @@
 //! the caller strips styles where colors are off) or a [`CliError`](crate::error::CliError).
 
 pub mod autoshard;
+pub mod check;
 pub mod conformance;
 pub mod explain;
 pub mod infer;

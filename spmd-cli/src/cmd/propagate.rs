@@ -2,33 +2,18 @@
 //! reshard plan (and optionally the backward graph's).
 
 use serde_json::Value;
-use spmd_graph::{DType, annotations, backward_graph, json, plan, propagate as run, report};
+use spmd_graph::{DType, backward_graph, plan, propagate as run, report};
 
 use crate::Output;
-use crate::call::{display_path, read_input};
+use crate::call::display_path;
 use crate::cli::PropagateArgs;
 use crate::error::{CliError, Result};
+use crate::graph_input::{in_graph, load};
 
 pub fn propagate(args: &PropagateArgs) -> Result<Output> {
-    let text = read_input(&args.graph)?;
     let registry = spmd_ops::builtins();
-    let fail =
-        |e: spmd_graph::GraphError| CliError::usage(format!("{}: {e}", display_path(&args.graph)));
-    let loaded = match &args.plan {
-        None => json::from_str(&text, &registry).map_err(fail)?,
-        Some(plan_path) => {
-            let mut file: json::GraphFile = serde_json::from_str(&text).map_err(|e| {
-                CliError::usage(format!("{}: graph JSON: {e}", display_path(&args.graph)))
-            })?;
-            let plan =
-                annotations::AnnotationFile::from_json(&read_input(plan_path)?).map_err(|e| {
-                    CliError::usage(format!("{}: plan JSON: {e}", display_path(plan_path)))
-                })?;
-            annotations::apply(&mut file, &plan)
-                .map_err(|e| CliError::usage(format!("{}: {e}", display_path(plan_path))))?;
-            json::from_file(&file, &registry).map_err(fail)?
-        }
-    };
+    let fail = |e: spmd_graph::GraphError| in_graph(&args.graph, e);
+    let (_, loaded) = load(&args.graph, args.plan.as_deref(), &registry)?;
     let dtype = match &args.dtype {
         Some(d) => d.parse::<DType>().map_err(CliError::usage)?,
         None => loaded.dtype,
