@@ -9,6 +9,8 @@
 //! - the graph JSON loader, on a mutated real graph, each loaded graph
 //!   propagated forward and backward, and planned by `autoshard` on a random
 //!   mesh and budget;
+//! - the plan simulator (`spmd check`), on a mutated exported Llama graph,
+//!   forward and backward;
 //! - every registered rule, built with random attributes and called in each
 //!   direction with random shapes and mappings.
 //!
@@ -347,6 +349,114 @@ fn autoshard_on_mutated_graphs() {
                     true
                 }
                 Err(_) => false,
+            }
+        },
+    );
+}
+
+fn llama_text() -> &'static str {
+    static T: OnceLock<String> = OnceLock::new();
+    T.get_or_init(|| {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../spmd-graph/graphs/hf/llama.json"
+        );
+        std::fs::read_to_string(path).expect("the exported Llama graph")
+    })
+}
+
+/// The plan simulator on Llama under random meshes and random layouts of
+/// any of its tensors, intermediate ones and constants included, some of
+/// them invalid (a mesh dim the mesh lacks, one mesh dim on two dims,
+/// partial on a split mesh dim): never a panic, and whatever plan loads and
+/// propagates must hold forward and backward. Each input runs a whole
+/// simulation, so this target takes an eighth of the inputs.
+#[test]
+fn plan_simulation_on_random_layouts() {
+    use spmd_check::plan::{BackwardPlan, Finding, Inputs, check_plan};
+    use spmd_core::json::{Mapping, MappingEntry};
+    fuzz_n(
+        "plan check",
+        (cases() / 8).max(4),
+        (
+            prop::collection::vec(1usize..4, 1..3),
+            // (tensor pick, per dim (mesh dim or -1, a second one), partial mesh dim)
+            prop::collection::vec(
+                (
+                    any::<usize>(),
+                    prop::collection::vec((-2i64..3, -2i64..3), 6),
+                    prop::option::weighted(0.15, 0u8..3),
+                    prop::bool::weighted(0.1),
+                ),
+                1..6,
+            ),
+        ),
+        |(mesh, layouts)| {
+            let mut file: spmd_graph::json::GraphFile =
+                serde_json::from_str(llama_text()).expect("the exported Llama graph");
+            file.mesh = mesh.clone();
+            let rank = mesh.len() as i64;
+            for (pick, dims, partial, invalid) in &layouts {
+                let n = file.tensors.len();
+                let t = &mut file.tensors[pick % n];
+                // Valid unless `invalid`: mesh dims the mesh has, each once.
+                let mut used: Vec<i64> = partial.iter().map(|&m| m as i64).collect();
+                let mut take = |m: i64| {
+                    let ok = *invalid || (m < rank && !used.contains(&m));
+                    used.push(m);
+                    ok
+                };
+                let entries = dims[..t.shape.len().min(6)]
+                    .iter()
+                    .map(|&(a, b)| match (a, b) {
+                        (a, _) if a < 0 || !take(a) => MappingEntry::Dim(-1),
+                        (a, b) if b >= 0 && b != a && take(b) => MappingEntry::Co(vec![a, b]),
+                        (a, _) => MappingEntry::Dim(a),
+                    })
+                    .collect();
+                t.dims_mapping = Some(Mapping(entries));
+                t.partial_dims = partial
+                    .iter()
+                    .copied()
+                    .filter(|&m| *invalid || (m as i64) < rank)
+                    .collect();
+            }
+            let Ok(loaded) = spmd_graph::json::from_file(&file, registry()) else {
+                return false;
+            };
+            let graph = &loaded.graph;
+            let Ok(p) = spmd_graph::propagate(graph) else {
+                return false;
+            };
+            let Ok(forward) = spmd_graph::plan(graph, &p, loaded.dtype) else {
+                return false;
+            };
+            let Ok(b) = spmd_graph::backward_graph(graph, &p, registry(), &loaded.outputs) else {
+                return false;
+            };
+            let Ok(bp) = spmd_graph::propagate(&b.graph) else {
+                return false;
+            };
+            let Ok(bplan) = spmd_graph::plan(&b.graph, &bp, loaded.dtype) else {
+                return false;
+            };
+            let backward = BackwardPlan {
+                backward: &b,
+                prop: &bp,
+                plan: &bplan,
+            };
+            match check_plan(
+                graph,
+                &p,
+                &forward,
+                Some(backward),
+                &Inputs::of_file(&file),
+                registry(),
+            ) {
+                Ok(_) => true,
+                // An op the simulator cannot run is no verdict on the plan.
+                Err(d) if matches!(d.finding, Finding::NoKernel | Finding::Rule(_)) => false,
+                Err(d) => panic!("mesh {mesh:?}, layouts {layouts:?}: {d}"),
             }
         },
     );
