@@ -1,0 +1,333 @@
+//! Whole plans run on the simulated mesh (`spmd_check::plan`): every
+//! committed graph under every committed plan, forward and backward, gives
+//! the dense run's values on every device; a plan with one reshard taken
+//! away is caught, naming the op and the tensor.
+
+// A divergence is returned once per check, by value, as `check_plan` does.
+#![allow(clippy::result_large_err)]
+
+use spmd_check::plan::{
+    BackwardPlan, Divergence, Finding, Inputs, Moment, Phase, Summary, Wrong, check_plan,
+};
+use spmd_graph::json::GraphFile;
+use spmd_graph::steps::Step;
+use spmd_graph::{DType, Edge, ReshardPlan, annotations, backward_graph, plan, propagate};
+
+/// (name, graph, plan file or none): the Hugging Face exports under their
+/// tensor-parallel plans and with data parallelism added, the replicated
+/// Llama, and the hand-written GPT layer under its own annotations.
+const CASES: &[(&str, &str, Option<&str>)] = &[
+    (
+        "gpt_layer",
+        include_str!("../spmd-graph/graphs/gpt_layer.json"),
+        None,
+    ),
+    (
+        "llama",
+        include_str!("../spmd-graph/graphs/hf/llama.json"),
+        None,
+    ),
+    (
+        "llama_tp",
+        include_str!("../spmd-graph/graphs/hf/llama.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/llama_tp.json")),
+    ),
+    (
+        "llama_tp_dp",
+        include_str!("../spmd-graph/graphs/hf/llama.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/llama_tp_dp.json")),
+    ),
+    (
+        "opt_tp",
+        include_str!("../spmd-graph/graphs/hf/opt.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/opt_tp.json")),
+    ),
+    (
+        "opt_tp_dp",
+        include_str!("../spmd-graph/graphs/hf/opt.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/opt_tp_dp.json")),
+    ),
+    (
+        "gpt-neox_tp",
+        include_str!("../spmd-graph/graphs/hf/gpt-neox.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/gpt-neox_tp.json")),
+    ),
+    (
+        "gpt-neox_tp_dp",
+        include_str!("../spmd-graph/graphs/hf/gpt-neox.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/gpt-neox_tp_dp.json")),
+    ),
+    (
+        "gpt2_tp",
+        include_str!("../spmd-graph/graphs/hf/gpt2.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/gpt2_tp.json")),
+    ),
+    (
+        "gpt2_tp_dp",
+        include_str!("../spmd-graph/graphs/hf/gpt2.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/gpt2_tp_dp.json")),
+    ),
+];
+
+/// The case named `name`.
+fn case(name: &str) -> GraphFile {
+    let (_, graph, plan) = CASES
+        .iter()
+        .find(|c| c.0 == name)
+        .expect("a committed case");
+    file(graph, *plan)
+}
+
+fn file(graph: &str, annotations_file: Option<&str>) -> GraphFile {
+    let mut file: GraphFile = serde_json::from_str(graph).unwrap();
+    if let Some(a) = annotations_file {
+        let a = annotations::AnnotationFile::from_json(a).unwrap();
+        annotations::apply(&mut file, &a).unwrap();
+    }
+    file
+}
+
+/// Checks `file` forward and backward, with `edit` applied to the forward
+/// reshard plan first.
+fn check(file: &GraphFile, edit: impl FnOnce(&mut ReshardPlan)) -> Result<Summary, Divergence> {
+    check_both(file, edit, |_| {})
+}
+
+/// [`check`], with `edit_backward` applied to the backward plan.
+fn check_both(
+    file: &GraphFile,
+    edit: impl FnOnce(&mut ReshardPlan),
+    edit_backward: impl FnOnce(&mut ReshardPlan),
+) -> Result<Summary, Divergence> {
+    let registry = spmd_ops::builtins();
+    let loaded = spmd_graph::json::from_file(file, &registry).unwrap();
+    let graph = &loaded.graph;
+    let prop = propagate(graph).unwrap();
+    let mut forward = plan(graph, &prop, DType::F32).unwrap();
+    edit(&mut forward);
+    let bw = backward_graph(graph, &prop, &registry, &loaded.outputs).unwrap();
+    let bprop = propagate(&bw.graph).unwrap();
+    let mut bplan = plan(&bw.graph, &bprop, DType::F32).unwrap();
+    edit_backward(&mut bplan);
+    let backward = BackwardPlan {
+        backward: &bw,
+        prop: &bprop,
+        plan: &bplan,
+    };
+    check_plan(
+        graph,
+        &prop,
+        &forward,
+        Some(backward),
+        &Inputs::of_file(file),
+        &registry,
+    )
+}
+
+#[test]
+fn every_committed_plan_gives_the_dense_values_forward_and_backward() {
+    let mut failed = Vec::new();
+    for (name, graph, annotations_file) in CASES {
+        let f = file(graph, *annotations_file);
+        let clock = std::time::Instant::now();
+        match check(&f, |_| {}) {
+            Ok(summary) => {
+                eprintln!("{name}: {summary} [{:?}]", clock.elapsed());
+                assert!(
+                    summary.ops > 0 && summary.compared >= summary.ops,
+                    "{name}: {summary}"
+                );
+                assert!(summary.gradients > 0, "{name}: {summary}");
+            }
+            Err(d) => failed.push(format!("{name}: {d}")),
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The plans of `file`: the graph, forward plan, backward graph and plan.
+fn plans(
+    file: &GraphFile,
+) -> (
+    spmd_graph::Graph,
+    ReshardPlan,
+    spmd_graph::Graph,
+    ReshardPlan,
+) {
+    let registry = spmd_ops::builtins();
+    let loaded = spmd_graph::json::from_file(file, &registry).unwrap();
+    let prop = propagate(&loaded.graph).unwrap();
+    let forward = plan(&loaded.graph, &prop, DType::F32).unwrap();
+    let bw = backward_graph(&loaded.graph, &prop, &registry, &loaded.outputs).unwrap();
+    let bprop = propagate(&bw.graph).unwrap();
+    let backward = plan(&bw.graph, &bprop, DType::F32).unwrap();
+    (loaded.graph, forward, bw.graph, backward)
+}
+
+#[test]
+fn every_reshard_of_a_plan_is_needed() {
+    // Llama with tensor and data parallelism, each reshard of its forward
+    // and backward plans taken away in turn: the check fails at the op
+    // that reads (or writes) the tensor, naming both.
+    let f = case("llama_tp_dp");
+    let (graph, forward, bgraph, backward) = plans(&f);
+    assert!(forward.reshards.len() >= 4 && backward.reshards.len() >= 21);
+    for (phase, g, p) in [
+        (Phase::Forward, &graph, &forward),
+        (Phase::Backward, &bgraph, &backward),
+    ] {
+        for k in 0..p.reshards.len() {
+            let r = &p.reshards[k];
+            let drop = |plan: &mut ReshardPlan| {
+                plan.reshards.remove(k);
+            };
+            let found = match phase {
+                Phase::Forward => check(&f, drop),
+                Phase::Backward => check_both(&f, |_| {}, drop),
+            };
+            let d = found.expect_err("a plan without one of its reshards passes");
+            let what = format!("reshard {k} of {phase}: {d}");
+            assert_eq!(d.phase, phase, "{what}");
+            assert_eq!(d.op, g.op(r.op).name, "{what}");
+            assert_eq!(d.tensor, g.tensor(r.tensor).name, "{what}");
+            let finding_fits = match r.edge {
+                Edge::Result(_) => d.finding == Finding::Partial,
+                _ => matches!(d.finding, Finding::Unplanned { .. }),
+            };
+            assert!(finding_fits, "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_gradient_reduced_twice_is_caught() {
+    // Llama with data parallelism: the embedding table's gradient is
+    // all-reduced over the data-parallel mesh dim once; twice doubles it.
+    let f = case("llama_tp_dp");
+    let (_, _, bgraph, backward) = plans(&f);
+    let k = backward
+        .reshards
+        .iter()
+        .position(|r| bgraph.tensor(r.tensor).name == "dmodel.embed_tokens.weight@embedding")
+        .expect("the embedding gradient is reduced");
+    let d = check_both(
+        &f,
+        |_| {},
+        |plan| {
+            let step = plan.reshards[k].steps[0].clone();
+            plan.reshards[k].steps.push(step);
+        },
+    )
+    .expect_err("a gradient reduced twice passes");
+    assert_eq!(d.phase, Phase::Backward, "{d}");
+    assert_eq!(d.tensor, "dmodel.embed_tokens.weight@embedding", "{d}");
+    assert_eq!(d.moment, Some(Moment::Placed(0)), "{d}");
+    let Finding::WrongValue(Wrong { got, want, .. }) = d.finding else {
+        panic!("{d}")
+    };
+    assert!(
+        (got - 2.0 * want).abs() <= 1e-9 * want.abs().max(1.0),
+        "{got} is not twice {want}"
+    );
+}
+
+#[test]
+fn a_reduction_of_the_wrong_kind_is_caught() {
+    // Tensor parallelism: the row-parallel projections' partial sums,
+    // combined by a max instead of a sum.
+    let f = case("llama_tp");
+    let (graph, forward, _, _) = plans(&f);
+    let r = &forward.reshards[0];
+    let d = check(&f, |plan| {
+        let Step::AllReduce { reduce, .. } = &mut plan.reshards[0].steps[0].0 else {
+            panic!("the first reshard is an all-reduce")
+        };
+        *reduce = spmd_core::ReduceType::Max;
+    })
+    .expect_err("a max where a sum belongs passes");
+    assert_eq!(
+        (d.phase, d.op.as_str()),
+        (Phase::Forward, graph.op(r.op).name.as_str()),
+        "{d}"
+    );
+    assert_eq!(d.tensor, graph.tensor(r.tensor).name, "{d}");
+    assert!(matches!(d.finding, Finding::WrongValue(_)), "{d}");
+}
+
+/// Random plans for the exported Llama: a random mesh of one or two dims,
+/// a few of its parameters and its input ids annotated with random
+/// mappings (co-sharding and uneven splits included). Whatever propagation
+/// makes of them, forward and backward, must equal the dense run.
+mod random_plans {
+    use super::*;
+    use proptest::prelude::*;
+    use spmd_core::json::{Mapping, MappingEntry};
+
+    /// (tensor choice, per-dim entries: -1, a mesh dim, or two co-sharded).
+    type Annotation = (usize, Vec<(i8, i8)>);
+
+    fn plans() -> impl Strategy<Value = (Vec<usize>, Vec<Annotation>)> {
+        (
+            prop::collection::vec(1usize..4, 1..3),
+            prop::collection::vec(
+                (any::<usize>(), prop::collection::vec((-2i8..2, -2i8..2), 4)),
+                1..5,
+            ),
+        )
+    }
+
+    fn annotate(file: &mut GraphFile, mesh: &[usize], plan: &[Annotation]) {
+        file.mesh = mesh.to_vec();
+        let choices: Vec<usize> = (0..file.tensors.len())
+            .filter(|&i| file.tensors[i].param || file.tensors[i].name == "input_ids")
+            .collect();
+        for (pick, dims) in plan {
+            let t = &mut file.tensors[choices[pick % choices.len()]];
+            let rank = mesh.len() as i8;
+            let entry = |(a, b): (i8, i8)| match (a, b) {
+                (a, _) if a < 0 || a >= rank => MappingEntry::Dim(-1),
+                (a, b) if b >= 0 && b < rank && b != a => {
+                    MappingEntry::Co(vec![a as i64, b as i64])
+                }
+                (a, _) => MappingEntry::Dim(a as i64),
+            };
+            let mut used = Vec::new();
+            let entries = dims[..t.shape.len()]
+                .iter()
+                .map(|&d| {
+                    // A mesh dim splits one tensor dim at most.
+                    let e = entry(d);
+                    let mine: Vec<i64> = match &e {
+                        MappingEntry::Dim(-1) => vec![],
+                        MappingEntry::Dim(m) => vec![*m],
+                        MappingEntry::Co(ms) => ms.clone(),
+                    };
+                    if mine.iter().any(|m| used.contains(m)) {
+                        return MappingEntry::Dim(-1);
+                    }
+                    used.extend(mine);
+                    e
+                })
+                .collect();
+            t.dims_mapping = Some(Mapping(entries));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_llama_plans_hold_forward_and_backward((mesh, plan) in plans()) {
+            let mut f = file(include_str!("../spmd-graph/graphs/hf/llama.json"), None);
+            annotate(&mut f, &mesh, &plan);
+            if let Err(d) = check(&f, |_| {}) {
+                let annotated: Vec<String> = f
+                    .tensors
+                    .iter()
+                    .filter_map(|t| t.dims_mapping.as_ref().map(|m| format!("{} {:?}", t.name, m)))
+                    .collect();
+                panic!("mesh {mesh:?}, {annotated:?}: {d}");
+            }
+        }
+    }
+}
