@@ -58,6 +58,16 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
         Some(include_str!("../spmd-graph/graphs/hf/gpt-neox_tp_dp.json")),
     ),
     (
+        "qwen3_tp",
+        include_str!("../spmd-graph/graphs/hf/qwen3.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/qwen3_tp.json")),
+    ),
+    (
+        "qwen3_tp_dp",
+        include_str!("../spmd-graph/graphs/hf/qwen3.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/qwen3_tp_dp.json")),
+    ),
+    (
         "gpt2_tp",
         include_str!("../spmd-graph/graphs/hf/gpt2.json"),
         Some(include_str!("../spmd-graph/graphs/hf/gpt2_tp.json")),
@@ -229,6 +239,51 @@ fn a_gradient_reduced_twice_is_caught() {
         (got - 2.0 * want).abs() <= 1e-9 * want.abs().max(1.0),
         "{got} is not twice {want}"
     );
+}
+
+/// Qwen3 under Megatron's plan: each layer's `q_norm`/`k_norm` weights
+/// are replicated but read head-sharded activations, so their gradients
+/// come out partial over the tensor-parallel mesh dim. spmd's plan reduces
+/// all four; PyTorch's tensor-parallel plan does not. Without those
+/// reductions (PyTorch's plan) every one of the four gradients is wrong.
+#[test]
+fn qwen3_norm_gradients_need_their_all_reduces() {
+    let f = case("qwen3_tp");
+    let (_, _, bgraph, backward) = plans(&f);
+    let norm_grads: Vec<usize> = (0..backward.reshards.len())
+        .filter(|&k| {
+            let name = &bgraph.tensor(backward.reshards[k].tensor).name;
+            name.contains("q_norm.weight") || name.contains("k_norm.weight")
+        })
+        .collect();
+    assert_eq!(
+        norm_grads.len(),
+        4,
+        "one all-reduce per norm weight per layer"
+    );
+    for &k in &norm_grads {
+        let r = &backward.reshards[k];
+        assert!(
+            matches!(r.steps.as_slice(), [(Step::AllReduce { .. }, _)]),
+            "{:?}",
+            r.steps
+        );
+        let name = bgraph.tensor(r.tensor).name.clone();
+        let d = check_both(
+            &f,
+            |_| {},
+            |plan| {
+                plan.reshards.remove(k);
+            },
+        )
+        .expect_err("an unreduced norm gradient passes");
+        assert_eq!(
+            (d.phase, d.tensor.as_str()),
+            (Phase::Backward, name.as_str()),
+            "{d}"
+        );
+        assert!(matches!(d.finding, Finding::Unplanned { .. }), "{d}");
+    }
 }
 
 #[test]

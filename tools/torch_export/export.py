@@ -72,6 +72,7 @@ ALIASES = {
     "mistral": "MistralConfig",
     "qwen2": "Qwen2Config",
     "phi": "PhiConfig",
+    "qwen3": "Qwen3Config",
 }
 
 # ATen calls that compute no value the program uses.
