@@ -255,10 +255,11 @@ fn mean_dim_against_the_op() {
             .with("dim", vec![d as i64])
             .with("keepdim", keep);
         // Each element's grad: its row's output grad over the extent the
-        // kernel sees (so the averaged dim must not be split).
+        // whole tensor has (the grad op reads x for its shape alone, the
+        // global one), so the averaged dim may stay split.
+        let n = c.shapes[0][d] as f64;
         let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
             let x = &v[0];
-            let n = x.shape()[d] as f64;
             vec![Tensor::from_fn(x.shape(), |i| {
                 let at: Vec<usize> = if keep {
                     with_dim(i, d, 0)

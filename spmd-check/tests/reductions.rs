@@ -529,9 +529,9 @@ type ReduceGrad = fn(&ReduceP, &[f64], usize, f64) -> f64;
 
 /// A reduction property: `name` built with `attrs(p)`, checked against
 /// `f` of each group and its derived grad `df`. With `ignores_x` (the
-/// rule's `grad(ignores(x))`: the grad kernel reads x for its global shape
-/// only, so the rule leaves x as given) x is not read by the grad kernel,
-/// and every element's grad is `dout · df` of the whole x (all reduced).
+/// rule's `grad(ignores(x))`) the grad kernel reads x for its shape only:
+/// it is given NaNs, and `df` must take what it needs (the whole tensor's
+/// element count) from the params.
 fn reduction_property(
     name: &'static str,
     ignores_x: bool,
@@ -552,11 +552,13 @@ fn reduction_property(
         };
         let ins = inputs(&[small(&c.p.x, 1)], &[&c.a[0]]);
         d.forward_backward(&*rule, &mesh, &ins, &c.a[1..], &op)?;
-        let x = small(&c.p.x, 1);
         let vjp = move |v: &[Tensor], o: &[Tensor], dy: &[Tensor]| {
-            // Without reading x: the dense x's shape and values.
+            // Without reading x's values: a block of NaNs of its shape
+            // must give the same grad.
+            let unread;
             let v = if ignores_x {
-                std::slice::from_ref(&x)
+                unread = [Tensor::full(v[0].shape(), f64::NAN)];
+                &unread[..]
             } else {
                 v
             };
@@ -567,10 +569,10 @@ fn reduction_property(
         d.grad(true, &*rule, &mesh, &ins, &c.a[1..], &op, &vjp)
     });
     // Backward of mean_all: from a 0-d output (not partial, see
-    // `complete`) there is nothing to shard x by; its grad, from a 0-d
-    // output grad, neither: x is required laid out as its (whole) grad.
+    // `complete`) there is nothing to shard x by. Its grad keeps x's own
+    // layout (x is read for its shape only), so that one is split.
     let unsplit: &[&str] = if name == "mean_all" {
-        &["backward", "grad"]
+        &["backward"]
     } else {
         &[]
     };
@@ -673,6 +675,7 @@ fn mean_all_against_the_kernel() {
         partial_layout,
         |_| Attrs::new(),
         |_, g| g.iter().sum::<f64>() / g.len() as f64,
-        |_, g, _, _| 1.0 / g.len() as f64,
+        // The whole tensor's count: the grad op reads the global shape.
+        |p, _, _, _| 1.0 / p.x.iter().product::<usize>() as f64,
     );
 }

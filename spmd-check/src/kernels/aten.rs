@@ -812,8 +812,10 @@ fn mean_dim_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
         }
     }
     let ws = w.local();
-    // A device's mean divides by the count it holds: so does its gradient.
-    let count: usize = ws
+    // The grad op reads the input for its (global) shape alone: each
+    // element's share is over the whole tensor's count.
+    let count: usize = w
+        .shape
         .iter()
         .zip(&red)
         .filter(|(_, r)| **r)

@@ -706,11 +706,61 @@ impl<'c> Run<'_, '_, 'c> {
             }
             self.resolve(trace)?;
         }
+        self.keep_shape_only_layouts(merges);
         // Given side: the grad op's inputs; derived side: the
         // input grads.
         let derived = self.fit(trace);
         let derived = derived.as_ref().unwrap_or(&self.map.sharding);
         self.answer_grad(derived, trace, sink)
+    }
+
+    /// Grad: an input the grad op reads for its shape alone
+    /// (`grad(ignores(..))`) merges nothing, and its grad is a broadcast
+    /// (or a scatter) along the axes no operand the grad op reads
+    /// carries: a sum's reduced axes, an embedding table's rows. Each
+    /// such axis keeps the input's own sharding where its mesh dims are
+    /// still free, so the input is not gathered only to be read for its
+    /// shape, and its grad comes out in its layout.
+    fn keep_shape_only_layouts(&mut self, read: impl Fn(usize) -> bool) {
+        let rule = self.rule;
+        let given = usize::from(self.prog.n_given);
+        let ignored = |s: usize| {
+            self.slots[s].present
+                && self.slots[s]
+                    .input
+                    .is_some_and(|i| rule.grad_ignores.contains(usize::from(i)))
+        };
+        if !(0..given).any(ignored) {
+            return;
+        }
+        let mut read_axes = spmd_notation::AxisSet::EMPTY;
+        for s in (0..given).filter(|&s| read(s)) {
+            read_axes = read_axes.union(self.carried(s));
+        }
+        let bits =
+            |sharding: crate::dist_attr::Sharding| sharding.iter().fold(0u64, |b, m| b | 1 << m);
+        let mut used = self.map.sharding[..usize::from(self.prog.n_axes)]
+            .iter()
+            .fold(0u64, |b, &sh| b | bits(sh));
+        for s in (0..given).filter(|&s| ignored(s)) {
+            let mapping = self.specs[s].attr.dims_mapping.as_slice();
+            for (dim, &sharding) in mapping.iter().enumerate().take(self.dims_of(s).len()) {
+                let Some(a) = self.carrier(s, dim) else {
+                    continue;
+                };
+                let mine = bits(sharding);
+                if mine == 0
+                    || mine & used != 0
+                    || read_axes.contains(a)
+                    || rule.plan.compound_major.contains(a)
+                    || !self.map.sharding[usize::from(a)].is_replicated()
+                {
+                    continue;
+                }
+                self.map.sharding[usize::from(a)] = sharding;
+                used |= mine;
+            }
+        }
     }
 
     /// Backward, `MissingAxis::Error`: fails on the first input dim whose
