@@ -412,6 +412,28 @@ fn check_counts(r: &RuleResult, inputs: usize, outputs: usize) -> Result<(), Fin
     Ok(())
 }
 
+/// The grad layout rule (docs/semantics.md §4): a framework runs the grad op
+/// on the inputs laid out as required and gives each input's grad the shape
+/// of that input's block, so input `j` (for each `(j, k)`: its grad is
+/// output `k`) must be required in its grad's dims mapping. An absent
+/// input (empty attr on either side) has nothing to agree on.
+fn check_grad_layouts(r: &RuleResult, with: &[(usize, usize)]) -> Result<(), Finding> {
+    for &(j, k) in with {
+        let (required, grad) = (&r.inputs[j], &r.outputs[k]);
+        let absent = |a: &DistAttr| a.dims_mapping.rank() == 0 && a.partial.dims().is_empty();
+        if absent(required) || absent(grad) {
+            continue;
+        }
+        if required.dims_mapping != grad.dims_mapping {
+            return Err(Finding::Malformed(format!(
+                "input {j} is required {required} but its grad is claimed {grad}: a framework \
+                 gives each input grad the shape of its input's block (the grad layout rule)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A device's local computation: its blocks (per tensor) and local values in,
 /// its local results out.
 type Local<'a> =
@@ -754,7 +776,8 @@ fn agree<R: SpmdRule + ?Sized>(
     }
 }
 
-/// Checks a rule's grad inference against the op's gradient kernel.
+/// Checks a rule's grad inference against the op's gradient kernel, in the
+/// derived form: `inputs` are the forward inputs.
 ///
 /// The rule answers requirements for (inputs…, output grads…) and the layout
 /// of each input grad (see `SpmdRuleExt::grad`). `forward` computes the op's
@@ -762,7 +785,8 @@ fn agree<R: SpmdRule + ?Sized>(
 /// output_grads)` computes the grads of the inputs that have one, densely and
 /// on every device over the blocks the rule requires; a forward output is laid
 /// out like its output grad's requirement (partial status cleared, as Paddle
-/// hands `out` to `max_grad`), for kernels that read it.
+/// hands `out` to `max_grad`), for kernels that read it. Each input must be
+/// required in its grad's dims mapping (the grad layout rule).
 pub fn check_grad<R, F, G>(
     rule: &R,
     mesh: &Mesh,
@@ -770,6 +794,43 @@ pub fn check_grad<R, F, G>(
     output_grads: &[DistAttr],
     forward: F,
     grad: G,
+) -> Result<(), Report>
+where
+    R: SpmdRule + ?Sized,
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+    G: Fn(&[Tensor], &[Tensor], &[Tensor]) -> Vec<Tensor>,
+{
+    grad_against_kernel(rule, mesh, inputs, output_grads, forward, grad, true)
+}
+
+/// [`check_grad`] for a grad op with a signature of its own
+/// (`GradSignature`): `inputs` are the tensors the grad op takes, which
+/// need not be the forward inputs, so the input grads are checked by value
+/// only, not against those tensors' layouts.
+pub fn check_grad_of_signature<R, F, G>(
+    rule: &R,
+    mesh: &Mesh,
+    inputs: &[Input],
+    output_grads: &[DistAttr],
+    forward: F,
+    grad: G,
+) -> Result<(), Report>
+where
+    R: SpmdRule + ?Sized,
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+    G: Fn(&[Tensor], &[Tensor], &[Tensor]) -> Vec<Tensor>,
+{
+    grad_against_kernel(rule, mesh, inputs, output_grads, forward, grad, false)
+}
+
+fn grad_against_kernel<R, F, G>(
+    rule: &R,
+    mesh: &Mesh,
+    inputs: &[Input],
+    output_grads: &[DistAttr],
+    forward: F,
+    grad: G,
+    derived: bool,
 ) -> Result<(), Report>
 where
     R: SpmdRule + ?Sized,
@@ -817,6 +878,10 @@ where
     let grad_names = grad_names(n_in, r.outputs.len(), &[]);
     cx.answered(&r, &in_names, &grad_names);
     check_counts(&r, n_in + outs.len(), expected.len()).map_err(|f| cx.report(f))?;
+    if derived && expected.len() == n_in {
+        let with: Vec<(usize, usize)> = (0..n_in).map(|j| (j, j)).collect();
+        check_grad_layouts(&r, &with).map_err(|f| cx.report(f))?;
+    }
     // Forward outputs laid out like their grads' requirements, not partial.
     let out_attrs: Vec<DistAttr> = r.inputs[n_in..]
         .iter()
@@ -1197,6 +1262,8 @@ impl EinsumCheck {
             (0..n_in).filter(|j| !self.no_grad.contains(j)).collect()
         };
         check_counts(&r, n_in + out_shapes.len(), with.len()).map_err(|f| cx.report(f))?;
+        let pairs: Vec<(usize, usize)> = with.iter().enumerate().map(|(k, &j)| (j, k)).collect();
+        check_grad_layouts(&r, &pairs).map_err(|f| cx.report(f))?;
         // Every tensor's slots: the inputs', then the outputs' (for the grads).
         let mut slots: Vec<&[Slot]> = layout.inputs.iter().map(Vec::as_slice).collect();
         slots.extend(layout.outputs.iter().map(Vec::as_slice));

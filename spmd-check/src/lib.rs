@@ -81,7 +81,7 @@ mod tensor;
 
 pub use check::{
     Direction, EinsumCheck, Finding, Holding, Input, LocalCall, Report, RuleRef, check_answer,
-    check_backward, check_forward, check_grad, values_for,
+    check_backward, check_forward, check_grad, check_grad_of_signature, values_for,
 };
 pub use eval::{EvalError, combine, einsum, einsum_sized};
 pub use mesh_sim::{Device, block_of, devices, dim_range, split_range};

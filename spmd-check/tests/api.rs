@@ -3,7 +3,8 @@
 //! of a linear op, empty blocks, co-sharding, idempotent partials) accepted.
 
 use spmd_check::{
-    Direction, EinsumCheck, Finding, Input, Tensor, Values, check_backward, check_forward, einsum,
+    Direction, EinsumCheck, Finding, Input, Tensor, Values, check_backward, check_forward,
+    check_grad, check_grad_of_signature, einsum,
 };
 use spmd_core::{
     Call, DimsMapping, DistAttr, Mesh, MeshSet, Partial, ReduceType, RuleResult, Spec, SpmdError,
@@ -379,4 +380,44 @@ fn an_empty_block_of_a_compound_with_a_size_one_factor_is_sound() {
     if let Err(rep) = check.forward(&*rule, &mesh, &[Spec::new(&[3], &x)]) {
         panic!("{rep}");
     }
+}
+
+/// The grad layout rule: a grad whose values are right on every device is
+/// still unsound when its input is required in another layout, since the
+/// framework gives each input grad the shape of its input's block. The same
+/// answer read as a grad op of its own signature (whose inputs need not be
+/// the forward inputs) is judged by value alone.
+#[test]
+fn a_grad_laid_out_unlike_its_input_is_caught() {
+    let mesh = Mesh::new(&[2]).unwrap();
+    let x = Input::probe(&[4], a(&[-1]), 1);
+    let negate = |t: &[Tensor]| vec![t[0].map(|v| -v)];
+    let d_negate = |_: &[Tensor], _: &[Tensor], dy: &[Tensor]| vec![dy[0].map(|v| -v)];
+    // (x, out_grad) required ([-1], [0]); x's grad claimed [0].
+    let unlike = fixed(&[a(&[-1]), a(&[0])], &[a(&[0])]);
+    let rep = check_grad(
+        &unlike,
+        &mesh,
+        std::slice::from_ref(&x),
+        &[a(&[0])],
+        negate,
+        d_negate,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(rep.finding(), Finding::Malformed(m) if m.contains("grad layout rule")),
+        "{rep}"
+    );
+    check_grad_of_signature(
+        &unlike,
+        &mesh,
+        std::slice::from_ref(&x),
+        &[a(&[0])],
+        negate,
+        d_negate,
+    )
+    .unwrap();
+    // x required as its grad: sound.
+    let like = fixed(&[a(&[0]), a(&[0])], &[a(&[0])]);
+    check_grad(&like, &mesh, &[x], &[a(&[0])], negate, d_negate).unwrap();
 }

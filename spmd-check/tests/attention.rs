@@ -9,7 +9,9 @@
 mod common;
 
 use proptest::prelude::*;
-use spmd_check::{Input, Tensor, check_backward, check_forward, check_grad};
+use spmd_check::{
+    Input, Tensor, check_backward, check_forward, check_grad, check_grad_of_signature,
+};
 use spmd_core::SpmdRuleExt;
 use spmd_core::{Attrs, DimsMapping, DistAttr, Mesh, Sharding, Spec};
 
@@ -441,7 +443,7 @@ fn flash_attention_against_the_kernel() {
         gr.record(
             &mesh,
             &sig_rule.grad(&mesh, &input_specs(&sig), &[dy]),
-            check_grad(&sig_rule, &mesh, &sig, &c.attrs[12..13], forward, grad),
+            check_grad_of_signature(&sig_rule, &mesh, &sig, &c.attrs[12..13], forward, grad),
         )?;
 
         // The derived form: (q, k, v, fixed_seed_offset, attn_mask; the

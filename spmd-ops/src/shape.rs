@@ -531,10 +531,10 @@ impl Reshape {
                 ..
             } => {
                 // The grad op's operands are (x, out_grad), its output x_grad.
-                if let (Some(x), Some(dy), Some(dy_req), Some(dx)) = (
+                if let (Some(x), Some(dy), [x_req, dy_req, ..], Some(dx)) = (
                     given.first(),
                     output_grads.first(),
-                    inputs.get_mut(1),
+                    inputs.as_mut_slice(),
                     outputs.first_mut(),
                 ) {
                     let runs = Runs {
@@ -548,6 +548,9 @@ impl Reshape {
                         &mut dx.dims_mapping,
                         &mut dy_req.dims_mapping,
                     );
+                    // x is laid out as its grad (the grad layout rule): the
+                    // framework gives x_grad the shape of x's block.
+                    x_req.dims_mapping = dx.dims_mapping.clone();
                 }
             }
             _ => {}
