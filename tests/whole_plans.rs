@@ -286,6 +286,66 @@ fn qwen3_norm_gradients_need_their_all_reduces() {
     }
 }
 
+/// A data- and tensor-parallel MLP with a `mean_all` loss: the loss comes
+/// out partial `Avg` over the batch's mesh dim, and the plan reduces it
+/// once as a result of the graph; backward, the loss's grad keeps the
+/// activation's layout (it reads it for its shape alone), so no all-gather
+/// is paid for it. The whole plan holds.
+#[test]
+fn an_mlp_loss_is_reduced_and_its_grad_gathers_nothing() {
+    let f = file(
+        r#"{"mesh": [2, 2],
+         "tensors": [{"name": "x", "shape": [8, 8], "dims_mapping": [0, -1]},
+                     {"name": "w1", "shape": [8, 16], "dims_mapping": [-1, 1], "param": true},
+                     {"name": "w2", "shape": [16, 8], "dims_mapping": [1, -1], "param": true},
+                     {"name": "h", "shape": [8, 16]}, {"name": "a", "shape": [8, 16]},
+                     {"name": "y", "shape": [8, 8]}, {"name": "loss", "shape": []}],
+         "ops": [{"name": "fc1", "op": "matmul", "inputs": ["x", "w1"], "outputs": ["h"]},
+                 {"name": "act", "op": "gelu", "inputs": ["h"], "outputs": ["a"]},
+                 {"name": "fc2", "op": "matmul", "inputs": ["a", "w2"], "outputs": ["y"]},
+                 {"name": "mean", "op": "mean_all", "inputs": ["y"], "outputs": ["loss"]}],
+         "outputs": ["loss"]}"#,
+        None,
+    );
+    let (graph, forward, _, backward) = plans(&f);
+    let loss: Vec<String> = forward
+        .reshards
+        .iter()
+        .filter(|r| r.edge == Edge::Result(0))
+        .map(|r| {
+            format!(
+                "{} -> {}: {}",
+                r.from,
+                r.to,
+                spmd_graph::steps::summary(
+                    &r.steps.iter().map(|s| s.0.clone()).collect::<Vec<_>>()
+                )
+            )
+        })
+        .collect();
+    assert_eq!(
+        loss,
+        ["[] partial{0: AVG} -> []: all-reduce AVG over mesh dim 0"]
+    );
+    assert_eq!(
+        graph.tensor(forward.reshards.last().unwrap().tensor).name,
+        "loss"
+    );
+    // Backward: the weights' data-parallel reductions, and no gather.
+    let kinds: Vec<&str> = backward
+        .reshards
+        .iter()
+        .flat_map(|r| r.steps.iter().map(|s| s.0.kind()))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["all-reduce", "all-reduce"],
+        "{:?}",
+        backward.reshards
+    );
+    check(&f, |_| {}).unwrap();
+}
+
 #[test]
 fn a_reduction_of_the_wrong_kind_is_caught() {
     // Tensor parallelism: the row-parallel projections' partial sums,

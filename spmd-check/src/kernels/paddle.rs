@@ -25,6 +25,7 @@ pub(super) const NAMES: &[&str] = &[
     "softmax",
     "gelu",
     "assign",
+    "mean_all",
 ];
 
 pub(super) fn kernel(name: &str) -> Option<Kernel> {
@@ -41,6 +42,7 @@ pub(super) fn kernel(name: &str) -> Option<Kernel> {
         "softmax" => k(softmax, Some(softmax_grad)),
         "gelu" => k(gelu_op, Some(gelu_op_grad)),
         "assign" => k(identity, Some(identity_grad)),
+        "mean_all" => k(mean_all, Some(mean_all_grad)),
         _ => None,
     }
 }
@@ -439,6 +441,26 @@ fn scale(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
 fn scale_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
     let s = num(call.attrs, "scale", 1.0)?;
     pointwise_grad(call, |_| s)
+}
+
+/// `mean_all`: the mean of the elements a device holds (partial `Avg` over
+/// the mesh dims that split them: equal blocks' means average to the mean).
+fn mean_all(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let x = input(call, 0)?;
+    let d = x.value.data();
+    let mean = d.iter().sum::<f64>() / d.len().max(1) as f64;
+    Ok(vec![Tensor::new(&[], vec![mean])])
+}
+/// Its grad: the output grad spread over the whole tensor's count (the grad
+/// op reads x for its global shape alone), on any block of x.
+fn mean_all_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let g = dy(call, 0)?;
+    let Some(w) = call.input_grads.first().cloned().flatten() else {
+        return Ok(vec![None]);
+    };
+    let n: usize = w.shape.iter().product();
+    let share = g.value.data()[0] / n.max(1) as f64;
+    Ok(vec![Some(Tensor::full(&w.local(), share))])
 }
 
 fn gelu_op(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {

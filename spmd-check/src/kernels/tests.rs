@@ -281,6 +281,7 @@ fn pointwise_and_broadcast_gradients_match_central_differences() {
         ),
         case("gelu", &[], &[&[3]], &[&[3]]),
         case("softmax", &[("axis", int(-1))], &[&[2, 3]], &[&[2, 3]]),
+        case("mean_all", &[], &[&[2, 3]], &[&[]]),
     ] {
         check(c);
     }
