@@ -388,3 +388,168 @@ fn a_mean_grad_never_shards_a_reduced_axis() {
     let sum = grad(0);
     assert_eq!(sum.outputs[0].to_string(), "[-1, 0]");
 }
+
+/// A grad call whose forward call (the same inputs) is answered is
+/// answered too: the grad op's operands arrive in layouts nothing made
+/// agree (the output grads as the next op wrote them), and the merge
+/// settles an axis given two shardings by its first claim, resharding the
+/// later operand; a mesh dim two axes claim goes to the first claimant,
+/// even under a strict policy (softmax, embedding), since the reshards of
+/// the grad op's operands are a sound answer. No grad of these calls may
+/// fail, and an axis conflict would be the wrong error. Random layouts over
+/// matmul, the elementwise binaries, softmax, layer_norm, embedding and
+/// cross_entropy_with_softmax.
+mod grads_answer_where_forward_does {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// (op, attrs, input shapes, output shapes)
+    type Case = (&'static str, Attrs, Vec<Vec<usize>>, Vec<Vec<usize>>);
+
+    fn cases() -> Vec<Case> {
+        let v = |s: &[&[usize]]| s.iter().map(|d| d.to_vec()).collect::<Vec<_>>();
+        vec![
+            (
+                "matmul",
+                Attrs::new(),
+                v(&[&[4, 6], &[6, 8]]),
+                v(&[&[4, 8]]),
+            ),
+            (
+                "matmul",
+                Attrs::new().with("trans_y", true),
+                v(&[&[2, 4, 6], &[8, 6]]),
+                v(&[&[2, 4, 8]]),
+            ),
+            ("add", Attrs::new(), v(&[&[4, 6], &[4, 6]]), v(&[&[4, 6]])),
+            ("subtract", Attrs::new(), v(&[&[4, 6], &[6]]), v(&[&[4, 6]])),
+            (
+                "multiply",
+                Attrs::new(),
+                v(&[&[2, 4, 6], &[4, 6]]),
+                v(&[&[2, 4, 6]]),
+            ),
+            (
+                "softmax",
+                Attrs::new().with("axis", -1i64),
+                v(&[&[4, 6]]),
+                v(&[&[4, 6]]),
+            ),
+            (
+                "layer_norm",
+                Attrs::new().with("begin_norm_axis", 1i64),
+                v(&[&[4, 6], &[6], &[6]]),
+                v(&[&[4, 6], &[4], &[4]]),
+            ),
+            (
+                "embedding",
+                Attrs::new(),
+                v(&[&[4, 6], &[12, 8]]),
+                v(&[&[4, 6, 8]]),
+            ),
+            (
+                "cross_entropy_with_softmax",
+                Attrs::new(),
+                v(&[&[4, 10], &[4, 1]]),
+                v(&[&[4, 10], &[4, 1]]),
+            ),
+        ]
+    }
+
+    /// A mapping for each of `ranks`: per dim `-1` or a mesh dim, a mesh
+    /// dim used once per tensor.
+    fn layouts(ranks: Vec<usize>, mesh_rank: usize) -> impl Strategy<Value = Vec<DistAttr>> {
+        ranks
+            .into_iter()
+            .map(move |r| {
+                prop::collection::vec(-1i64..mesh_rank as i64, r).prop_map(|m| {
+                    let mut used = Vec::new();
+                    let m: Vec<i64> = m
+                        .into_iter()
+                        .map(|d| {
+                            if d >= 0 && !used.contains(&d) {
+                                used.push(d);
+                                d
+                            } else {
+                                -1
+                            }
+                        })
+                        .collect();
+                    attr(&m)
+                })
+            })
+            .collect::<Vec<_>>()
+    }
+
+    fn call() -> impl Strategy<Value = (usize, Vec<usize>, Vec<DistAttr>, Vec<DistAttr>)> {
+        let n = cases().len();
+        (
+            0..n,
+            prop::sample::select(vec![vec![2usize, 2], vec![2, 3], vec![4]]),
+        )
+            .prop_flat_map(|(k, mesh)| {
+                let (_, _, ins, outs) = &cases()[k];
+                let rank = mesh.len();
+                (
+                    Just(k),
+                    Just(mesh),
+                    layouts(ins.iter().map(Vec::len).collect(), rank),
+                    layouts(outs.iter().map(Vec::len).collect(), rank),
+                )
+            })
+    }
+
+    #[test]
+    fn grads_answer() {
+        use proptest::test_runner::{Config, TestRunner};
+        let registry = spmd_ops::builtins();
+        let (forward_answered, grads_answered) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        let mut runner = TestRunner::new(Config {
+            cases: 600,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(&call(), |(k, mesh_shape, ins, dys)| {
+                let (op, attrs, in_shapes, out_shapes) = &cases()[k];
+                let rule = registry.build(op, attrs).unwrap();
+                let m = mesh(&mesh_shape);
+                let specs: Vec<Spec<'_>> = in_shapes
+                    .iter()
+                    .zip(&ins)
+                    .map(|(s, a)| Spec::new(s, a))
+                    .collect();
+                if rule.forward(&m, &specs).is_err() {
+                    return Ok(());
+                }
+                forward_answered.set(forward_answered.get() + 1);
+                let dy_specs: Vec<Spec<'_>> = out_shapes
+                    .iter()
+                    .zip(&dys)
+                    .map(|(s, a)| Spec::new(s, a))
+                    .collect();
+                match rule.grad(&m, &specs, &dy_specs) {
+                    Ok(_) => grads_answered.set(grads_answered.get() + 1),
+                    Err(e) => {
+                        let text = e.to_string();
+                        prop_assert!(
+                            !matches!(e, SpmdError::AxisConflict { .. }),
+                            "{op} on {mesh_shape:?}: {ins:?} / {dys:?}: {text}"
+                        );
+                        prop_assert!(text.starts_with(op), "{op}: {text}");
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        let (forward_answered, grads_answered) = (forward_answered.get(), grads_answered.get());
+        // Most random calls are forward-answerable, and every one of their
+        // grads is answered.
+        assert!(
+            forward_answered >= 300,
+            "only {forward_answered} forward calls answered"
+        );
+        eprintln!("{grads_answered} of {forward_answered} grads answered");
+        assert_eq!(grads_answered, forward_answered);
+    }
+}

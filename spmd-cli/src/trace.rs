@@ -240,9 +240,13 @@ impl Event {
                     format!("{tensor} dim {dim}: axis {axis} takes {what}")
                 } else if before == now && given == now {
                     format!("{tensor} dim {dim}: {what} agrees with axis {axis} (already {now})")
-                } else if before == now {
+                } else if before == now && now.starts_with(given) {
                     format!(
                         "{tensor} dim {dim}: {what} is a prefix of axis {axis}'s {now}, which stays"
+                    )
+                } else if before == now {
+                    format!(
+                        "{tensor} dim {dim}: {what} differs from axis {axis}'s {now}, the earlier claim, which stays: this tensor is resharded to it"
                     )
                 } else {
                     format!("{tensor} dim {dim}: {what} extends axis {axis} from {before} to {now}")

@@ -12,6 +12,8 @@ pub enum Conflicts {
     #[default]
     FirstWins,
     /// An error naming the mesh dim and two axes. Paddle's `merge_conflicts = false`.
+    /// A grad's operands, which nothing made agree, settle first-wins
+    /// instead: their reshards are a sound answer.
     Strict,
     /// Axes settle by role, in order (Paddle 3.3.1's matmul, Shardy's factor
     /// precedence): *batch* axes (the dims `...` stands for, and labels every

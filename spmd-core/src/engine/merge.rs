@@ -137,6 +137,12 @@ impl Run<'_, '_, '_> {
                 }
                 Ok(())
             }
+            Err(AxisClash { existing }) if self.settle_clashes => {
+                if trace.enabled() {
+                    trace.merged(self.axis_name(a), self.tensor(s), dim, given, existing);
+                }
+                Ok(())
+            }
             Err(AxisClash { existing }) => Err(SpmdError::AxisConflict {
                 op: self.rule.name,
                 axis: self.axis_name(a),
@@ -161,8 +167,14 @@ impl Run<'_, '_, '_> {
     fn resolve_contested<T: Trace + ?Sized>(&mut self, trace: &mut T) -> Result<(), SpmdError> {
         let (rule, prog) = (self.rule, self.prog);
         let name = move |a: u8| super::state::axis_name(rule, prog, a);
+        // Operands that nothing made agree (a grad's) settle first-wins even
+        // under a strict policy: a sound answer exists, their reshards.
+        let policy = match rule.policy.conflicts {
+            Conflicts::Strict if self.settle_clashes => Conflicts::FirstWins,
+            p => p,
+        };
         self.map
-            .resolve(self.mesh.rank(), rule.policy.conflicts, |m, kept, lost| {
+            .resolve(self.mesh.rank(), policy, |m, kept, lost| {
                 trace.conflict(m, name(kept), name(lost))
             })
             .map_err(

@@ -696,6 +696,13 @@ impl<'c> Run<'_, '_, 'c> {
                 })
         };
         let operands = 0..usize::from(prog.n_given);
+        // The grad op's operands come in layouts nothing made agree (the
+        // forward inputs as saved, output grads as the next op wrote
+        // them): an axis given two shardings keeps the first, and the
+        // later operand is required resharded to it, where forward would
+        // have answered the call. Mesh dims claimed twice still settle by
+        // the rule's policy.
+        self.settle_clashes = true;
         if rule.policy.conflicts == Conflicts::Align {
             let ops: SmallVec<[usize; 8]> = operands.filter(|&s| merges(s)).collect();
             // The grads come back whole: a shared partial is not kept here.

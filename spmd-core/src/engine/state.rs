@@ -33,6 +33,9 @@ pub(crate) struct Run<'r, 'a, 'c> {
     /// Indexed by axis id; [`UNKNOWN`] where no shape gives it.
     pub(crate) extent: &'r Extents,
     pub(crate) map: AxisMap,
+    /// An axis given two shardings keeps the first and the later tensor is
+    /// resharded to it, rather than an error (grad: see `go_grad`).
+    pub(crate) settle_clashes: bool,
 }
 
 /// Per axis: its extent, as the call's shapes give it.
@@ -56,6 +59,7 @@ impl<'r, 'a, 'c> Run<'r, 'a, 'c> {
             specs,
             extent,
             map: AxisMap::new(),
+            settle_clashes: false,
         }
     }
 
