@@ -265,9 +265,13 @@ pub(crate) fn reduce_partials(
     Ok(locals)
 }
 
-/// Whether two values agree: equal, both NaN, or within a relative 1e-9.
+/// Whether two values agree: equal, both NaN, or both finite and within a
+/// relative 1e-9 (an infinity agrees only with itself: a tolerance relative
+/// to it would let any value pass).
 pub(crate) fn close(a: f64, b: f64) -> bool {
-    a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+    a == b
+        || (a.is_nan() && b.is_nan())
+        || (a.is_finite() && b.is_finite() && (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0))
 }
 
 /// Compares every device's (reduced) result with its claimed block of the

@@ -63,7 +63,9 @@ impl Tensor {
                         let m = magnitude[i] as f64;
                         match values {
                             Values::Integers => sign * m,
-                            _ => sign * (1.0 + m / (n as f64 + 1.0)),
+                            // The spread shrinks with n, so that the product
+                            // of all n stays below e^32.
+                            _ => sign * (1.0 + m / (n as f64 + 1.0) * (64.0 / n as f64).min(1.0)),
                         }
                     })
                     .collect()
@@ -200,8 +202,9 @@ pub enum Values {
     /// sign-varying, and exact under `f64` sums and products of small tensors.
     #[default]
     Integers,
-    /// `±(1 + k/(n+1))` for distinct `k`: distinct magnitudes near 1, so long
-    /// products neither overflow nor vanish (for `Prod`).
+    /// `±(1 + c·k/(n+1))` for distinct `k`, `c = min(1, 64/n)`: distinct
+    /// magnitudes near 1, so that even the product of all `n` stays finite
+    /// (below e^32) and nonzero (for `Prod`).
     NearOne,
     /// `0.0` or `1.0`, `1.0` with probability `ones_per_mille / 1000` (for
     /// `Any` / `All`).

@@ -35,7 +35,9 @@ pub(crate) fn close(a: f64, b: f64) -> bool {
     if a == b || (a.is_nan() && b.is_nan()) {
         return true;
     }
-    (a - b).abs() <= 1e-8 * (1.0 + a.abs().max(b.abs()))
+    // An infinity agrees only with itself (a tolerance relative to it
+    // would let any value pass).
+    a.is_finite() && b.is_finite() && (a - b).abs() <= 1e-8 * (1.0 + a.abs().max(b.abs()))
 }
 
 /// What a device holds of a value partial over mesh dims it is not the
