@@ -160,12 +160,19 @@ fn matmul_forward_contracted_k_gives_partial_output() {
 }
 
 #[test]
-fn matmul_k_sharded_two_ways_is_an_axis_conflict() {
+fn matmul_k_sharded_two_ways_keeps_the_first_claim_or_is_an_axis_conflict() {
     // x shards k on mesh dim 1, y shards k on mesh dim 0: two different
-    // shardings of one axis.
+    // shardings of one axis. First-wins (the default) keeps x's, and y is
+    // required resharded to it.
     let n = plan_of("mk,kn->mn");
     let r = EinsumRule::new("matmul", n.plan());
     let (x, y) = (attr(&[-1, 1]), attr(&[0, -1]));
+    let res = fwd(&r, &mesh(&[2, 4]), &[(&[64, 32], &x), (&[32, 48], &y)]).unwrap();
+    assert_eq!(res.inputs[0].to_string(), "[-1, 1]");
+    assert_eq!(res.inputs[1].to_string(), "[1, -1]");
+    assert_eq!(res.outputs[0].to_string(), "[-1, -1] partial{1: SUM}");
+    // Strict conflicts: an error naming both shardings.
+    let r = r.with_policy(Policy::STRICT);
     let err = fwd(&r, &mesh(&[2, 4]), &[(&[64, 32], &x), (&[32, 48], &y)]).unwrap_err();
     assert_eq!(
         err,
@@ -183,10 +190,6 @@ fn matmul_k_sharded_two_ways_is_an_axis_conflict() {
     assert!(msg.contains("`k`"), "{msg}");
     assert!(msg.contains("1 earlier"), "{msg}");
     assert!(msg.contains("0 at input 1 dim 0"), "{msg}");
-    // The policy does not matter: it is an error under strict conflicts too.
-    let r = r.with_policy(Policy::STRICT);
-    let err = fwd(&r, &mesh(&[2, 4]), &[(&[64, 32], &x), (&[32, 48], &y)]).unwrap_err();
-    assert!(matches!(err, SpmdError::AxisConflict { .. }), "{err}");
 }
 
 // ------------------------------------------------------------ merge: conflicts
@@ -296,11 +299,15 @@ fn co_shard_prefix_merges_into_the_longer() {
 
 #[test]
 fn co_shard_that_is_not_a_prefix_conflicts() {
-    // [0,1] and [1]: neither is a prefix of the other.
+    // [0,1] and [1]: neither is a prefix of the other. First-wins keeps
+    // the first; strict conflicts make it an error.
     let n = plan_of("ij,ij->ij");
     let x = co(&[&[0, 1], &[]]);
     let y = co(&[&[1], &[]]);
-    let err = fwd(&rule(&n), &mesh(&[2, 2]), &[(&[8, 4], &x), (&[8, 4], &y)]).unwrap_err();
+    let res = fwd(&rule(&n), &mesh(&[2, 2]), &[(&[8, 4], &x), (&[8, 4], &y)]).unwrap();
+    assert_eq!(res.inputs[1].dims_mapping, x.dims_mapping);
+    let strict = rule(&n).with_policy(Policy::STRICT);
+    let err = fwd(&strict, &mesh(&[2, 2]), &[(&[8, 4], &x), (&[8, 4], &y)]).unwrap_err();
     assert_eq!(
         err,
         SpmdError::AxisConflict {
@@ -314,7 +321,7 @@ fn co_shard_that_is_not_a_prefix_conflicts() {
     );
     // [0,1] against [1,0]: the same mesh dims in another order also conflict.
     let y = co(&[&[1, 0], &[]]);
-    let err = fwd(&rule(&n), &mesh(&[2, 2]), &[(&[8, 4], &x), (&[8, 4], &y)]).unwrap_err();
+    let err = fwd(&strict, &mesh(&[2, 2]), &[(&[8, 4], &x), (&[8, 4], &y)]).unwrap_err();
     assert!(matches!(err, SpmdError::AxisConflict { .. }), "{err}");
 }
 
@@ -800,10 +807,21 @@ fn backward_first_wins_between_outputs_corrects_the_loser() {
 
 #[test]
 fn backward_merges_outputs_only() {
-    // Two outputs that shard one axis two ways: an axis conflict at output 1.
+    // Two outputs that shard one axis two ways: first-wins keeps output 0's
+    // and reshards output 1; strict conflicts make it an axis conflict at
+    // output 1.
     let n = plan_of("ij->ij,ij");
-    let err = bwd(
+    let res = bwd(
         &rule(&n),
+        &mesh(&[2, 4]),
+        &[&[4, 8]],
+        &[(&[4, 8], &attr(&[0, -1])), (&[4, 8], &attr(&[1, -1]))],
+    )
+    .unwrap();
+    assert_eq!(res.inputs[0].to_string(), "[0, -1]");
+    assert_eq!(res.outputs[1].to_string(), "[0, -1]");
+    let err = bwd(
+        &rule(&n).with_policy(Policy::STRICT),
         &mesh(&[2, 4]),
         &[&[4, 8]],
         &[(&[4, 8], &attr(&[0, -1])), (&[4, 8], &attr(&[1, -1]))],

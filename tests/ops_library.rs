@@ -417,15 +417,22 @@ fn axis_ops_replicate_the_dims_they_move_data_along() {
 
 #[test]
 fn elementwise_families_merge_their_operands() {
-    // add_n: one dim sharded two ways is an error, as in Paddle.
-    let err = forward(
+    // add_n: one dim sharded two ways keeps the first claim (Paddle 3.3.1
+    // raises Unimplemented), and the second operand is resharded.
+    let r = forward(
         "add_n",
         Attrs::new(),
         &[2, 3],
         &[(&[4, 6], &[0, -1]), (&[4, 6], &[1, -1])],
     )
-    .unwrap_err();
-    assert!(matches!(err, SpmdError::AxisConflict { .. }), "{err}");
+    .unwrap();
+    assert_eq!(
+        show(&r),
+        (
+            vec!["[0, -1]".into(), "[0, -1]".into()],
+            vec!["[0, -1]".into()]
+        )
+    );
     // Partial inputs are reduced first (Paddle's answer).
     let rule = spmd_ops::builtins().build("add_n", &Attrs::new()).unwrap();
     let (a, b) = (partial(&[0, -1], &[1]), attr(&[0, -1]));

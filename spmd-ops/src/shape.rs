@@ -26,12 +26,13 @@ pub(crate) fn input_shape<'c>(
 /// Paddle 3.3.1 drops a non-divisible sharding on the derived side only
 /// (`PADDLE-3.3.1.md` §A), which leaves the two sides inconsistent; this rule
 /// keeps uneven shards on both (the classic, sound answer; the differing
-/// cases are listed deviations). The reverse rule resets the output's partial
-/// status, as 3.3.1 does.
+/// cases are listed deviations). Transpose is linear: a `Sum` partial input
+/// passes to the output, as in Paddle 3.3.1. The reverse rule resets the
+/// output's partial status, as 3.3.1 does.
 #[spmd_rule(
     name = "transpose",
     einsum = "@->@[perm]",
-    partial(backward = "reset"),
+    partial(backward = "reset", inputs = "linear"),
     inputs(x),
     outputs(out),
     grad(inputs())

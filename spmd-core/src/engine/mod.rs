@@ -566,6 +566,10 @@ impl<'c> Run<'_, '_, 'c> {
         let n_in = usize::from(prog.n_inputs);
         let slots = self.slots;
         let present = |s: usize| slots[s].present;
+        // First-wins settles an axis given two shardings as it settles a
+        // mesh dim two axes claim: the first claim stays, the later input
+        // is resharded (Paddle's elementwise merge answers these too).
+        self.settle_clashes = rule.policy.conflicts == Conflicts::FirstWins;
         // What the merge reads: present inputs that do not follow
         // the others.
         let merged = |i: usize| present(i) && !rule.follows.contains(i);
@@ -621,6 +625,9 @@ impl<'c> Run<'_, '_, 'c> {
         let slots = self.slots;
         let present = |s: usize| slots[s].present;
         let outputs = n_in..usize::from(prog.n_given);
+        // As forward: first-wins keeps an axis's first claim among the
+        // given outputs, and the later output is resharded.
+        self.settle_clashes = rule.policy.conflicts == Conflicts::FirstWins;
         // The outputs declared `merged_first`, then the others, each
         // in order; outputs that follow take no part.
         let merges = |s: usize| present(s) && !rule.follows_outputs.contains(s - n_in);
