@@ -346,6 +346,35 @@ fn an_mlp_loss_is_reduced_and_its_grad_gathers_nothing() {
     check(&f, |_| {}).unwrap();
 }
 
+/// A result annotated partial is wanted partial: the plan leaves it so,
+/// and the simulator checks its contributions sum to the dense value; the
+/// same result unannotated is reduced once, and holds whole.
+#[test]
+fn a_result_wanted_partial_is_left_partial_and_still_checked() {
+    let text = |y: &str| {
+        format!(
+            r#"{{"mesh": [2], "tensors": [
+              {{"name": "x", "shape": [8, 4], "dims_mapping": [-1, 0]}},
+              {{"name": "w", "shape": [4, 6], "dims_mapping": [0, -1], "param": true}},
+              {y}],
+             "ops": [{{"name": "mm", "op": "matmul", "inputs": ["x", "w"], "outputs": ["y"]}}],
+             "outputs": ["y"]}}"#
+        )
+    };
+    let wanted = file(
+        &text(r#"{"name": "y", "shape": [8, 6], "dims_mapping": [-1, -1], "partial_dims": [0]}"#),
+        None,
+    );
+    let (_, forward, _, _) = plans(&wanted);
+    assert!(forward.reshards.is_empty(), "{:?}", forward.reshards);
+    check(&wanted, |_| {}).unwrap();
+    let whole = file(&text(r#"{"name": "y", "shape": [8, 6]}"#), None);
+    let (_, forward, _, _) = plans(&whole);
+    assert_eq!(forward.reshards.len(), 1);
+    assert_eq!(forward.reshards[0].edge, Edge::Result(0));
+    check(&whole, |_| {}).unwrap();
+}
+
 #[test]
 fn a_reduction_of_the_wrong_kind_is_caught() {
     // Tensor parallelism: the row-parallel projections' partial sums,

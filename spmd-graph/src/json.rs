@@ -400,6 +400,16 @@ mod tests {
             report.contains("mm's output 0 is a result of the graph"),
             "{report}"
         );
+        // A result annotated partial is wanted partial: nothing reduces it.
+        let wanted = text.replace(
+            r#"{"name": "y", "shape": [8, 6]}"#,
+            r#"{"name": "y", "shape": [8, 6], "dims_mapping": [-1, -1], "partial_dims": [0]}"#,
+        );
+        let loaded = from_str(&wanted, &registry).unwrap();
+        let p = crate::propagate(&loaded.graph).unwrap();
+        assert_eq!(p.attr(y).to_string(), "[-1, -1] partial{0: SUM}");
+        let plan = crate::plan(&loaded.graph, &p, DType::F32).unwrap();
+        assert_eq!(plan.count("all-reduce"), 0, "{:?}", plan.reshards);
         // The same graph with `outputs` naming another tensor: y is no
         // result, and nothing reduces it.
         let other = text.replace(r#""ops":"#, r#""outputs": ["x"], "ops":"#);

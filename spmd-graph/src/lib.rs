@@ -86,7 +86,8 @@
 //! of the graph (a graph file's `outputs`, or what [`Graph::mark_results`]
 //! marks) that propagation leaves partial is reduced once more, after the
 //! graph, since its user reads it whole: a loss averaged over split batch
-//! rows costs its all-reduce.
+//! rows costs its all-reduce. A result annotated partial (`partial_dims` in
+//! a graph file) is wanted partial and left so.
 //!
 //! # Training
 //!

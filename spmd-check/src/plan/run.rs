@@ -430,7 +430,14 @@ impl Sim<'_> {
                     placed
                 }
             };
-            if graph.is_result(t) && value.attr.partial.is_partial() {
+            // A result annotated partial is wanted partial (the plan leaves
+            // it so); its values were verified against its layout above.
+            let wanted_partial = graph
+                .tensor(t)
+                .annotation
+                .as_ref()
+                .is_some_and(|a| a.partial.is_partial());
+            if graph.is_result(t) && value.attr.partial.is_partial() && !wanted_partial {
                 let Some(r) = state.reshards.get(&(o, Edge::Result(k))).copied() else {
                     return Err(at(
                         state,
