@@ -344,6 +344,11 @@ pub struct PropagateArgs {
     #[arg(long, value_name = "PLAN.json")]
     pub plan: Option<String>,
 
+    /// Let the plan file change annotations the graph file has (without
+    /// it, that is an error naming the tensor).
+    #[arg(long = "override", requires = "plan")]
+    pub override_annotations: bool,
+
     /// Print the report as JSON (schema: docs/json.md).
     #[arg(long)]
     pub json: bool,
@@ -370,6 +375,11 @@ pub struct CheckArgs {
     /// Annotate the graph from a plan file first (as `spmd propagate --plan`).
     #[arg(long, value_name = "PLAN.json")]
     pub plan: Option<String>,
+
+    /// Let the plan file change annotations the graph file has (as `spmd
+    /// propagate --override`).
+    #[arg(long = "override", requires = "plan")]
+    pub override_annotations: bool,
 
     /// Also run the backward graph and compare every gradient.
     #[arg(long)]

@@ -2769,3 +2769,66 @@ fn check_json_follows_docs_json_md() {
         );
     }
 }
+
+/// A JSON error names where in the document it is (`annotations[1].dims_mapping`),
+/// for a plan file, a graph file and a vector file.
+#[test]
+fn json_errors_name_the_place_in_the_document() {
+    let graph = temp_file(
+        "path-graph.json",
+        r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [8, 4], "dims_mapping": [0, "q"]}], "ops": []}"#,
+    );
+    bad(
+        &["propagate", &graph.to_string_lossy()],
+        "graph JSON: tensors[0].dims_mapping[1]: invalid type",
+    );
+    let plan = temp_file(
+        "path-plan.json",
+        r#"{"annotations": [{"tensors": "x", "dims_mapping": [0, -1]}, {"tensors": "w", "dims_mapping": "bad"}]}"#,
+    );
+    bad(
+        &["propagate", &gpt_layer(), "--plan", &plan.to_string_lossy()],
+        "plan JSON: annotations[1].dims_mapping: invalid type",
+    );
+    let mut cases: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo_vectors("paddle-suite.json")).unwrap())
+            .unwrap();
+    cases[3]["inputs"][0]["shape"] = Value::from("x");
+    let vectors = temp_file("path-vectors.json", &cases.to_string());
+    let (code, _, err) = run(&["conformance", &vectors.to_string_lossy()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("[3].inputs[0].shape: invalid type"), "{err}");
+}
+
+/// A plan entry that changes an annotation the graph file has is an error
+/// naming the tensor, unless `--override` lets the plan win.
+#[test]
+fn a_plan_overrides_the_graphs_annotations_only_when_told() {
+    let graph = temp_file(
+        "override-graph.json",
+        r#"{"mesh": [2], "tensors": [{"name": "x", "shape": [8, 4], "dims_mapping": [0, -1]},
+            {"name": "y", "shape": [8, 4]}],
+          "ops": [{"name": "act", "op": "relu", "inputs": ["x"], "outputs": ["y"]}]}"#,
+    );
+    let plan = temp_file(
+        "override-plan.json",
+        r#"{"annotations": [{"tensors": "x", "dims_mapping": [-1, 0]}]}"#,
+    );
+    let (graph, plan) = (graph.to_string_lossy(), plan.to_string_lossy());
+    let err = bad(
+        &["propagate", &graph, "--plan", &plan],
+        "tensor `x` is annotated [0, -1]",
+    );
+    assert!(err.contains("--override"), "{err}");
+    let v = json(&["propagate", &graph, "--plan", &plan, "--override", "--json"]);
+    let x = &v["tensors"][0];
+    assert_eq!(
+        (x["name"].as_str(), x["text"].as_str()),
+        (Some("x"), Some("[-1, 0]")),
+        "{v}"
+    );
+    assert_eq!(v["tensors"][1]["text"], "[-1, 0]", "{v}");
+    // Without a plan there is nothing to override with.
+    let (code, _, err) = run(&["propagate", &graph, "--override"]);
+    assert_eq!(code, 2, "{err}");
+}

@@ -204,7 +204,19 @@ fn slots(tensors: &[Option<Tensor>]) -> Result<Vec<Option<Parts>>, JsonError> {
         .collect()
 }
 
-/// A conformance file: a JSON array of cases.
+/// A conformance file: a JSON array of cases. An error names the case and
+/// the field (`[3].inputs[0].shape`) where the file goes wrong.
 pub fn parse_cases(text: &str) -> Result<Vec<Case>, JsonError> {
-    Ok(serde_json::from_str(text)?)
+    let mut de = serde_json::Deserializer::from_str(text);
+    let cases = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let source = e.into_inner();
+        if path == "." {
+            JsonError::Parse(source)
+        } else {
+            JsonError::ParseAt { path, source }
+        }
+    })?;
+    de.end()?;
+    Ok(cases)
 }

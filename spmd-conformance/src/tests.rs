@@ -172,10 +172,26 @@ fn malformed_files_are_errors() {
              "expected": {"error": true}}]"#,
     ] {
         assert!(
-            matches!(parse_cases(text), Err(JsonError::Parse(_))),
+            matches!(
+                parse_cases(text),
+                Err(JsonError::Parse(_) | JsonError::ParseAt { .. })
+            ),
             "{text}"
         );
     }
+    // Where a case goes wrong, the error says which case and field.
+    let err = parse_cases(
+        r#"[{"id": "x", "op": "a", "mesh_shape": [2], "direction": "forward",
+             "expected": {"error": true}},
+            {"id": "y", "op": "a", "mesh_shape": [2], "direction": "forward",
+             "inputs": [{"shape": [2], "dims_mapping": ["a"]}],
+             "expected": {"error": true}}]"#,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("[1].inputs[0].dims_mapping"),
+        "{err}"
+    );
     let ok = parse_cases(
         r#"[{"id": "x", "op": "a", "mesh_shape": [2], "direction": "grad",
              "expected": {"error": true}, "extra": {"anything": null}}]"#,

@@ -55,6 +55,7 @@ impl Sharding {
 
     /// The mesh dims, major first.
     #[inline]
+    #[doc(alias = "as_slice")]
     pub fn iter(&self) -> MeshDims {
         MeshDims(self.0)
     }

@@ -52,6 +52,13 @@ pub enum JsonError {
     #[error("malformed conformance JSON: {0}")]
     Parse(#[from] serde_json::Error),
 
+    /// As [`JsonError::Parse`], at `path` within the document (`[3].inputs[0].shape`).
+    #[error("malformed conformance JSON: {path}: {source}")]
+    ParseAt {
+        path: String,
+        source: serde_json::Error,
+    },
+
     /// A dims-mapping value that is neither `-1` nor a mesh dim `0..=7` (a mesh has at most 8 dims)
     /// (inside a nested co-shard list, `-1` is not allowed either: write `[]`).
     #[error(

@@ -45,7 +45,7 @@ impl AnnotationFile {
                     .into(),
             );
         }
-        serde_json::from_str(text).map_err(|e| e.to_string())
+        crate::json::parse(text)
     }
 }
 
@@ -80,6 +80,27 @@ pub struct Annotation {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn apply(graph: &mut GraphFile, plan: &AnnotationFile) -> Result<usize, GraphError> {
+    apply_with(graph, plan, Overrides::Refuse)
+}
+
+/// What [`apply_with`] does with a planned layout for a tensor the graph
+/// file annotates differently already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overrides {
+    /// An error naming the tensor and both layouts ([`apply`]): a plan
+    /// adds annotations, it does not silently change one.
+    Refuse,
+    /// The plan's layout replaces the graph's (`spmd propagate --override`).
+    Allow,
+}
+
+/// [`apply`], choosing what a plan entry that changes one of the graph
+/// file's own annotations does.
+pub fn apply_with(
+    graph: &mut GraphFile,
+    plan: &AnnotationFile,
+    overrides: Overrides,
+) -> Result<usize, GraphError> {
     if let Some(mesh) = &plan.mesh {
         graph.mesh = mesh.clone();
     }
@@ -129,9 +150,10 @@ pub fn apply(graph: &mut GraphFile, plan: &AnnotationFile) -> Result<usize, Grap
             .flatten();
             if let Some(own) = own
                 && planned.as_ref() != Some(&own)
+                && overrides == Overrides::Refuse
             {
                 return Err(bad(format!(
-                    "tensor `{}` is annotated {own} in the graph file; a plan may add annotations but not change one (remove it from one of the two files)",
+                    "tensor `{}` is annotated {own} in the graph file; a plan may add annotations but not change one (pass --override to let the plan win, or remove it from one of the two files)",
                     tensor.name
                 )));
             }

@@ -132,9 +132,37 @@ pub struct Loaded {
 /// # Ok::<(), spmd_graph::GraphError>(())
 /// ```
 pub fn from_str(text: &str, registry: &Registry) -> Result<Loaded, GraphError> {
-    let file: GraphFile =
-        serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+    let file: GraphFile = parse(text).map_err(GraphError::Json)?;
     from_file(&file, registry)
+}
+
+/// Reads JSON `text` as a `T` (a [`GraphFile`], an annotation file). An
+/// error names the place within the document where it went wrong, then
+/// serde's message with its line and column:
+///
+/// ```
+/// use spmd_graph::json::{GraphFile, parse};
+///
+/// let err = parse::<GraphFile>(r#"{"mesh": [2], "ops": [],
+///   "tensors": [{"name": "x", "shape": [4]}, {"name": "y", "shape": "4"}]}"#)
+///     .unwrap_err();
+/// assert!(err.starts_with("tensors[1].shape: invalid type: string \"4\""), "{err}");
+/// ```
+pub fn parse<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            inner.to_string()
+        } else {
+            format!("{path}: {inner}")
+        }
+    })?;
+    // Trailing characters after the document are an error, as in
+    // `serde_json::from_str`.
+    de.end().map_err(|e| e.to_string())?;
+    Ok(value)
 }
 
 /// A tensor's annotation as a file writes it (`dims_mapping`, absent for

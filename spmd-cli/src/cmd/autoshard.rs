@@ -74,7 +74,7 @@ pub fn autoshard(args: &AutoshardArgs) -> Result<Output> {
             .map_err(|e| CliError::usage(format!("{}: plan JSON: {e}", display_path(p))))?;
         options.pins = Some(pins);
     }
-    let file: GraphFile = serde_json::from_str(&read_input(&args.graph)?)
+    let file: GraphFile = spmd_graph::json::parse(&read_input(&args.graph)?)
         .map_err(|e| CliError::usage(format!("{}: graph JSON: {e}", display_path(&args.graph))))?;
 
     // One progress line per pass on stderr, once the search has run a second.

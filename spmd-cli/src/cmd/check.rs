@@ -11,7 +11,7 @@ use crate::Output;
 use crate::call::display_path;
 use crate::cli::CheckArgs;
 use crate::error::{CliError, Result};
-use crate::graph_input::{in_graph, load};
+use crate::graph_input::{in_graph, load, overrides};
 
 /// The most values (`f64`s: every tensor densely and every device's block)
 /// a check may hold: 2 GiB. The simulator is for small configs of a model.
@@ -20,7 +20,12 @@ pub const MAX_VALUES: u64 = 1 << 28;
 pub fn check(args: &CheckArgs) -> Result<Output> {
     let registry = spmd_ops::builtins();
     let fail = |e: spmd_graph::GraphError| in_graph(&args.graph, e);
-    let (file, loaded) = load(&args.graph, args.plan.as_deref(), &registry)?;
+    let (file, loaded) = load(
+        &args.graph,
+        args.plan.as_deref(),
+        overrides(args.override_annotations),
+        &registry,
+    )?;
     let graph = &loaded.graph;
     let prop = propagate(graph).map_err(fail)?;
     let mut forward = plan(graph, &prop, DType::F32).map_err(fail)?;

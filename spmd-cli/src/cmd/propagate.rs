@@ -8,12 +8,17 @@ use crate::Output;
 use crate::call::display_path;
 use crate::cli::PropagateArgs;
 use crate::error::{CliError, Result};
-use crate::graph_input::{in_graph, load};
+use crate::graph_input::{in_graph, load, overrides};
 
 pub fn propagate(args: &PropagateArgs) -> Result<Output> {
     let registry = spmd_ops::builtins();
     let fail = |e: spmd_graph::GraphError| in_graph(&args.graph, e);
-    let (_, loaded) = load(&args.graph, args.plan.as_deref(), &registry)?;
+    let (_, loaded) = load(
+        &args.graph,
+        args.plan.as_deref(),
+        overrides(args.override_annotations),
+        &registry,
+    )?;
     let dtype = match &args.dtype {
         Some(d) => d.parse::<DType>().map_err(CliError::usage)?,
         None => loaded.dtype,
