@@ -1,0 +1,49 @@
+//! Docs that describe code outside Rust stay true to it: the exporter's
+//! README names the versions `requirements.txt` pins and the attention
+//! implementation `export.py` sets.
+
+use std::path::PathBuf;
+
+fn read(path: &str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn the_exporter_readme_names_the_pinned_versions() {
+    let readme = read("tools/torch_export/README.md");
+    let pins = read("tools/torch_export/requirements.txt");
+    let mut named = 0;
+    for line in pins.lines().filter(|l| l.contains("==")) {
+        let (package, version) = line.split_once("==").unwrap();
+        assert!(
+            readme.contains(&format!("{package} {version}")),
+            "tools/torch_export/README.md does not say `{package} {version}`, which requirements.txt pins"
+        );
+        named += 1;
+    }
+    assert!(named >= 2, "requirements.txt pins {named} packages");
+}
+
+#[test]
+fn the_exporter_readme_names_the_attention_export_py_sets() {
+    let readme = read("tools/torch_export/README.md");
+    let script = read("tools/torch_export/export.py");
+    let set = script
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("_attn_implementation = \"")?;
+            rest.split('"').next()
+        })
+        .expect("export.py sets the attention implementation");
+    assert!(
+        readme.to_lowercase().contains(&set.to_lowercase()),
+        "export.py sets attention `{set}`, which the README does not name"
+    );
+    if set != "eager" {
+        assert!(
+            !readme.contains("eager form"),
+            "the README says attention is exported in its eager form"
+        );
+    }
+}
