@@ -83,15 +83,34 @@ SKIPPED = {
 }
 
 
+# Small mixture-of-experts sizes, under the names MoE configs use (dense
+# configs ignore them).
+SMALL_MOE = dict(
+    num_experts=4,
+    num_local_experts=4,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+)
+
+
 def config_of(config_class, layers):
-    """The config class with the small sizes and `layers` layers."""
+    """The config class with the small sizes and `layers` layers, valid for
+    its class: the vocabulary is raised above the padding token id the
+    class's defaults name (Phi-3 pads with id 32000), which the embedding
+    must hold. (Begin and end ids outside it only draw a warning: a forward
+    pass never reads them.)"""
     cls = getattr(transformers, config_class, None)
     if cls is None:
         sys.exit(f"transformers has no config class {config_class}")
-    sizes = dict(SMALL)
+    sizes = dict(SMALL, **SMALL_MOE)
     for key in ("num_hidden_layers", "n_layer"):
         sizes[key] = layers
-    return cls(**sizes)
+    config = cls(**sizes)
+    pad = getattr(config, "pad_token_id", None)
+    if isinstance(pad, int) and pad >= config.vocab_size:
+        config = cls(**dict(sizes, vocab_size=pad + 1))
+    return config
 
 
 def build(config_class, layers, batch, seq, full_size=False):
@@ -104,11 +123,20 @@ def build(config_class, layers, batch, seq, full_size=False):
     # Attention as one op, `aten.scaled_dot_product_attention`, kept whole
     # by the decompositions (below): its layout is the heads', which a
     # lowering to batched matmuls over merged batch and heads would lose.
-    config._attn_implementation = "sdpa"
+    # A class without SDPA attention gets its own (eager) implementation.
     torch.manual_seed(0)
     device = "meta" if full_size else "cpu"
     with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(config).eval()
+        try:
+            config._attn_implementation = "sdpa"
+            model = transformers.AutoModelForCausalLM.from_config(config).eval()
+        except ValueError as e:
+            if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e).lower():
+                raise
+            print(f"{config_class}: no SDPA attention, exported eager", file=sys.stderr)
+            config._attn_implementation = "eager"
+            torch.manual_seed(0)
+            model = transformers.AutoModelForCausalLM.from_config(config).eval()
         ids = torch.randint(0, config.vocab_size, (batch, seq))
     with torch.no_grad():
         program = torch.export.export(model, (), {"input_ids": ids, "use_cache": False})
