@@ -338,6 +338,53 @@ fn slice_against_the_op() {
     t[2].assert_meaningful("aten.slice.Tensor grad");
 }
 
+#[test]
+fn select_against_the_op() {
+    let t = tallies();
+    let params =
+        (shape(2..=3), any::<prop::sample::Index>(), 0usize..=3).prop_flat_map(|(x, d, index)| {
+            let d = d.index(x.len());
+            let index = index.min(x[d] - 1);
+            let mut out = x.clone();
+            out.remove(d);
+            (op_check::case(Just((vec![x], out))), Just((d, index)))
+        });
+    run(CASES, params, |(c, (d, index))| {
+        // The slice at `index` along `d`, which the output drops.
+        let at = move |i: &[usize]| {
+            let mut j = i.to_vec();
+            j.insert(d, index);
+            j
+        };
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            let mut out = x.shape().to_vec();
+            out.remove(d);
+            vec![Tensor::from_fn(&out, |i| x.get(&at(i)))]
+        };
+        let attrs = Attrs::new()
+            .with("dim", d as i64)
+            .with("index", index as i64);
+        // The grad puts the output grad back at the selected positions.
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let mut g = Tensor::from_fn(v[0].shape(), |_| 0.0);
+            each_index(dy[0].shape(), |i| g.set(&at(i), dy[0].get(i)));
+            vec![g]
+        };
+        check(
+            "aten.select.int",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            Some(&grad),
+            &t,
+        )
+    });
+    assert_meaningful("aten.select.int", &t);
+    t[2].assert_meaningful("aten.select.int grad");
+}
+
 /// `aten.native_layer_norm` against Paddle's layer_norm kernel in ATen's
 /// form: the statistics keep the normalized dims as `1`s, and the second is
 /// `rstd = 1 / sqrt(var + eps)`, not the variance.

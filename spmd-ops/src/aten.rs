@@ -71,6 +71,24 @@ impl AtenMeanDim {
     }
 }
 
+/// `aten.select.int(self, dim, index)`: the slice at `index` along `dim`,
+/// which the output drops. The selected dim is never sharded (one device's
+/// block holds the index, the others none of it): it is gathered first.
+/// Selecting is linear, so a `Sum` partial input stays partial.
+#[spmd_rule(
+    name = "aten.select.int",
+    einsum = "@{dim:a}->@{dim:-}",
+    merge(never_sharded = "a"),
+    partial(backward = "reset", inputs = "linear"),
+    inputs(input),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AtenSelect {
+    pub dim: i64,
+    pub index: i64,
+}
+
 /// `aten.native_layer_norm(input, normalized_shape, weight, bias, eps)` →
 /// `(out, mean, rstd)`: normalizes over the last `len(normalized_shape)`
 /// dims, which are never sharded; the statistics keep them as `1`s.

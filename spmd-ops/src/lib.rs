@@ -35,7 +35,7 @@ mod swiglu;
 
 pub use aten::{
     AtenAddmm, AtenEmbedding, AtenExpand, AtenMeanDim, AtenNativeLayerNorm,
-    AtenScaledDotProductAttention, AtenSlice,
+    AtenScaledDotProductAttention, AtenSelect, AtenSlice,
 };
 pub use attention::{FlashAttention, FlashMask};
 pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
@@ -82,6 +82,23 @@ const ATEN_UNARY: &[(&str, &[&str])] = &[
     ("aten.exp", &[]),
     ("aten.gelu", &["approximate"]),
     ("aten.log", &[]),
+    ("aten.log1p", &[]),
+    ("aten.expm1", &[]),
+    ("aten.floor", &[]),
+    ("aten.clamp", &["min", "max"]),
+    // Filled with a number: laid out as its input, whose values it never
+    // reads (a partial input is reduced first, as for any unary op).
+    (
+        "aten.full_like",
+        &[
+            "fill_value",
+            "dtype",
+            "layout",
+            "device",
+            "pin_memory",
+            "memory_format",
+        ],
+    ),
     ("aten.logical_not", &[]),
     ("aten.neg", &[]),
     ("aten.pow.Tensor_Scalar", &["exponent"]),
@@ -364,6 +381,13 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
                 .reading(&[("dims", "perm")])
                 .passing_through(),
         )?
+        .insert(
+            RuleInfo::of::<Squeeze>()
+                .renamed("aten.squeeze.dims")
+                .reading(&[("dim", "axis")])
+                .passing_through(),
+        )?
+        .register::<AtenSelect>()?
         .insert(
             RuleInfo::of::<Unsqueeze>()
                 .renamed("aten.unsqueeze")
