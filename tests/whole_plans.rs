@@ -403,6 +403,13 @@ fn a_reduction_of_the_wrong_kind_is_caught() {
 /// mappings (co-sharding and uneven splits included). Whatever propagation
 /// makes of them, forward and backward, must equal the dense run.
 mod random_plans {
+    fn env_or(name: &str, default: u64) -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
     use super::*;
     use proptest::prelude::*;
     use spmd_core::json::{Mapping, MappingEntry};
@@ -458,7 +465,14 @@ mod random_plans {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+        // A fixed seed, so that a run (CI's) is repeatable; `PLANS_SEED=n`
+        // and `PLANS_CASES=n` explore elsewhere and further.
+        #![proptest_config(ProptestConfig {
+            cases: env_or("PLANS_CASES", 32) as u32,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(env_or("PLANS_SEED", 0x5eed)),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
 
         #[test]
         fn random_llama_plans_hold_forward_and_backward((mesh, plan) in plans()) {

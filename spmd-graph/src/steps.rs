@@ -326,10 +326,14 @@ fn runs_in_order(from: &DistAttr, to: &DistAttr, d: usize, rebuilt: &[usize]) ->
                 && (j[0].0 != Join::Moved || m[0] < m[1]))
     });
     // Scatters and all-to-alls run before the gathers: they append only to
-    // a list nothing leaves.
+    // a list nothing leaves, and nothing reorders after them (a reorder
+    // over the other mesh dims cannot move the blocks they appended).
     let early = joins
         .iter()
         .any(|(j, _)| matches!(j, Join::Scatter | Join::Moved));
+    if early && joins.iter().any(|(j, _)| *j == Join::Reordered) {
+        return false;
+    }
     let leaves = removed.iter().any(|m| !added.contains(m));
     // What stays (reordered) precedes what leaves: gathers take the minor end.
     let stays_major = removed
@@ -685,6 +689,19 @@ mod tests {
         assert_eq!(
             text(&a(&[0]), &partial(a(&[-1]), &[(0, Sum)])),
             "all-gather along dim 0 over mesh dim 0 + mark partial SUM over mesh dim 0 (no communication)"
+        );
+    }
+
+    #[test]
+    fn a_scatter_is_not_followed_by_a_reorder() {
+        // The reduce-scatter appends mesh dim 0 after mesh dim 1 (`[1,0]`);
+        // reaching `[0,1]` from there moves blocks across both mesh dims,
+        // which no reorder along mesh dim 1 can: the dim is rebuilt.
+        let from = partial(a(&[-1, 1]), &[(0, Sum)]);
+        assert_eq!(
+            text(&from, &co(&[&[], &[0, 1]])),
+            "all-reduce SUM over mesh dim 0 + all-gather along dim 1 over mesh dim 1 \
+             + local slice along dim 1 over mesh dims 0,1 (no communication)"
         );
     }
 
