@@ -266,14 +266,7 @@ pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPl
         // reduced, in its layout otherwise.
         for (i, &t) in op.outputs.iter().enumerate() {
             let attr = prop.attr(t);
-            // A result annotated partial is wanted partial (its reader
-            // reduces it, or sums it with others first): left as it is.
-            let wanted_partial = graph
-                .tensor(t)
-                .annotation
-                .as_ref()
-                .is_some_and(|a| a.partial.is_partial());
-            if attr.partial.is_partial() && graph.is_result(t) && !wanted_partial {
+            if attr.partial.is_partial() && graph.result_wanted_whole(t) {
                 let mut whole = attr.clone();
                 whole.partial = spmd_core::Partial::NONE;
                 add(Edge::Result(i), t, attr, &whole);

@@ -430,14 +430,8 @@ impl Sim<'_> {
                     placed
                 }
             };
-            // A result annotated partial is wanted partial (the plan leaves
-            // it so); its values were verified against its layout above.
-            let wanted_partial = graph
-                .tensor(t)
-                .annotation
-                .as_ref()
-                .is_some_and(|a| a.partial.is_partial());
-            if graph.is_result(t) && value.attr.partial.is_partial() && !wanted_partial {
+            // A result wanted partial was verified against its layout above.
+            if graph.result_wanted_whole(t) && value.attr.partial.is_partial() {
                 let Some(r) = state.reshards.get(&(o, Edge::Result(k))).copied() else {
                     return Err(at(
                         state,

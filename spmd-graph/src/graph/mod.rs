@@ -266,6 +266,18 @@ impl Graph {
         self.results.get(t.index()).copied().unwrap_or(false)
     }
 
+    /// Whether tensor `t` is a result the reshard plan must reduce when it
+    /// is left partial: a result not annotated partial itself (a result
+    /// annotated partial is wanted partial, and left so).
+    pub fn result_wanted_whole(&self, t: TensorId) -> bool {
+        self.is_result(t)
+            && !self
+                .tensor(t)
+                .annotation
+                .as_ref()
+                .is_some_and(|a| a.partial.is_partial())
+    }
+
     /// Marks tensors as results of the graph (see [`Graph::is_result`]).
     pub fn mark_results(&mut self, results: &[TensorId]) {
         for &t in results {
