@@ -81,6 +81,37 @@ pub enum AutoshardError {
     BadMesh { mesh: Vec<usize>, problem: String },
 }
 
+/// `24GiB`, `80GB`, `512MiB`, `1.5TiB`, `1000000`: bytes.
+pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number.trim().parse().map_err(|_| {
+        format!("`{text}` is not a size (expected a number and a unit, like 24GiB)")
+    })?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024f64.powi(2),
+        "gib" => 1024f64.powi(3),
+        "tib" => 1024f64.powi(4),
+        u => {
+            return Err(format!(
+                "unknown unit `{u}` in `{text}` (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            ));
+        }
+    };
+    let bytes = n * scale;
+    if !(bytes.is_finite() && bytes >= 1.0) {
+        return Err(format!("`{text}`: a budget must be at least one byte"));
+    }
+    Ok(bytes as u64)
+}
+
 /// `1.50 GiB`, `12.0 MiB`, `512 B`.
 pub fn bytes(b: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
@@ -418,4 +449,20 @@ fn choose_starts(
         }
     }
     chosen
+}
+
+#[cfg(test)]
+mod parse_bytes_tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_take_decimal_and_binary_units() {
+        assert_eq!(parse_bytes("24GiB"), Ok(24 << 30));
+        assert_eq!(parse_bytes("80GB"), Ok(80_000_000_000));
+        assert_eq!(parse_bytes("1.5 KiB"), Ok(1536));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("24 gigs").unwrap_err().contains("unknown unit"));
+        assert!(parse_bytes("GiB").unwrap_err().contains("not a size"));
+        assert!(parse_bytes("0GiB").is_err());
+    }
 }

@@ -21,7 +21,9 @@ pub fn autoshard(args: &AutoshardArgs) -> Result<Output> {
     options.device = args.device.parse::<Device>().map_err(CliError::usage)?;
     // Without --memory a plan must fit the device's own memory.
     options.memory = Some(match &args.memory {
-        Some(m) => parse_bytes(m).map_err(|e| CliError::usage(format!("--memory: {e}")))?,
+        Some(m) => {
+            spmd_autoshard::parse_bytes(m).map_err(|e| CliError::usage(format!("--memory: {e}")))?
+        }
         None => options.device.memory,
     });
     if let Some(d) = &args.dtype {
@@ -102,51 +104,4 @@ pub fn autoshard(args: &AutoshardArgs) -> Result<Output> {
         text.push_str(&format!("plan written to {path}\n"));
     }
     Ok(Output::ok(text))
-}
-
-/// `24GiB`, `80GB`, `512MiB`, `1.5TiB`, `1000000`: bytes.
-pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: f64 = number.trim().parse().map_err(|_| {
-        format!("`{text}` is not a size (expected a number and a unit, like 24GiB)")
-    })?;
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024f64.powi(2),
-        "gib" => 1024f64.powi(3),
-        "tib" => 1024f64.powi(4),
-        u => {
-            return Err(format!(
-                "unknown unit `{u}` in `{text}` (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-            ));
-        }
-    };
-    let bytes = n * scale;
-    if !(bytes.is_finite() && bytes >= 1.0) {
-        return Err(format!("`{text}`: a budget must be at least one byte"));
-    }
-    Ok(bytes as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn sizes_take_decimal_and_binary_units() {
-        assert_eq!(parse_bytes("24GiB"), Ok(24 << 30));
-        assert_eq!(parse_bytes("80GB"), Ok(80_000_000_000));
-        assert_eq!(parse_bytes("1.5 KiB"), Ok(1536));
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert!(parse_bytes("24 gigs").unwrap_err().contains("unknown unit"));
-        assert!(parse_bytes("GiB").unwrap_err().contains("not a size"));
-        assert!(parse_bytes("0GiB").is_err());
-    }
 }

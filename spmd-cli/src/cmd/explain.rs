@@ -170,6 +170,15 @@ fn bound_output_shapes(req: &Request, notation: Option<&str>) -> Option<Vec<Vec<
     crate::shapes::output_shapes(&parsed.plan(), &inputs)
 }
 
+/// The text `spmd explain` prints for one call.
+pub fn explain_text(req: &Request, registry: &Registry) -> Result<String> {
+    let (text, _, fail) = explain_one(req, registry)?;
+    match fail {
+        Some(e) => Err(e),
+        None => Ok(text),
+    }
+}
+
 fn explain_one(req: &Request, registry: &Registry) -> Result<(String, Value, Option<CliError>)> {
     let rule = req.rule(registry)?;
     let mut rec = Recorder::default();

@@ -85,7 +85,7 @@ pub fn ops(args: &OpsArgs) -> Result<Output> {
 /// The full signature of one op: its tensors by name (and which may be
 /// absent), its attributes with what they take and their defaults, and the
 /// grad op's tensors.
-fn signature(i: &spmd_core::RuleInfo) -> String {
+pub fn signature(i: &spmd_core::RuleInfo) -> String {
     let mut s = String::new();
     let tensors = |names: &[&str], optional: &dyn Fn(usize) -> bool| -> String {
         if names.is_empty() {

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use anstyle::{Ansi256Color, Color, Style};
 use serde_json::{Value, json};
 use spmd_core::json::Expect;
+use spmd_core::{DistAttr, Mesh};
 
 use crate::Output;
 use crate::cli::ShowArgs;
@@ -302,18 +303,8 @@ pub fn show(args: &ShowArgs) -> Result<Output> {
     let (grids, total) = grids(&l);
 
     if let Some(path) = &args.svg {
-        std::fs::write(
-            path,
-            svg(
-                &l,
-                &t.shape,
-                &attr.to_string(),
-                &mesh.to_string(),
-                &grids,
-                total,
-            ),
-        )
-        .map_err(|e| CliError::usage(format!("cannot write {path}: {e}")))?;
+        std::fs::write(path, svg(&l, &t.shape, &attr, &mesh, &grids, total))
+            .map_err(|e| CliError::usage(format!("cannot write {path}: {e}")))?;
     }
     if args.json {
         let devices: Vec<Value> = (0..l.devices())
@@ -404,16 +395,28 @@ fn xml(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// The picture of `attr` (valid on `mesh` for `shape`) as an SVG document,
+/// what `--svg` writes; `None` past 4096 devices.
+pub fn svg_of(mesh: &Mesh, shape: &[usize], attr: &DistAttr) -> Option<String> {
+    let l = Layout::new(mesh, shape, attr);
+    if l.devices() > 4096 {
+        return None;
+    }
+    let (grids, total) = grids(&l);
+    Some(svg(&l, shape, attr, mesh, &grids, total))
+}
+
 /// The same picture as an SVG document: block sizes proportional to their
 /// extents.
 fn svg(
     l: &Layout,
     shape: &[usize],
-    attr: &str,
-    mesh: &str,
+    attr: &DistAttr,
+    mesh: &Mesh,
     grids: &[Grid],
     total: usize,
 ) -> String {
+    let (attr, mesh) = (&attr.to_string(), &mesh.to_string());
     const W: f64 = 480.0;
     const LEFT: f64 = 70.0;
     const MIN: f64 = 14.0;
