@@ -340,9 +340,36 @@ pub fn show(args: &ShowArgs) -> Result<Output> {
         return Ok(Output::ok(format!("{}\n", crate::report::to_json(&v))));
     }
 
+    let mut s = picture(&l, &t.shape, &attr, &mesh, &grids, total);
+    if let Some(path) = &args.svg {
+        let _ = writeln!(s, "\nwrote {path}");
+    }
+    Ok(Output::ok(s))
+}
+
+/// The terminal picture of `attr` (valid on `mesh` for `shape`), what
+/// `spmd show` prints; `None` past 4096 devices.
+pub fn picture_of(mesh: &Mesh, shape: &[usize], attr: &DistAttr) -> Option<String> {
+    let l = Layout::new(mesh, shape, attr);
+    if l.devices() > 4096 {
+        return None;
+    }
+    let (grids, total) = grids(&l);
+    Some(picture(&l, shape, attr, mesh, &grids, total))
+}
+
+/// The text of the picture: the layout in words, then the grids.
+fn picture(
+    l: &Layout,
+    shape: &[usize],
+    attr: &DistAttr,
+    mesh: &Mesh,
+    grids: &[Grid],
+    total: usize,
+) -> String {
     let mut s = format!(
         "{} {} on mesh {} ({})\n",
-        paint(HEADER, format!("tensor {}", shape_text(&t.shape))),
+        paint(HEADER, format!("tensor {}", shape_text(shape))),
         attr,
         mesh,
         crate::report::devices(mesh.size())
@@ -357,12 +384,12 @@ pub fn show(args: &ShowArgs) -> Result<Output> {
         "local block: {}{local} per device; device ids are row-major over the mesh",
         if even { "" } else { "at most " }
     );
-    if t.shape.len() > 2 {
+    if shape.len() > 2 {
         let _ = writeln!(
             s,
             "the grids show dims {} and {}, one grid per block of the leading dims",
-            t.shape.len() - 2,
-            t.shape.len() - 1
+            shape.len() - 2,
+            shape.len() - 1
         );
     }
     s.push('\n');
@@ -379,13 +406,10 @@ pub fn show(args: &ShowArgs) -> Result<Output> {
             total - grids.len()
         );
     }
-    if let Some(p) = partial_legend(&l) {
+    if let Some(p) = partial_legend(l) {
         let _ = writeln!(s, "\n{}", paint(PARTIAL, p));
     }
-    if let Some(path) = &args.svg {
-        let _ = writeln!(s, "\nwrote {path}");
-    }
-    Ok(Output::ok(s))
+    s
 }
 
 fn xml(s: &str) -> String {
