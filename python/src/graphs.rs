@@ -201,6 +201,7 @@ fn propagate(
         .map(|(k, v)| (k.to_string(), v))
         .collect();
     let mut backward_counts = Vec::new();
+    let mut program = None;
     if backward {
         let bw = backward_graph(graph, &p, registry, &loaded.outputs).map_err(graph_err)?;
         let bp = run(&bw.graph).map_err(graph_err)?;
@@ -218,13 +219,73 @@ fn propagate(
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
+        program = Some(backward_program(graph, &bw, registry).to_string());
     }
     Ok(Propagation {
         text,
         json: json.to_string(),
         forward_counts,
         backward_counts,
+        program,
     })
+}
+
+/// The backward graph as a program a runtime can execute: its ops in
+/// order (a grad op names its forward op, and the forward input each of
+/// its outputs is the gradient of), what each tensor no op produces
+/// holds, and each parameter's gradient.
+fn backward_program(
+    forward: &spmd_graph::Graph,
+    bw: &spmd_graph::Backward,
+    registry: &spmd_core::Registry,
+) -> serde_json::Value {
+    use serde_json::json;
+    use spmd_graph::{Given, OpKind};
+    let bg = &bw.graph;
+    let name = |t: spmd_graph::TensorId| bg.tensor(t).name.clone();
+    let ops: Vec<serde_json::Value> = bg
+        .op_ids()
+        .map(|o| {
+            let op = bg.op(o);
+            let mut v = json!({
+                "name": op.name,
+                "rule": op.rule,
+                "inputs": op.inputs.iter().map(|&t| name(t)).collect::<Vec<_>>(),
+                "outputs": op.outputs.iter().map(|&t| name(t)).collect::<Vec<_>>(),
+            });
+            if let OpKind::Grad { forward_inputs } = op.kind {
+                let fwd = op.name.strip_suffix("_grad").unwrap_or(&op.name);
+                let no_grad = registry
+                    .get(&op.rule)
+                    .map(|i| i.no_grad)
+                    .unwrap_or_default();
+                let of: Vec<usize> = (0..forward_inputs)
+                    .filter(|&i| !no_grad.contains(op.slot(i)))
+                    .collect();
+                v["grad_of"] = json!({"op": fwd, "inputs": of});
+            }
+            v
+        })
+        .collect();
+    let given: Vec<serde_json::Value> = bw
+        .given()
+        .into_iter()
+        .map(|(t, g)| match g {
+            Given::Saved { op, input } => {
+                json!({"tensor": name(t), "saved": {"op": forward.op(op).name, "input": input}})
+            }
+            Given::Seed { output } => {
+                json!({"tensor": name(t), "seed": forward.tensor(output).name})
+            }
+            Given::Zero => json!({"tensor": name(t), "zero": true}),
+        })
+        .collect();
+    let param_grads: serde_json::Map<String, serde_json::Value> = bw
+        .param_grads
+        .iter()
+        .map(|&(p, g)| (forward.tensor(p).name.clone(), name(g).into()))
+        .collect();
+    json!({"ops": ops, "given": given, "param_grads": param_grads})
 }
 
 /// A propagated graph: `print(p)` shows every tensor and collective as
@@ -235,6 +296,8 @@ pub struct Propagation {
     json: String,
     forward_counts: Vec<(String, usize)>,
     backward_counts: Vec<(String, usize)>,
+    /// The backward graph as a program, when propagated with `backward`.
+    program: Option<String>,
 }
 
 #[pymethods]
@@ -254,6 +317,17 @@ impl Propagation {
     /// The whole answer as JSON text (the schema of `spmd propagate --json`).
     fn to_json(&self) -> String {
         self.json.clone()
+    }
+
+    /// The backward graph as JSON text a runtime executes (`None` unless
+    /// propagated with `backward=True`): `ops` in order, each with `rule`,
+    /// `inputs` and `outputs`, and for a grad op `grad_of` (its forward
+    /// op, and the forward input each output is the gradient of); `given`,
+    /// what each tensor no op produces holds (`saved`: a forward op's
+    /// input as that op read it; `seed`: the gradient of a forward output;
+    /// `zero`); `param_grads`, each parameter's gradient.
+    fn backward_program(&self) -> Option<String> {
+        self.program.clone()
     }
 
     fn __str__(&self) -> String {

@@ -410,6 +410,24 @@ impl Layout {
         s
     }
 
+    /// The picture `spmd show` prints: the layout in words, then which
+    /// device holds which block. Needs the shape.
+    fn show(&self) -> PyResult<String> {
+        guard(|| {
+            let shape = self.shape.as_ref().ok_or_else(|| {
+                errors::error(
+                    Kind::Layout,
+                    "layout without a shape: give shape= to draw it",
+                )
+            })?;
+            spmd_cli::cmd::show::picture_of(&self.mesh, shape, &self.attr)
+                .map(|t| crate::calls::plain(&t))
+                .ok_or_else(|| {
+                    errors::error(Kind::Layout, "`show` draws meshes of at most 4096 devices")
+                })
+        })
+    }
+
     /// The picture `spmd show` draws, as SVG (notebooks show it); `None`
     /// when the shape is not known.
     fn _repr_svg_(&self) -> Option<String> {
