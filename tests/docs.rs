@@ -1,6 +1,6 @@
 //! Docs that describe code outside Rust stay true to it: the exporter's
 //! README names the versions `requirements.txt` pins and the attention
-//! implementation `export.py` sets.
+//! implementation the exporter (`spmd.torch.hf`) sets.
 
 use std::path::PathBuf;
 
@@ -28,17 +28,17 @@ fn the_exporter_readme_names_the_pinned_versions() {
 #[test]
 fn the_exporter_readme_names_the_attention_export_py_sets() {
     let readme = read("tools/torch_export/README.md");
-    let script = read("tools/torch_export/export.py");
+    let script = read("python/spmd/torch/hf.py");
     let set = script
         .lines()
         .find_map(|l| {
             let (_, rest) = l.split_once("_attn_implementation = \"")?;
             rest.split('"').next()
         })
-        .expect("export.py sets the attention implementation");
+        .expect("spmd.torch.hf sets the attention implementation");
     assert!(
         readme.to_lowercase().contains(&set.to_lowercase()),
-        "export.py sets attention `{set}`, which the README does not name"
+        "spmd.torch.hf sets attention `{set}`, which the README does not name"
     );
     if set != "eager" {
         assert!(

@@ -29,7 +29,9 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-import export
+import transformers
+
+from spmd.torch import hf
 
 WORLD = 4
 
@@ -92,11 +94,11 @@ def as_linear(model, name):
 
 
 def run(short, layers, batch, seq):
-    cls = export.ALIASES[short]
-    config = export.config_of(cls, layers)
+    cls = hf.ALIASES[short]
+    config = hf.config_of(cls, layers)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = export.transformers.AutoModelForCausalLM.from_config(config).train(False)
+    model = transformers.AutoModelForCausalLM.from_config(config).train(False)
     mesh = init_device_mesh("cpu", (WORLD,))
     col, row = PLANS[short]
     prefix = LAYERS[short]

@@ -29,7 +29,7 @@ import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-import export
+from spmd.torch import graph_json, hf, write
 
 COLUMN = ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"]
 ROW = ["o_proj", "down_proj"]
@@ -44,8 +44,8 @@ def export_one(config_class, path, memory, conn):
 
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     try:
-        graph = export.to_json(export.build(config_class, 2, 2, 16), [4])
-        export.write(graph, path)
+        graph = graph_json(hf.build(config_class, 2, 2, 16), [4])
+        write(graph, path)
         conn.send(("ok", len(graph["ops"]), len({o["op"] for o in graph["ops"]})))
     except BaseException as e:  # noqa: BLE001 - any failure is the row's reason
         conn.send(("error", "out of memory" if isinstance(e, MemoryError) else one_line(e)))

@@ -1,0 +1,205 @@
+"""An exported PyTorch program as an spmd graph.
+
+The graph is core ATen IR after the default decompositions
+(`ExportedProgram.run_decompositions()`), but for
+`aten.scaled_dot_product_attention`, kept as one op: a small, stable
+operator set that every model lowers to, so one set of rules covers any
+architecture, and attention keeps its heads' layout.
+
+What the graph holds (see spmd-graph's `json` module for the format):
+- tensors: every value the graph computes or reads, with its shape and
+  dtype; parameters (`param: true`) keep their module path as name
+  (`model.layers.0.self_attn.q_proj.weight`), so a plan can match them;
+  buffers and user inputs keep theirs (`input_ids`).
+- ops: each ATen call in graph order; `op` is the ATen name without a
+  `.default` overload (`aten.mm`, `aten.add.Tensor`, `aten.transpose.int`),
+  `inputs` its tensor arguments in schema order (a tensor list, as
+  `aten.cat`'s, gives one input per element; an optional tensor passed as
+  `None` is `null`), `attrs` its other arguments by schema name; an op with
+  several results names them `<node>.0`, ... A `.Tensor` overload called
+  with a number operand (`aten.add.Tensor(x, 2.0)`) is written as ATen's
+  `.Scalar` overload of the same arguments, so that every name has one
+  arity.
+- outputs: the user outputs.
+Calls that compute nothing (`aten._assert_tensor_metadata`, ...) are left
+out, and calls that read no tensor (`aten.arange`, `aten.full`, ...) are
+written as constant tensors without a producer (a device can create its
+block of a constant in any layout), with their values as `init` where one
+number fills them (`{"full": 1.0}`) or they count up evenly
+(`{"arange": {"start": 0, "step": 1}}`); both are counted on stderr.
+"""
+
+import json
+import sys
+
+import torch
+
+# ATen calls that compute no value the program uses.
+SKIPPED = {
+    "aten._assert_tensor_metadata.default",
+    "aten._assert_scalar.default",
+    "aten.sym_constrain_range_for_size.default",
+}
+
+
+def export_program(model, args=(), kwargs=None):
+    """`torch.export` of `model` on `args`/`kwargs`, lowered to core ATen IR
+    with attention kept whole (see the module docs)."""
+    with torch.no_grad():
+        program = torch.export.export(model, tuple(args), dict(kwargs or {}))
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    return program.run_decompositions(table)
+
+
+def op_name(target):
+    name = str(target)
+    return name[: -len(".default")] if name.endswith(".default") else name
+
+
+def optional_tensor(arg):
+    """Whether a schema argument is an optional tensor (`Tensor? weight`)."""
+    t = arg.type
+    return isinstance(t, torch.OptionalType) and isinstance(t.getElementType(), torch.TensorType)
+
+
+def attr_value(v):
+    """A non-tensor argument as JSON."""
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [attr_value(x) for x in v]
+    if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return str(v).removeprefix("torch.")
+    return str(v)
+
+
+def tensor_entry(name, val, **extra):
+    return dict(name=name, shape=list(val.shape), dtype=str(val.dtype).removeprefix("torch."), **extra)
+
+
+def constant_init(node):
+    """What a created constant holds, in spmd-graph's `init` form, read from
+    the creating call's arguments (the exported values are fake): one
+    number repeated (`full`, `ones`, `zeros`, `scalar_tensor`) or an even
+    progression (`arange`); None for any other creation op."""
+    name = op_name(node.target)
+    args = list(node.args)
+    number = lambda v: float(v) if isinstance(v, (int, float, bool)) else None
+    if name in ("aten.full", "aten.full.default") and len(args) >= 2:
+        v = number(args[1])
+    elif name.startswith("aten.ones"):
+        v = 1.0
+    elif name.startswith("aten.zeros"):
+        v = 0.0
+    elif name.startswith("aten.scalar_tensor") and args:
+        v = number(args[0])
+    elif name.startswith("aten.arange"):
+        # arange(end), arange.start(start, end), arange.start_step(start, end, step)
+        nums = [number(a) for a in args[:3]]
+        if None in nums or not nums:
+            return None
+        start = nums[0] if len(nums) >= 2 else 0.0
+        step = nums[2] if len(nums) == 3 else 1.0
+        return {"arange": {"start": start, "step": step}}
+    else:
+        return None
+    return None if v is None else {"full": v}
+
+
+def graph_json(program, mesh, quiet=False):
+    sig = program.graph_signature
+    names = {}  # node name -> tensor name
+    for spec in sig.input_specs:
+        if spec.target is not None:
+            names[spec.arg.name] = spec.target
+    params = {s.arg.name for s in sig.input_specs if s.kind.name == "PARAMETER"}
+    tensors, ops, skipped, created = [], [], {}, {}
+    # Results of multi-output calls, read through operator.getitem.
+    items = {}
+
+    def tensor_name(node):
+        return items.get(node.name) or names.get(node.name, node.name)
+
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            if isinstance(val, torch.Tensor):
+                tensors.append(tensor_entry(tensor_name(node), val, **({"param": True} if node.name in params else {})))
+            continue
+        if node.op != "call_function":
+            continue
+        if node.target.__name__ == "getitem" and node.target.__module__ == "_operator":
+            src, k = node.args
+            items[node.name] = f"{tensor_name(src)}.{k}"
+            continue
+        if str(node.target) in SKIPPED:
+            skipped[str(node.target)] = skipped.get(str(node.target), 0) + 1
+            continue
+        schema = node.target._schema
+        if not any(isinstance(a, torch.fx.Node) or (isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a)) for a in list(node.args) + list(node.kwargs.values())):
+            # A creation op (`aten.arange`, `aten.full`, ...) reads no
+            # tensor: its result is a constant, which every device can make
+            # in whatever layout its readers want. It is written as a tensor
+            # without a producer, as the parameters are.
+            if isinstance(val, torch.Tensor):
+                init = constant_init(node)
+                tensors.append(tensor_entry(node.name, val, **({"init": init} if init else {})))
+                created[op_name(node.target)] = created.get(op_name(node.target), 0) + 1
+                continue
+        inputs, attrs = [], {}
+        for i, arg in enumerate(schema.arguments):
+            if i < len(node.args):
+                v = node.args[i]
+            elif arg.name in node.kwargs:
+                v = node.kwargs[arg.name]
+            else:
+                continue
+            if isinstance(v, torch.fx.Node):
+                inputs.append(tensor_name(v))
+            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.fx.Node) for x in v):
+                inputs.extend(tensor_name(x) for x in v)
+            elif v is None and optional_tensor(arg):
+                # An absent optional tensor (the weight and bias of a layer
+                # norm without affine parameters) keeps its slot as `null`.
+                inputs.append(None)
+            elif v is not None or arg.name in node.kwargs:
+                attrs[arg.name] = attr_value(v)
+        if isinstance(val, torch.Tensor):
+            outputs = [node.name]
+            tensors.append(tensor_entry(node.name, val))
+        elif isinstance(val, (list, tuple)):
+            outputs = []
+            for k, v in enumerate(val):
+                if isinstance(v, torch.Tensor):
+                    outputs.append(f"{node.name}.{k}")
+                    tensors.append(tensor_entry(f"{node.name}.{k}", v))
+        else:
+            continue
+        name = op_name(node.target)
+        # `aten.add.Tensor(x, 2.0)`: a number operand is ATen's `.Scalar`
+        # overload (same arguments), so each name has one arity.
+        if name.endswith(".Tensor") and "other" in attrs:
+            name = name.removesuffix(".Tensor") + ".Scalar"
+        op = dict(name=node.name, op=name, inputs=inputs, outputs=outputs)
+        if attrs:
+            op["attrs"] = attrs
+        ops.append(op)
+    outputs = [tensor_name(a) for a in program.graph.output_node().args[0] if isinstance(a, torch.fx.Node)]
+    if not quiet:
+        for name, n in sorted(skipped.items()):
+            print(f"left out {n} x {name} (computes nothing)", file=sys.stderr)
+        for name, n in sorted(created.items()):
+            print(f"wrote {n} x {name} as a constant tensor (reads no tensor)", file=sys.stderr)
+    return dict(mesh=mesh, tensors=tensors, ops=ops, outputs=outputs)
+
+
+def write(graph, path):
+    """One tensor or op per line: readable, and diffs stay small."""
+    with open(path, "w") as f:
+        f.write('{\n  "mesh": ' + json.dumps(graph["mesh"]) + ",\n")
+        for key in ("tensors", "ops"):
+            f.write(f'  "{key}": [\n')
+            rows = [json.dumps(x) for x in graph[key]]
+            f.write(",\n".join("    " + r for r in rows) + "\n  ],\n")
+        f.write('  "outputs": ' + json.dumps(graph["outputs"]) + "\n}\n")
