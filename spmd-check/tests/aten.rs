@@ -4,9 +4,11 @@
 //! `aten.expand` (new and size-1 dims broadcast), `aten.mean.dim` (an
 //! average, `Avg` partials), `aten.slice.Tensor` (global positions along
 //! the sliced dim), `aten.native_layer_norm` (Paddle's layer_norm kernel,
-//! statistics in ATen's form) and `aten.scaled_dot_product_attention` (the
+//! statistics in ATen's form), `aten.scaled_dot_product_attention` (the
 //! flash kernel in ATen's `[b, h, s, d]` layout, grouped-query heads, a
-//! per-head or broadcast mask). The ATen names that reuse a library rule
+//! per-head or broadcast mask), `aten.histc` (counts that add up over
+//! blocks, or a range the data sets), `aten.var.correction` and
+//! transformers' `grouped_mm_fallback` (experts' products over row groups). The ATen names that reuse a library rule
 //! are checked with that rule (the other files of this directory); whole
 //! exported models run in `spmd-graph/tests/hf_graphs.rs`. Backward is given
 //! partial outputs too. The grad ops of addmm, expand, mean.dim and
@@ -506,4 +508,198 @@ fn scaled_dot_product_attention_against_the_kernel() {
         )
     });
     assert_meaningful("aten.scaled_dot_product_attention", &t);
+}
+
+/// `torch.histc`'s bin of `v` in `[min, max]` split into `bins`, if any.
+fn histc_bin(v: f64, bins: usize, min: f64, max: f64) -> Option<usize> {
+    if v < min || v > max {
+        return None;
+    }
+    let b = ((v - min) / (max - min) * bins as f64) as usize;
+    Some(b.min(bins - 1))
+}
+
+/// `aten.histc` against the op, on each device's block: counts add up over
+/// blocks (the output partial where the input is split), except when the
+/// range is the data's own (`min == max`), which a block does not know.
+#[test]
+fn histc_against_the_op() {
+    let t = tallies();
+    let params = (shape(1..=3), 1usize..=4, any::<bool>()).prop_flat_map(|(x, bins, auto)| {
+        (
+            op_check::case(Just((vec![x], vec![bins]))),
+            Just((bins, auto)),
+        )
+    });
+    run(CASES, params, |(c, (bins, auto))| {
+        let (min, max) = if auto { (0.0, 0.0) } else { (-6.0, 6.0) };
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            let (mut lo, mut hi) = (min, max);
+            if lo == hi {
+                lo = x.data().iter().copied().fold(f64::INFINITY, f64::min);
+                hi = x.data().iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                if lo == hi {
+                    (lo, hi) = (lo - 1.0, hi + 1.0);
+                }
+            }
+            let mut counts = Tensor::from_fn(&[bins], |_| 0.0);
+            for &e in x.data() {
+                if let Some(b) = histc_bin(e, bins, lo, hi) {
+                    counts.set(&[b], counts.get(&[b]) + 1.0);
+                }
+            }
+            vec![counts]
+        };
+        let attrs = Attrs::new()
+            .with("bins", bins as i64)
+            .with("min", min)
+            .with("max", max);
+        check("aten.histc", &attrs, &c, &probes(&c.shapes), &op, None, &t)
+    });
+    t[0].assert_meaningful("aten.histc forward");
+    t[1].assert_meaningful("aten.histc backward");
+}
+
+/// The rows `offs` (cumulative counts) gives each expert: `start..end`.
+fn expert_rows(offs: &Tensor, e: usize) -> core::ops::Range<usize> {
+    let end = |e: usize| offs.get(&[e]) as usize;
+    (if e == 0 { 0 } else { end(e - 1) })..end(e)
+}
+
+/// `transformers.grouped_mm_fallback` against the op: each expert's rows
+/// times its weight; the rows and experts stay whole, the contraction and
+/// the output dim may be split. The grad returns the input's and the
+/// weight's grads.
+#[test]
+fn grouped_mm_against_the_op() {
+    let t = tallies();
+    let params = (1usize..=4, 1usize..=3, 1usize..=4, 1usize..=4, any::<u64>()).prop_flat_map(
+        |(rows, experts, k, n, seed)| {
+            let shapes = vec![vec![rows, k], vec![experts, k, n], vec![experts]];
+            (op_check::case(Just((shapes, vec![rows, n]))), Just(seed))
+        },
+    );
+    run(CASES, params, |(c, seed)| {
+        let (rows, experts) = (c.shapes[0][0], c.shapes[1][0]);
+        // A valid grouping: cumulative row counts, the last at most `rows`.
+        let mut ends = Vec::new();
+        let mut at = 0usize;
+        for e in 0..experts {
+            at = (at + (seed >> (8 * e)) as usize % (rows + 1)).min(rows);
+            ends.push(at as f64);
+        }
+        let mut values = probes(&c.shapes[..2]);
+        values.push(Tensor::from_fn(&[experts], |i| ends[i[0]]));
+        let op = move |v: &[Tensor]| {
+            let (x, w, offs) = (&v[0], &v[1], &v[2]);
+            let (k, n) = (x.shape()[1], w.shape()[2]);
+            let mut out = Tensor::from_fn(&[x.shape()[0], n], |_| 0.0);
+            for e in 0..w.shape()[0] {
+                for r in expert_rows(offs, e) {
+                    for j in 0..n {
+                        let s: f64 = (0..k).map(|q| x.get(&[r, q]) * w.get(&[e, q, j])).sum();
+                        out.set(&[r, j], s);
+                    }
+                }
+            }
+            vec![out]
+        };
+        let grad = move |v: &[Tensor], _: &[Tensor], dy: &[Tensor]| {
+            let (x, w, offs) = (&v[0], &v[1], &v[2]);
+            let (k, n) = (x.shape()[1], w.shape()[2]);
+            let mut dx = Tensor::from_fn(x.shape(), |_| 0.0);
+            let mut dw = Tensor::from_fn(w.shape(), |_| 0.0);
+            for e in 0..w.shape()[0] {
+                for r in expert_rows(offs, e) {
+                    for q in 0..k {
+                        for j in 0..n {
+                            dx.set(
+                                &[r, q],
+                                dx.get(&[r, q]) + dy[0].get(&[r, j]) * w.get(&[e, q, j]),
+                            );
+                            dw.set(
+                                &[e, q, j],
+                                dw.get(&[e, q, j]) + x.get(&[r, q]) * dy[0].get(&[r, j]),
+                            );
+                        }
+                    }
+                }
+            }
+            vec![dx, dw]
+        };
+        check(
+            "transformers.grouped_mm_fallback",
+            &Attrs::new(),
+            &c,
+            &values,
+            &op,
+            Some(&grad),
+            &t,
+        )
+    });
+    assert_meaningful("transformers.grouped_mm_fallback", &t);
+}
+
+/// `aten.var.correction` against the op: the reduced dims stay whole.
+#[test]
+fn var_against_the_op() {
+    let t = tallies();
+    let params = (shape(1..=3), any::<prop::sample::Index>(), any::<bool>()).prop_flat_map(
+        |(x, d, keep)| {
+            let d = d.index(x.len());
+            let mut out = x.clone();
+            if keep {
+                out[d] = 1;
+            } else {
+                out.remove(d);
+            }
+            (op_check::case(Just((vec![x], out))), Just((d, keep)))
+        },
+    );
+    run(CASES, params, |(c, (d, keep))| {
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            let n = x.shape()[d];
+            let mut out = x.shape().to_vec();
+            if keep {
+                out[d] = 1;
+            } else {
+                out.remove(d);
+            }
+            let row = |i: &[usize]| -> Vec<f64> {
+                (0..n)
+                    .map(|k| {
+                        let mut j = i.to_vec();
+                        if keep {
+                            j[d] = k;
+                        } else {
+                            j.insert(d, k);
+                        }
+                        x.get(&j)
+                    })
+                    .collect()
+            };
+            vec![Tensor::from_fn(&out, |i| {
+                let r = row(i);
+                let mean = r.iter().sum::<f64>() / n as f64;
+                // ATen's default correction: Bessel's (n - 1), 0 for one element.
+                r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n as f64 - 1.0).max(1.0)
+            })]
+        };
+        let attrs = Attrs::new()
+            .with("dim", vec![d as i64])
+            .with("keepdim", keep);
+        check(
+            "aten.var.correction",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            None,
+            &t,
+        )
+    });
+    t[0].assert_meaningful("aten.var.correction forward");
+    t[1].assert_meaningful("aten.var.correction backward");
 }

@@ -244,3 +244,100 @@ fn grouped(call: &Call<'_>) -> bool {
     let heads = |i: usize| call.input_shape(i).and_then(|s| s.get(1).copied());
     heads(1).is_some() && heads(1) != heads(0)
 }
+
+/// `aten.histc(self, bins, min, max)`: how many of the input's elements
+/// fall in each of `bins` equal bins over `[min, max]`. Counting adds up
+/// over blocks, so every input dim may be sharded and the counts are then
+/// partial sums over those mesh dims (a device counts its block). With
+/// `min == max` the range is the data's own minimum and maximum, which one
+/// block does not know: the input is then never sharded. The bins dim is
+/// never sharded. Counts have no gradient.
+#[spmd_rule(
+    name = "aten.histc",
+    einsum = "@->1",
+    case(when = self.min == self.max, einsum = "*->1"),
+    inputs(input),
+    outputs(out),
+    grad(none(input))
+)]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AtenHistc {
+    #[spmd(default = 100)]
+    pub bins: i64,
+    #[spmd(default)]
+    pub min: f64,
+    #[spmd(default)]
+    pub max: f64,
+}
+
+/// `transformers.grouped_mm_fallback(input, weight, offs)`: the experts'
+/// products of a mixture-of-experts layer, `out[t] = input[t] @ weight[e]`
+/// for the rows `t` that `offs` (cumulative row counts, `[experts]`)
+/// assigns to expert `e`. The rows and the experts are never sharded (a
+/// block of rows or of experts would read `offs`, which holds global row
+/// positions, wrongly); the contracted dim may be, leaving the output
+/// partial, and the output dim too: tensor parallelism inside each expert.
+/// `offs` has no gradient.
+#[spmd_rule(
+    name = "transformers.grouped_mm_fallback",
+    einsum = "tk,ekn,e->tn",
+    merge(never_sharded = "te"),
+    partial(backward = "reset"),
+    inputs(input, weight, offs),
+    outputs(out),
+    grad(none(offs))
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GroupedMmFallback {}
+
+/// `aten.max.dim(self, dim, keepdim)` → `(values, indices)`: the largest
+/// element along `dim` and its position. The dim is never sharded (a
+/// block's position is not the global one); the others keep their
+/// sharding.
+#[spmd_rule(
+    name = "aten.max.dim",
+    einsum = "@{dim:a}->@{dim:-},@{dim:-}",
+    case(when = self.keepdim, einsum = "@{dim:a}->@{dim:1},@{dim:1}"),
+    merge(never_sharded = "a"),
+    partial(backward = "reset"),
+    inputs(input),
+    outputs(values, indices),
+    grad(inputs(input, indices), of(values))
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenMaxDim {
+    pub dim: i64,
+    #[spmd(default)]
+    pub keepdim: bool,
+}
+
+/// `aten.var.correction(self, dim, correction, keepdim)`: the variance
+/// over `dim` (every dim when it is absent), which is not a sum of the
+/// blocks' variances: those dims are never sharded.
+#[spmd_rule(
+    name = "aten.var.correction",
+    einsum = "@{reduced():1}->@{reduced():-}",
+    case(when = self.keepdim, einsum = "@{reduced():1}->@{reduced():1}"),
+    partial(backward = "reset"),
+    inputs(input),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AtenVarCorrection {
+    #[spmd(default)]
+    pub dim: Vec<i64>,
+    #[spmd(default)]
+    pub correction: Option<f64>,
+    #[spmd(default)]
+    pub keepdim: bool,
+}
+
+impl AtenVarCorrection {
+    fn reduced(&self) -> Pos<'_> {
+        if self.dim.is_empty() {
+            Pos::All
+        } else {
+            Pos::List(&self.dim)
+        }
+    }
+}

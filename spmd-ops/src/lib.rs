@@ -34,8 +34,8 @@ mod split;
 mod swiglu;
 
 pub use aten::{
-    AtenAddmm, AtenEmbedding, AtenExpand, AtenMeanDim, AtenNativeLayerNorm,
-    AtenScaledDotProductAttention, AtenSelect, AtenSlice,
+    AtenAddmm, AtenEmbedding, AtenExpand, AtenHistc, AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm,
+    AtenScaledDotProductAttention, AtenSelect, AtenSlice, AtenVarCorrection, GroupedMmFallback,
 };
 pub use attention::{FlashAttention, FlashMask};
 pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
@@ -126,6 +126,9 @@ const ATEN_UNARY: &[(&str, &[&str])] = &[
     ("aten.sub.Scalar", &["other", "alpha"]),
     ("aten.mul.Scalar", &["other"]),
     ("aten.div.Scalar", &["other"]),
+    ("aten.div.Scalar_mode", &["other", "rounding_mode"]),
+    // A number raised to a tensor power: `self` is the number.
+    ("aten.pow.Scalar", &["self"]),
     ("aten.eq.Scalar", &["other"]),
     ("aten.ne.Scalar", &["other"]),
     ("aten.lt.Scalar", &["other"]),
@@ -140,6 +143,9 @@ const ATEN_BINARY: &[(&str, &[&str])] = &[
     ("aten.add.Tensor", &["alpha"]),
     ("aten.sub.Tensor", &["alpha"]),
     ("aten.div.Tensor", &[]),
+    ("aten.div.Tensor_mode", &["rounding_mode"]),
+    // `self` takes `src`'s values broadcast to its own shape.
+    ("aten.copy", &["non_blocking"]),
     ("aten.pow.Tensor_Tensor", &[]),
     ("aten.maximum", &[]),
     ("aten.minimum", &[]),
@@ -355,7 +361,20 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
                 .ignoring(&["dtype"]),
         )?
         .insert(RuleInfo::of::<AtenMeanDim>().ignoring(&["dtype"]))?
+        .insert(RuleInfo::of::<AtenVarCorrection>())?
+        .register::<AtenHistc>()?
         // Along an axis.
+        .insert(
+            RuleInfo::of::<TopK>()
+                .renamed("aten.topk")
+                .reading(&[("dim", "axis")]),
+        )?
+        .insert(
+            RuleInfo::of::<ArgSort>()
+                .renamed("aten.sort")
+                .reading(&[("dim", "axis")]),
+        )?
+        .register::<AtenMaxDim>()?
         .insert(
             RuleInfo::of::<Softmax>()
                 .renamed("aten._softmax")
@@ -388,6 +407,11 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
                 .passing_through(),
         )?
         .register::<AtenSelect>()?
+        .insert(
+            RuleInfo::of::<Tile>()
+                .renamed("aten.repeat")
+                .reading(&[("repeats", "repeat_times")]),
+        )?
         .insert(
             RuleInfo::of::<Unsqueeze>()
                 .renamed("aten.unsqueeze")
@@ -427,6 +451,21 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
         // Normalizations and attention.
         .insert(RuleInfo::of::<AtenNativeLayerNorm>().ignoring(&["eps"]))?
         .register::<AtenScaledDotProductAttention>()?
+        // Gathers and scatters by index tensors.
+        .insert(
+            RuleInfo::of::<TakeAlongAxis>()
+                .renamed("aten.gather")
+                .reading(&[("dim", "axis")])
+                .ignoring(&["sparse_grad"]),
+        )?
+        .insert(
+            RuleInfo::of::<Gather>()
+                .renamed("aten.index_select")
+                .reading(&[("dim", "axis")]),
+        )?
+        .insert(RuleInfo::of::<IndexPut>().renamed("aten.index_put"))?
+        // The experts' products of transformers' mixture-of-experts layers.
+        .register::<GroupedMmFallback>()?
         // Advanced indexing by index tensors: every tensor replicated, until
         // the op has a rule of its own (a whole-tensor answer is always sound).
         .insert(RuleInfo::of::<Replicated>().renamed("aten.index.Tensor"))?;

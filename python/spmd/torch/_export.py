@@ -18,8 +18,8 @@ What the graph holds (see spmd-graph's `json` module for the format):
   `None` is `null`), `attrs` its other arguments by schema name; an op with
   several results names them `<node>.0`, ... A `.Tensor` overload called
   with a number operand (`aten.add.Tensor(x, 2.0)`) is written as ATen's
-  `.Scalar` overload of the same arguments, so that every name has one
-  arity.
+  `.Scalar` overload of the same arguments (`aten.div.Tensor_mode` as
+  `.Scalar_mode`), so that every name has one arity.
 - outputs: the user outputs.
 Calls that compute nothing (`aten._assert_tensor_metadata`, ...) are left
 out, and calls that read no tensor (`aten.arange`, `aten.full`, ...) are
@@ -104,7 +104,9 @@ def constant_init(node):
         return {"arange": {"start": start, "step": step}}
     else:
         return None
-    return None if v is None else {"full": v}
+    # JSON has no infinities (a mask filled with -inf): such a constant is
+    # written without its value.
+    return None if v is None or v != v or v in (float("inf"), float("-inf")) else {"full": v}
 
 
 def graph_json(program, mesh, quiet=False):
@@ -181,6 +183,8 @@ def graph_json(program, mesh, quiet=False):
         # overload (same arguments), so each name has one arity.
         if name.endswith(".Tensor") and "other" in attrs:
             name = name.removesuffix(".Tensor") + ".Scalar"
+        elif name.endswith(".Tensor_mode") and "other" in attrs:
+            name = name.removesuffix(".Tensor_mode") + ".Scalar_mode"
         op = dict(name=node.name, op=name, inputs=inputs, outputs=outputs)
         if attrs:
             op["attrs"] = attrs
