@@ -703,3 +703,133 @@ fn var_against_the_op() {
     t[0].assert_meaningful("aten.var.correction forward");
     t[1].assert_meaningful("aten.var.correction backward");
 }
+
+/// `aten.constant_pad_nd` against the op: pairs from the last dim
+/// backwards, a padded dim whole (its padding at the global edges).
+#[test]
+fn constant_pad_nd_against_the_op() {
+    let t = tallies();
+    let params =
+        (shape(1..=3), prop::collection::vec(0i64..=2, 0..=6)).prop_flat_map(|(x, pad)| {
+            let pad: Vec<i64> = pad[..(pad.len() / 2 * 2).min(2 * x.len())].to_vec();
+            let mut out = x.clone();
+            for (i, pair) in pad.chunks(2).enumerate() {
+                let d = x.len() - 1 - i;
+                out[d] += (pair[0] + pair[1]) as usize;
+            }
+            (op_check::case(Just((vec![x], out))), Just(pad))
+        });
+    run(CASES, params, |(c, pad)| {
+        let rank = c.shapes[0].len();
+        let drawn = pad.clone();
+        // The padding before and after dim `d`: pairs count from the last dim.
+        let side = move |d: usize, k: usize| -> usize {
+            let i = rank - 1 - d;
+            pad.get(2 * i + k).map_or(0, |&p| p as usize)
+        };
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            // The block's own shape, padded.
+            let out: Vec<usize> = (0..rank)
+                .map(|d| x.shape()[d] + side(d, 0) + side(d, 1))
+                .collect();
+            vec![Tensor::from_fn(&out, |i| {
+                let j: Option<Vec<usize>> = i
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &k)| k.checked_sub(side(d, 0)).filter(|&k| k < x.shape()[d]))
+                    .collect();
+                j.map_or(0.0, |j| x.get(&j))
+            })]
+        };
+        let attrs = Attrs::new().with("pad", drawn);
+        check(
+            "aten.constant_pad_nd",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            None,
+            &t,
+        )
+    });
+    t[0].assert_meaningful("aten.constant_pad_nd forward");
+    t[1].assert_meaningful("aten.constant_pad_nd backward");
+}
+
+/// `aten.convolution` in one dim against the op: one group (channels
+/// contracted, filters split), a depthwise one (channels to themselves), or
+/// two groups (channels whole); the window reads its neighbours, so the
+/// length stays whole.
+#[test]
+fn convolution_against_the_op() {
+    let t = tallies();
+    let params = (
+        1usize..=2,
+        1usize..=4,
+        1usize..=4,
+        1usize..=3,
+        0usize..=1,
+        0u8..3,
+    )
+        .prop_flat_map(|(n, len, ch, k, padding, kind)| {
+            // 0: one group, 1: depthwise, 2: two groups.
+            let (c, o, groups) = match kind {
+                0 => (ch, 1 + (ch % 3), 1),
+                1 => (ch, ch, ch),
+                _ => (2 * ch, 2, 2),
+            };
+            let per_group = c / groups;
+            let out_len = len + 2 * padding + 1 - k.min(len + 2 * padding);
+            let k = k.min(len + 2 * padding);
+            let shapes = vec![vec![n, c, len], vec![o, per_group, k], vec![o]];
+            (
+                op_check::case(Just((shapes, vec![n, o, out_len]))),
+                Just((padding, groups)),
+            )
+        });
+    run(CASES, params, |(c, (padding, groups))| {
+        let op = move |v: &[Tensor]| {
+            let (x, w, b) = (&v[0], &v[1], &v[2]);
+            let (n, c_in, len) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+            let (o, per_group, k) = (w.shape()[0], w.shape()[1], w.shape()[2]);
+            let out_len = len + 2 * padding + 1 - k;
+            // A block's groups: its input channels over each group's, as a
+            // local kernel counts them (a depthwise split keeps one per channel).
+            let groups = (c_in / per_group.max(1)).max(1);
+            let outs_per_group = (o / groups).max(1);
+            vec![Tensor::from_fn(&[n, o, out_len], |i| {
+                let (s, f, p) = (i[0], i[1], i[2]);
+                let g = f / outs_per_group;
+                let mut acc = b.get(&[f]);
+                for q in 0..per_group {
+                    for j in 0..k {
+                        let at = (p + j).checked_sub(padding).filter(|&a| a < len);
+                        if let Some(a) = at {
+                            acc += x.get(&[s, g * per_group + q, a]) * w.get(&[f, q, j]);
+                        }
+                    }
+                }
+                acc
+            })]
+        };
+        let attrs = Attrs::new()
+            .with("stride", vec![1i64])
+            .with("padding", vec![padding as i64])
+            .with("dilation", vec![1i64])
+            .with("transposed", false)
+            .with("output_padding", vec![0i64])
+            .with("groups", groups as i64);
+        check(
+            "aten.convolution",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            None,
+            &t,
+        )
+    });
+    t[0].assert_meaningful("aten.convolution forward");
+    t[1].assert_meaningful("aten.convolution backward");
+}

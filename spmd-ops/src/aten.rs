@@ -341,3 +341,134 @@ impl AtenVarCorrection {
         }
     }
 }
+
+/// `aten.constant_pad_nd(self, pad, value)`: `pad` holds a `(before,
+/// after)` pair per dim from the last dim backwards (it may cover only the
+/// last few; a negative side crops). A padded dim is never sharded (the
+/// padding lands at the global edges, which only the first and last blocks
+/// hold); the other dims keep their sharding. The grad slices the output
+/// grad and never reads the input.
+#[spmd_rule(
+    name = "aten.constant_pad_nd",
+    einsum = "@{padded(call):1}->@{padded(call):1}",
+    validate = Self::check,
+    partial(backward = "reset"),
+    inputs(input),
+    outputs(out),
+    grad(ignores(input))
+)]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AtenConstantPadNd {
+    pub pad: Vec<i64>,
+    #[spmd(default)]
+    pub value: f64,
+}
+
+impl AtenConstantPadNd {
+    /// The dims a nonzero pair pads, as bits.
+    fn padded(&self, call: &Call<'_>) -> Pos<'_> {
+        let rank = call.input_rank(0).unwrap_or(0);
+        let mask = self
+            .pad
+            .chunks(2)
+            .enumerate()
+            .filter(|(i, pair)| *i < rank && pair.iter().any(|&p| p != 0))
+            .map(|(i, _)| rank - 1 - i)
+            .filter(|&d| d < 64)
+            .fold(0u64, |m, d| m | 1 << d);
+        Pos::Mask(mask)
+    }
+
+    /// Whole pairs, at most one per dim.
+    fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
+        let rank = call.input_rank(0).unwrap_or(0);
+        if self.pad.len() % 2 != 0 || self.pad.len() > 2 * rank {
+            return Err(SpmdError::InvalidAttr {
+                op: "aten.constant_pad_nd",
+                attr: "pad".into(),
+                message: format!(
+                    "{} values for input 0 (input) of rank {rank}; it takes a (before, after) pair per dim, at most {rank} pairs",
+                    self.pad.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `aten.convolution(input, weight, bias, stride, padding, dilation,
+/// transposed, output_padding, groups)` over `[n, c, spatial...]`: the
+/// batch may be sharded, the spatial dims never (a window reads its
+/// neighbours' positions). With one group the output channels may be
+/// split, and without a bias the contracted input channels too (leaving
+/// the output partial); a depthwise convolution (a group per channel, one filter
+/// each) keeps each channel to itself, so channels split like a batch.
+/// Other groupings and transposed convolutions keep the channels whole.
+#[spmd_rule(
+    name = "aten.convolution",
+    einsum = "@{chan():1; spatial(call):1},*,|*->@{chan():1; spatial(call):1}",
+    // Without a bias the input channels may be split (the output partial);
+    // with one they stay whole, or every device would add the bias.
+    case(
+        when = self.plain() && call.input_shape(2).is_none(),
+        einsum = "@{chan():c; spatial(call):1},oc*,|*->@{chan():o; spatial(call):1}"
+    ),
+    case(
+        when = self.plain(),
+        einsum = "@{chan():1; spatial(call):1},o*,|o->@{chan():o; spatial(call):1}"
+    ),
+    case(
+        when = self.depthwise(&call),
+        einsum = "@{chan():c; spatial(call):1},c*,|c->@{chan():c; spatial(call):1}"
+    ),
+    optional(bias),
+    partial(backward = "reset"),
+    inputs(input, weight, bias),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenConvolution {
+    #[spmd(default)]
+    pub stride: Vec<i64>,
+    #[spmd(default)]
+    pub padding: Vec<i64>,
+    #[spmd(default)]
+    pub dilation: Vec<i64>,
+    #[spmd(default)]
+    pub transposed: bool,
+    #[spmd(default)]
+    pub output_padding: Vec<i64>,
+    #[spmd(default = 1)]
+    pub groups: i64,
+}
+
+impl AtenConvolution {
+    /// The channel dim of `[n, c, spatial...]`.
+    fn chan(&self) -> Pos<'_> {
+        Pos::Int(1)
+    }
+
+    /// The spatial dims, as bits.
+    fn spatial(&self, call: &Call<'_>) -> Pos<'_> {
+        let rank = call.input_rank(0).unwrap_or(0).min(64);
+        Pos::Mask(if rank <= 2 {
+            0
+        } else {
+            (u64::MAX >> (64 - rank)) & !3
+        })
+    }
+
+    fn plain(&self) -> bool {
+        self.groups == 1 && !self.transposed
+    }
+
+    /// One group per input channel, one filter per group.
+    fn depthwise(&self, call: &Call<'_>) -> bool {
+        let channels = call.input_shape(0).and_then(|s| s.get(1).copied());
+        let weight = call.input_shape(1);
+        !self.transposed
+            && self.groups > 1
+            && channels == Some(self.groups as usize)
+            && weight.is_some_and(|w| w.len() >= 2 && w[0] == self.groups as usize && w[1] == 1)
+    }
+}

@@ -34,8 +34,9 @@ mod split;
 mod swiglu;
 
 pub use aten::{
-    AtenAddmm, AtenEmbedding, AtenExpand, AtenHistc, AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm,
-    AtenScaledDotProductAttention, AtenSelect, AtenSlice, AtenVarCorrection, GroupedMmFallback,
+    AtenAddmm, AtenConstantPadNd, AtenConvolution, AtenEmbedding, AtenExpand, AtenHistc,
+    AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm, AtenScaledDotProductAttention, AtenSelect,
+    AtenSlice, AtenVarCorrection, GroupedMmFallback,
 };
 pub use attention::{FlashAttention, FlashMask};
 pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
@@ -345,6 +346,7 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
         .insert(RuleInfo::of::<Bmm>().renamed("aten.bmm"))?
         .register::<AtenAddmm>()?
         .register::<AtenEmbedding>()?
+        .insert(RuleInfo::of::<AtenConvolution>())?
         // Pointwise: `aten.mul.Tensor` is linear in each operand, like
         // `multiply`; `where` has ATen's operand order.
         .insert(
@@ -438,6 +440,7 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
         .insert(RuleInfo::of::<AtenExpand>().passing_through())?
         // Cuts and joins.
         .register::<AtenSlice>()?
+        .register::<AtenConstantPadNd>()?
         .insert(
             RuleInfo::of::<Split>()
                 .renamed("aten.split_with_sizes")

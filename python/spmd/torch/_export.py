@@ -65,6 +65,10 @@ def optional_tensor(arg):
 
 def attr_value(v):
     """A non-tensor argument as JSON."""
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        # JSON has no infinities: written as the string Python prints
+        # (`"inf"`), which a rule that reads the number refuses by name.
+        return str(v)
     if isinstance(v, (bool, int, float, str)) or v is None:
         return v
     if isinstance(v, (list, tuple)):

@@ -169,6 +169,15 @@ def call(node: torch.fx.Node, tensors: Iterator[Any], size: Callable[[], Sequenc
             args.append(v)
         else:
             kwargs[arg.name] = v
+    if name == "aten.convolution":
+        # A block's groups, as spmd's rule splits them: its input channels
+        # over each group's (a depthwise split keeps one group per channel).
+        x, w = args[0], args[1]
+        groups = max(x.shape[1] // max(w.shape[1], 1), 1)
+        if len(args) > 8:
+            args[8] = groups
+        else:
+            kwargs["groups"] = groups
     return node.target(*args, **kwargs)
 
 
