@@ -382,7 +382,7 @@ impl AtenConstantPadNd {
     /// Whole pairs, at most one per dim.
     fn check(&self, call: &Call<'_>) -> Result<(), SpmdError> {
         let rank = call.input_rank(0).unwrap_or(0);
-        if self.pad.len() % 2 != 0 || self.pad.len() > 2 * rank {
+        if !self.pad.len().is_multiple_of(2) || self.pad.len() > 2 * rank {
             return Err(SpmdError::InvalidAttr {
                 op: "aten.constant_pad_nd",
                 attr: "pad".into(),
