@@ -172,6 +172,26 @@ impl InferResult {
     fn __repr__(&self) -> PyResult<String> {
         guard(|| Ok(plain(&self.report()?.text())))
     }
+
+    /// In a notebook: the report, then each output's layout drawn.
+    fn _repr_html_(&self) -> PyResult<String> {
+        guard(|| {
+            let report = self.report()?;
+            let text = plain(&report.text())
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
+            let mut html = format!("<pre>{text}</pre>");
+            for l in self.layouts(&report.outputs).into_iter().flatten() {
+                if let Some(shape) = &l.shape
+                    && let Some(svg) = spmd_cli::cmd::show::svg_of(&l.mesh, shape, &l.attr)
+                {
+                    html.push_str(&svg);
+                }
+            }
+            Ok(html)
+        })
+    }
 }
 
 /// Text without its ANSI styles.

@@ -21,6 +21,8 @@ def test_the_readme_call():
     text = repr(r)
     assert "matmul forward on mesh 2x4" in text and "\x1b[" not in text
     assert json.loads(r.to_json())["op"] == "matmul"
+    html = r._repr_html_()
+    assert html.startswith("<pre>matmul forward") and html.count("<svg") == 1
 
 
 def test_a_replicated_contraction_is_not_partial():
