@@ -1,6 +1,7 @@
 //! Docs that describe code outside Rust stay true to it: the exporter's
 //! README names the versions `requirements.txt` pins and the attention
-//! implementation the exporter (`spmd.torch.hf`) sets.
+//! implementation the exporter (`spmd.torch.hf`) sets, and the Python
+//! package's `torch` extra pins the same versions.
 
 use std::path::PathBuf;
 
@@ -46,4 +47,23 @@ fn the_exporter_readme_names_the_attention_export_py_sets() {
             "the README says attention is exported in its eager form"
         );
     }
+}
+
+#[test]
+fn the_python_package_pins_what_the_exporter_pins() {
+    let pyproject = read("python/pyproject.toml");
+    let pins = read("tools/torch_export/requirements.txt");
+    let extra = pyproject
+        .lines()
+        .find_map(|l| l.strip_prefix("torch = ["))
+        .expect("python/pyproject.toml has a `torch` extra");
+    let mut named = 0;
+    for line in pins.lines().filter(|l| l.contains("==")) {
+        assert!(
+            extra.contains(&format!("\"{line}\"")),
+            "python/pyproject.toml's torch extra does not pin `{line}`, which requirements.txt does"
+        );
+        named += 1;
+    }
+    assert_eq!(extra.matches("==").count(), named, "the torch extra pins other packages: {extra}");
 }
