@@ -8,7 +8,9 @@
 //! flash kernel in ATen's `[b, h, s, d]` layout, grouped-query heads, a
 //! per-head or broadcast mask), `aten.histc` (counts that add up over
 //! blocks, or a range the data sets), `aten.var.correction` and
-//! transformers' `grouped_mm_fallback` (experts' products over row groups). The ATen names that reuse a library rule
+//! transformers' `grouped_mm_fallback` (experts' products over row groups),
+//! `aten.constant_pad_nd`, `aten.convolution` (one group, depthwise, or
+//! channels whole) and `aten.slice_scatter`. The ATen names that reuse a library rule
 //! are checked with that rule (the other files of this directory); whole
 //! exported models run in `spmd-graph/tests/hf_graphs.rs`. Backward is given
 //! partial outputs too. The grad ops of addmm, expand, mean.dim and
@@ -832,4 +834,58 @@ fn convolution_against_the_op() {
     });
     t[0].assert_meaningful("aten.convolution forward");
     t[1].assert_meaningful("aten.convolution backward");
+}
+
+/// `aten.slice_scatter` against the op: `src` written into `input`'s slice
+/// along `dim` at global positions, so that dim stays whole.
+#[test]
+fn slice_scatter_against_the_op() {
+    let t = tallies();
+    let params = (
+        shape(1..=3),
+        any::<prop::sample::Index>(),
+        0usize..=3,
+        1usize..=2,
+    )
+        .prop_flat_map(|(x, d, start, step)| {
+            let d = d.index(x.len());
+            let start = start.min(x[d] - 1);
+            let n = (x[d] - start).div_ceil(step);
+            let mut src = x.clone();
+            src[d] = n;
+            (
+                op_check::case(Just((vec![x.clone(), src], x))),
+                Just((d, start, step)),
+            )
+        });
+    run(CASES, params, |(c, (d, start, step))| {
+        let op = move |v: &[Tensor]| {
+            let (x, src) = (&v[0], &v[1]);
+            vec![Tensor::from_fn(x.shape(), |i| {
+                let k = i[d];
+                if k >= start && (k - start) % step == 0 && (k - start) / step < src.shape()[d] {
+                    let mut j = i.to_vec();
+                    j[d] = (k - start) / step;
+                    src.get(&j)
+                } else {
+                    x.get(i)
+                }
+            })]
+        };
+        let attrs = Attrs::new()
+            .with("dim", d as i64)
+            .with("start", start as i64)
+            .with("step", step as i64);
+        check(
+            "aten.slice_scatter",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            None,
+            &t,
+        )
+    });
+    t[0].assert_meaningful("aten.slice_scatter forward");
+    t[1].assert_meaningful("aten.slice_scatter backward");
 }

@@ -472,3 +472,26 @@ impl AtenConvolution {
             && weight.is_some_and(|w| w.len() >= 2 && w[0] == self.groups as usize && w[1] == 1)
     }
 }
+
+/// `aten.slice_scatter(self, src, dim, start, end, step)`: `self` with its
+/// slice `start..end` (every `step`-th) along `dim` replaced by `src`. The
+/// dim is never sharded (the slice is at global positions); the others are
+/// shared by `self`, `src` and the output.
+#[spmd_rule(
+    name = "aten.slice_scatter",
+    einsum = "@{dim:1},@{dim:1}->@{dim:1}",
+    partial(backward = "reset"),
+    inputs(input, src),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenSliceScatter {
+    #[spmd(default)]
+    pub dim: i64,
+    #[spmd(default)]
+    pub start: Option<i64>,
+    #[spmd(default)]
+    pub end: Option<i64>,
+    #[spmd(default = 1)]
+    pub step: i64,
+}

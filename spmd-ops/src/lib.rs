@@ -36,7 +36,7 @@ mod swiglu;
 pub use aten::{
     AtenAddmm, AtenConstantPadNd, AtenConvolution, AtenEmbedding, AtenExpand, AtenHistc,
     AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm, AtenScaledDotProductAttention, AtenSelect,
-    AtenSlice, AtenVarCorrection, GroupedMmFallback,
+    AtenSlice, AtenSliceScatter, AtenVarCorrection, GroupedMmFallback,
 };
 pub use attention::{FlashAttention, FlashMask};
 pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
@@ -441,6 +441,7 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
         // Cuts and joins.
         .register::<AtenSlice>()?
         .register::<AtenConstantPadNd>()?
+        .register::<AtenSliceScatter>()?
         .insert(
             RuleInfo::of::<Split>()
                 .renamed("aten.split_with_sizes")

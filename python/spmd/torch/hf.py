@@ -51,12 +51,27 @@ SMALL_MOE = dict(
     n_routed_experts=4,
     num_experts_per_tok=2,
     moe_intermediate_size=32,
+    # Group-limited routing (DeepSeek): one group of all the experts.
+    n_group=1,
+    topk_group=1,
+)
+
+# Small multi-head latent attention sizes (DeepSeek-V2/V3 and their kin),
+# for the classes that have it: every head has its own keys and values.
+SMALL_MLA = dict(
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=8,
+    v_head_dim=8,
+    kv_lora_rank=16,
+    q_lora_rank=32,
+    num_key_value_heads=SMALL["num_attention_heads"],
 )
 
 
 def config_of(config_class, layers):
     """The config class with the small sizes and `layers` layers, valid for
-    its class: the vocabulary is raised above the padding token id the
+    its class (latent attention, where the class has it, small too): the
+    vocabulary is raised above the padding token id the
     class's defaults name (Phi-3 pads with id 32000), which the embedding
     must hold. (Begin and end ids outside it only draw a warning: a forward
     pass never reads them.)"""
@@ -64,6 +79,8 @@ def config_of(config_class, layers):
     if cls is None:
         raise ValueError(f"transformers has no config class {config_class}")
     sizes = dict(SMALL, **SMALL_MOE)
+    if "kv_lora_rank" in cls().to_dict():
+        sizes.update(SMALL_MLA)
     for key in ("num_hidden_layers", "n_layer"):
         sizes[key] = layers
     config = cls(**sizes)
