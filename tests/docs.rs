@@ -65,5 +65,9 @@ fn the_python_package_pins_what_the_exporter_pins() {
         );
         named += 1;
     }
-    assert_eq!(extra.matches("==").count(), named, "the torch extra pins other packages: {extra}");
+    assert_eq!(
+        extra.matches("==").count(),
+        named,
+        "the torch extra pins other packages: {extra}"
+    );
 }

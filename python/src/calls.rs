@@ -14,6 +14,7 @@ use spmd_core::{Attrs, Einsum, ReduceType, Registry, RuleResult};
 
 use crate::errors::{self, Kind, guard, input};
 use crate::layouts::{Layout, Mesh, mesh_of, tensor_arg};
+use crate::plain;
 
 /// The built-in rules, built once.
 pub fn registry() -> &'static Registry {
@@ -192,11 +193,6 @@ impl InferResult {
             Ok(html)
         })
     }
-}
-
-/// Text without its ANSI styles.
-pub fn plain(text: &str) -> String {
-    anstream::adapter::strip_str(text).to_string()
 }
 
 fn built(request: &Request, einsum: Option<&Einsum>) -> PyResult<Built> {

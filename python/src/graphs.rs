@@ -331,11 +331,11 @@ impl Propagation {
     }
 
     fn __str__(&self) -> String {
-        crate::calls::plain(&self.text)
+        crate::plain(&self.text)
     }
 
     fn __repr__(&self) -> String {
-        crate::calls::plain(&self.text)
+        crate::plain(&self.text)
     }
 }
 
@@ -378,10 +378,10 @@ impl Autoshard {
     }
 
     fn __str__(&self) -> String {
-        crate::calls::plain(&self.text)
+        crate::plain(&self.text)
     }
 
     fn __repr__(&self) -> String {
-        crate::calls::plain(&self.text)
+        crate::plain(&self.text)
     }
 }

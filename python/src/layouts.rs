@@ -421,7 +421,7 @@ impl Layout {
                 )
             })?;
             spmd_cli::cmd::show::picture_of(&self.mesh, shape, &self.attr)
-                .map(|t| crate::calls::plain(&t))
+                .map(|t| crate::plain(&t))
                 .ok_or_else(|| {
                     errors::error(Kind::Layout, "`show` draws meshes of at most 4096 devices")
                 })

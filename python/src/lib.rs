@@ -14,6 +14,11 @@ mod graphs;
 mod json;
 mod layouts;
 
+/// Text without its ANSI styles: the CLI's reports, as Python shows them.
+pub(crate) fn plain(text: &str) -> String {
+    anstream::adapter::strip_str(text).to_string()
+}
+
 #[pymodule]
 fn _spmd(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
