@@ -10,7 +10,8 @@
 //! blocks, or a range the data sets), `aten.var.correction` and
 //! transformers' `grouped_mm_fallback` (experts' products over row groups),
 //! `aten.constant_pad_nd`, `aten.convolution` (one group, depthwise, or
-//! channels whole) and `aten.slice_scatter`. The ATen names that reuse a library rule
+//! channels whole), `aten.slice_scatter`, `aten.scatter.value` and
+//! `aten.amax` (`Max` partials). The ATen names that reuse a library rule
 //! are checked with that rule (the other files of this directory); whole
 //! exported models run in `spmd-graph/tests/hf_graphs.rs`. Backward is given
 //! partial outputs too. The grad ops of addmm, expand, mean.dim and
@@ -888,4 +889,87 @@ fn slice_scatter_against_the_op() {
     });
     t[0].assert_meaningful("aten.slice_scatter forward");
     t[1].assert_meaningful("aten.slice_scatter backward");
+}
+
+/// `aten.scatter.value` against the op: a number written at the positions
+/// the index gives along `dim` (global, so that dim stays whole).
+#[test]
+fn scatter_value_against_the_op() {
+    let t = tallies();
+    let params =
+        (shape(1..=3), any::<prop::sample::Index>(), 1usize..=3).prop_flat_map(|(x, d, m)| {
+            let d = d.index(x.len());
+            let mut index = x.clone();
+            index[d] = m;
+            (op_check::case(Just((vec![x.clone(), index], x))), Just(d))
+        });
+    run(CASES, params, |(c, d)| {
+        let n = c.shapes[0][d];
+        let index = Tensor::from_fn(&c.shapes[1], |i| {
+            ((i.iter().sum::<usize>() * 7 + 3) % n) as f64
+        });
+        let op = move |v: &[Tensor]| {
+            let (x, index) = (&v[0], &v[1]);
+            let mut out = x.clone();
+            each_index(index.shape(), |i| {
+                let mut j = i.to_vec();
+                j[d] = index.get(i) as usize;
+                out.set(&j, 0.5);
+            });
+            vec![out]
+        };
+        let attrs = Attrs::new().with("dim", d as i64).with("value", 0.5);
+        let mut values = probes(&c.shapes[..1]);
+        values.push(index);
+        check("aten.scatter.value", &attrs, &c, &values, &op, None, &t)
+    });
+    t[0].assert_meaningful("aten.scatter.value forward");
+    t[1].assert_meaningful("aten.scatter.value backward");
+}
+
+/// `aten.amax` against the op: a split reduced dim leaves the output
+/// partial `Max`.
+#[test]
+fn amax_against_the_op() {
+    let t = tallies();
+    let params = (shape(1..=3), any::<prop::sample::Index>(), any::<bool>()).prop_flat_map(
+        |(x, d, keep)| {
+            let d = d.index(x.len());
+            let mut out = x.clone();
+            if keep {
+                out[d] = 1;
+            } else {
+                out.remove(d);
+            }
+            (op_check::case(Just((vec![x], out))), Just((d, keep)))
+        },
+    );
+    run(CASES, params, |(c, (d, keep))| {
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            let mut out = x.shape().to_vec();
+            if keep {
+                out[d] = 1;
+            } else {
+                out.remove(d);
+            }
+            let mut m = Tensor::from_fn(&out, |_| f64::NEG_INFINITY);
+            each_index(x.shape(), |i| {
+                let mut j = i.to_vec();
+                if keep {
+                    j[d] = 0;
+                } else {
+                    j.remove(d);
+                }
+                m.set(&j, m.get(&j).max(x.get(i)));
+            });
+            vec![m]
+        };
+        let attrs = Attrs::new()
+            .with("dim", vec![d as i64])
+            .with("keepdim", keep);
+        check("aten.amax", &attrs, &c, &probes(&c.shapes), &op, None, &t)
+    });
+    t[0].assert_meaningful("aten.amax forward");
+    t[1].assert_meaningful("aten.amax backward");
 }

@@ -495,3 +495,66 @@ pub struct AtenSliceScatter {
     #[spmd(default = 1)]
     pub step: i64,
 }
+
+/// `aten.scatter.value(self, dim, index, value)` and
+/// `aten.scatter.src(self, dim, index, src)`: `self` with the number
+/// `value` (or `src`'s elements) written at the positions `index` gives
+/// along `dim`. Those positions are global, so `dim` is never sharded; the
+/// other dims are shared by `self`, `index` (and `src`) and the output.
+#[spmd_rule(
+    name = "aten.scatter.value",
+    einsum = "@{dim:1},@{dim:1}->@{dim:1}",
+    partial(backward = "reset"),
+    inputs(input, index),
+    outputs(out),
+    grad(none(index))
+)]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AtenScatterValue {
+    pub dim: i64,
+    #[spmd(default)]
+    pub value: f64,
+}
+
+/// See [`AtenScatterValue`].
+#[spmd_rule(
+    name = "aten.scatter.src",
+    einsum = "@{dim:1},@{dim:1},@{dim:1}->@{dim:1}",
+    partial(backward = "reset"),
+    inputs(input, index, src),
+    outputs(out),
+    grad(none(index))
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenScatterSrc {
+    pub dim: i64,
+}
+
+/// `aten.amax(self, dim, keepdim)`: the largest element over `dim` (every
+/// dim when empty). The largest of the blocks' largest is the largest, so
+/// a split reduced dim leaves the output partial `Max`.
+#[spmd_rule(
+    name = "aten.amax",
+    einsum = "@->@{reduced():-}",
+    case(when = self.keepdim, einsum = "@->@{reduced():1}"),
+    partial(reduce = "max", backward = "reset"),
+    inputs(input),
+    outputs(out)
+)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenAmax {
+    #[spmd(default)]
+    pub dim: Vec<i64>,
+    #[spmd(default)]
+    pub keepdim: bool,
+}
+
+impl AtenAmax {
+    fn reduced(&self) -> Pos<'_> {
+        if self.dim.is_empty() {
+            Pos::All
+        } else {
+            Pos::List(&self.dim)
+        }
+    }
+}

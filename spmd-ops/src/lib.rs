@@ -34,9 +34,10 @@ mod split;
 mod swiglu;
 
 pub use aten::{
-    AtenAddmm, AtenConstantPadNd, AtenConvolution, AtenEmbedding, AtenExpand, AtenHistc,
-    AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm, AtenScaledDotProductAttention, AtenSelect,
-    AtenSlice, AtenSliceScatter, AtenVarCorrection, GroupedMmFallback,
+    AtenAddmm, AtenAmax, AtenConstantPadNd, AtenConvolution, AtenEmbedding, AtenExpand, AtenHistc,
+    AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm, AtenScaledDotProductAttention, AtenScatterSrc,
+    AtenScatterValue, AtenSelect, AtenSlice, AtenSliceScatter, AtenVarCorrection,
+    GroupedMmFallback,
 };
 pub use attention::{FlashAttention, FlashMask};
 pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
@@ -364,6 +365,7 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
         )?
         .insert(RuleInfo::of::<AtenMeanDim>().ignoring(&["dtype"]))?
         .insert(RuleInfo::of::<AtenVarCorrection>())?
+        .register::<AtenAmax>()?
         .register::<AtenHistc>()?
         // Along an axis.
         .insert(
@@ -468,6 +470,8 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
                 .reading(&[("dim", "axis")]),
         )?
         .insert(RuleInfo::of::<IndexPut>().renamed("aten.index_put"))?
+        .register::<AtenScatterValue>()?
+        .register::<AtenScatterSrc>()?
         // The experts' products of transformers' mixture-of-experts layers.
         .register::<GroupedMmFallback>()?
         // Advanced indexing by index tensors: every tensor replicated, until
