@@ -509,11 +509,9 @@ pub struct AtenSliceScatter {
     outputs(out),
     grad(none(index))
 )]
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AtenScatterValue {
     pub dim: i64,
-    #[spmd(default)]
-    pub value: f64,
 }
 
 /// See [`AtenScatterValue`].

@@ -126,6 +126,9 @@ const ATEN_UNARY: &[(&str, &[&str])] = &[
     // ATen's `aten.add.Scalar`).
     ("aten.add.Scalar", &["other", "alpha"]),
     ("aten.sub.Scalar", &["other", "alpha"]),
+    // A number minus a tensor (`torch_export` writes `aten.sub.Tensor(2.0,
+    // x)` as ATen's `aten.rsub.Scalar(x, 2.0)`).
+    ("aten.rsub.Scalar", &["other", "alpha"]),
     ("aten.mul.Scalar", &["other"]),
     ("aten.div.Scalar", &["other"]),
     ("aten.div.Scalar_mode", &["other", "rounding_mode"]),
@@ -470,7 +473,8 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
                 .reading(&[("dim", "axis")]),
         )?
         .insert(RuleInfo::of::<IndexPut>().renamed("aten.index_put"))?
-        .register::<AtenScatterValue>()?
+        // The number written (a float, an int or a bool) changes no layout.
+        .insert(RuleInfo::of::<AtenScatterValue>().ignoring(&["value"]))?
         .register::<AtenScatterSrc>()?
         // The experts' products of transformers' mixture-of-experts layers.
         .register::<GroupedMmFallback>()?

@@ -19,7 +19,8 @@ What the graph holds (see spmd-graph's `json` module for the format):
   several results names them `<node>.0`, ... A `.Tensor` overload called
   with a number operand (`aten.add.Tensor(x, 2.0)`) is written as ATen's
   `.Scalar` overload of the same arguments (`aten.div.Tensor_mode` as
-  `.Scalar_mode`), so that every name has one arity.
+  `.Scalar_mode`; a number first in a sum or product swapped, `2.0 - x` as
+  `aten.rsub.Scalar`), so that every name has one arity.
 - outputs: the user outputs.
 Calls that compute nothing (`aten._assert_tensor_metadata`, ...) are left
 out, and calls that read no tensor (`aten.arange`, `aten.full`, ...) are
@@ -187,6 +188,14 @@ def graph_json(program, mesh, quiet=False):
         # overload (same arguments), so each name has one arity.
         if name.endswith(".Tensor") and "other" in attrs:
             name = name.removesuffix(".Tensor") + ".Scalar"
+        elif name in ("aten.add.Tensor", "aten.mul.Tensor") and "self" in attrs:
+            # A number first: the same sum or product, the operands swapped.
+            name = name.removesuffix(".Tensor") + ".Scalar"
+            attrs["other"] = attrs.pop("self")
+        elif name == "aten.sub.Tensor" and "self" in attrs:
+            # `2.0 - x` is ATen's `rsub.Scalar(x, 2.0)`.
+            name = "aten.rsub.Scalar"
+            attrs["other"] = attrs.pop("self")
         elif name.endswith(".Tensor_mode") and "other" in attrs:
             name = name.removesuffix(".Tensor_mode") + ".Scalar_mode"
         op = dict(name=node.name, op=name, inputs=inputs, outputs=outputs)
