@@ -61,13 +61,18 @@ pub struct AtenMeanDim {
     pub keepdim: bool,
 }
 
+/// ATen's reduced dims: `dim`, or every dim when it is empty (or absent).
+fn reduced_dims(dim: &[i64]) -> Pos<'_> {
+    if dim.is_empty() {
+        Pos::All
+    } else {
+        Pos::List(dim)
+    }
+}
+
 impl AtenMeanDim {
     fn reduced(&self) -> Pos<'_> {
-        if self.dim.is_empty() {
-            Pos::All
-        } else {
-            Pos::List(&self.dim)
-        }
+        reduced_dims(&self.dim)
     }
 }
 
@@ -334,11 +339,7 @@ pub struct AtenVarCorrection {
 
 impl AtenVarCorrection {
     fn reduced(&self) -> Pos<'_> {
-        if self.dim.is_empty() {
-            Pos::All
-        } else {
-            Pos::List(&self.dim)
-        }
+        reduced_dims(&self.dim)
     }
 }
 
@@ -549,10 +550,6 @@ pub struct AtenAmax {
 
 impl AtenAmax {
     fn reduced(&self) -> Pos<'_> {
-        if self.dim.is_empty() {
-            Pos::All
-        } else {
-            Pos::List(&self.dim)
-        }
+        reduced_dims(&self.dim)
     }
 }

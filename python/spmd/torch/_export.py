@@ -79,6 +79,31 @@ def attr_value(v):
     return str(v)
 
 
+def arguments(node):
+    """A call's arguments in schema order, as (position, schema argument,
+    value) for those the call gives, by position or by name: the one walk
+    the export and spmd.torch's runtime read a call by, so both number a
+    call's tensor inputs alike."""
+    for i, arg in enumerate(node.target._schema.arguments):
+        if i < len(node.args):
+            yield i, arg, node.args[i]
+        elif arg.name in node.kwargs:
+            yield i, arg, node.kwargs[arg.name]
+
+
+def tensor_list(v):
+    """Whether an argument is a non-empty list of tensors (`aten.cat`'s)."""
+    return isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.fx.Node) for x in v)
+
+
+def reads_tensor(node):
+    """Whether a call reads a tensor (one that does not is a constant)."""
+    return any(
+        isinstance(a, torch.fx.Node) or (isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a))
+        for a in list(node.args) + list(node.kwargs.values())
+    )
+
+
 def tensor_entry(name, val, **extra):
     return dict(name=name, shape=list(val.shape), dtype=str(val.dtype).removeprefix("torch."), **extra)
 
@@ -143,8 +168,7 @@ def graph_json(program, mesh, quiet=False):
         if str(node.target) in SKIPPED:
             skipped[str(node.target)] = skipped.get(str(node.target), 0) + 1
             continue
-        schema = node.target._schema
-        if not any(isinstance(a, torch.fx.Node) or (isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a)) for a in list(node.args) + list(node.kwargs.values())):
+        if not reads_tensor(node):
             # A creation op (`aten.arange`, `aten.full`, ...) reads no
             # tensor: its result is a constant, which every device can make
             # in whatever layout its readers want. It is written as a tensor
@@ -155,16 +179,10 @@ def graph_json(program, mesh, quiet=False):
                 created[op_name(node.target)] = created.get(op_name(node.target), 0) + 1
                 continue
         inputs, attrs = [], {}
-        for i, arg in enumerate(schema.arguments):
-            if i < len(node.args):
-                v = node.args[i]
-            elif arg.name in node.kwargs:
-                v = node.kwargs[arg.name]
-            else:
-                continue
+        for _, arg, v in arguments(node):
             if isinstance(v, torch.fx.Node):
                 inputs.append(tensor_name(v))
-            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.fx.Node) for x in v):
+            elif tensor_list(v):
                 inputs.extend(tensor_name(x) for x in v)
             elif v is None and optional_tensor(arg):
                 # An absent optional tensor (the weight and bias of a layer

@@ -25,7 +25,7 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 
 import spmd
 
-from ._export import SKIPPED, op_name
+from ._export import SKIPPED, arguments, op_name, reads_tensor, tensor_list
 
 #: Ops whose `size` argument is the output's global shape: run on a block,
 #: they take the block's shape.
@@ -136,14 +136,6 @@ class Plan:
         return value
 
 
-def tensor_reads(node: torch.fx.Node) -> bool:
-    """Whether a call reads a tensor (one that does not is a constant)."""
-    return any(
-        isinstance(a, torch.fx.Node) or (isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a))
-        for a in list(node.args) + list(node.kwargs.values())
-    )
-
-
 def call(node: torch.fx.Node, tensors: Iterator[Any], size: Callable[[], Sequence[int]]) -> Any:
     """Runs `node`'s ATen op with its tensor arguments taken in order from
     `tensors` (the order of the graph's inputs: schema order, lists
@@ -152,16 +144,10 @@ def call(node: torch.fx.Node, tensors: Iterator[Any], size: Callable[[], Sequenc
     name = op_name(node.target)
     args: List[Any] = []
     kwargs: Dict[str, Any] = {}
-    for i, arg in enumerate(node.target._schema.arguments):
-        if i < len(node.args):
-            v = node.args[i]
-        elif arg.name in node.kwargs:
-            v = node.kwargs[arg.name]
-        else:
-            continue
+    for i, arg, v in arguments(node):
         if isinstance(v, torch.fx.Node):
             v = next(tensors)
-        elif isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.fx.Node) for x in v):
+        elif tensor_list(v):
             v = [next(tensors) for _ in v]
         elif name in SIZED and arg.name == "size":
             v = list(size())
@@ -256,7 +242,7 @@ class SpmdModule(torch.nn.Module):
             elif node.target.__name__ == "getitem" and node.target.__module__ == "_operator":
                 src, k = node.args
                 env[node.name] = env[src.name][k]
-            elif not tensor_reads(node):
+            elif not reads_tensor(node):
                 # A constant: every device makes the whole value and keeps its block.
                 full = node.target(*node.args, **node.kwargs)
                 env[node.name] = (
@@ -352,16 +338,10 @@ class SpmdModule(torch.nn.Module):
 
 def _tensor_args(node: torch.fx.Node) -> Iterator[torch.fx.Node]:
     """A call's tensor arguments in the graph's input order."""
-    for i, arg in enumerate(node.target._schema.arguments):
-        if i < len(node.args):
-            v = node.args[i]
-        elif arg.name in node.kwargs:
-            v = node.kwargs[arg.name]
-        else:
-            continue
+    for _, _, v in arguments(node):
         if isinstance(v, torch.fx.Node):
             yield v
-        elif isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.fx.Node) for x in v):
+        elif tensor_list(v):
             yield from v
 
 

@@ -293,14 +293,12 @@ pub fn show(args: &ShowArgs) -> Result<Output> {
     t.check(&mesh)
         .map_err(|e| CliError::usage(format!("tensor `{}`: {e}", args.tensor)))?;
     let attr = t.attr();
-    let l = Layout::new(&mesh, &t.shape, &attr);
-    if l.devices() > 4096 {
+    let Some((l, grids, total)) = drawable(&mesh, &t.shape, &attr) else {
         return Err(CliError::usage(format!(
-            "mesh {mesh} has {} devices; `show` draws at most 4096",
-            l.devices()
+            "mesh {mesh} has {} devices; `show` draws at most {MAX_DRAWN}",
+            mesh.size()
         )));
-    }
-    let (grids, total) = grids(&l);
+    };
 
     if let Some(path) = &args.svg {
         std::fs::write(path, svg(&l, &t.shape, &attr, &mesh, &grids, total))
@@ -350,13 +348,22 @@ pub fn show(args: &ShowArgs) -> Result<Output> {
 /// The terminal picture of `attr` (valid on `mesh` for `shape`), what
 /// `spmd show` prints; `None` past 4096 devices.
 pub fn picture_of(mesh: &Mesh, shape: &[usize], attr: &DistAttr) -> Option<String> {
+    let (l, grids, total) = drawable(mesh, shape, attr)?;
+    Some(picture(&l, shape, attr, mesh, &grids, total))
+}
+
+/// The layout and its grids, when the mesh is small enough to draw.
+fn drawable(mesh: &Mesh, shape: &[usize], attr: &DistAttr) -> Option<(Layout, Vec<Grid>, usize)> {
     let l = Layout::new(mesh, shape, attr);
-    if l.devices() > 4096 {
+    if l.devices() > MAX_DRAWN {
         return None;
     }
     let (grids, total) = grids(&l);
-    Some(picture(&l, shape, attr, mesh, &grids, total))
+    Some((l, grids, total))
 }
+
+/// The most devices `show` draws.
+const MAX_DRAWN: usize = 4096;
 
 /// The text of the picture: the layout in words, then the grids.
 fn picture(
@@ -422,11 +429,7 @@ fn xml(s: &str) -> String {
 /// The picture of `attr` (valid on `mesh` for `shape`) as an SVG document,
 /// what `--svg` writes; `None` past 4096 devices.
 pub fn svg_of(mesh: &Mesh, shape: &[usize], attr: &DistAttr) -> Option<String> {
-    let l = Layout::new(mesh, shape, attr);
-    if l.devices() > 4096 {
-        return None;
-    }
-    let (grids, total) = grids(&l);
+    let (l, grids, total) = drawable(mesh, shape, attr)?;
     Some(svg(&l, shape, attr, mesh, &grids, total))
 }
 
