@@ -10,8 +10,10 @@
 //! blocks, or a range the data sets), `aten.var.correction` and
 //! transformers' `grouped_mm_fallback` (experts' products over row groups),
 //! `aten.constant_pad_nd`, `aten.convolution` (one group, depthwise, or
-//! channels whole), `aten.slice_scatter`, `aten.scatter.value` and
-//! `aten.amax` (`Max` partials). The ATen names that reuse a library rule
+//! channels whole), `aten.slice_scatter`, `aten.scatter.value`,
+//! `aten.amax` (`Max` partials), `aten.clamp.Tensor` (with its grad) and
+//! `aten.view_as_complex`/`aten.view_as_real` (a complex number stood in
+//! by a real one that keeps its parts apart). The ATen names that reuse a library rule
 //! are checked with that rule (the other files of this directory); whole
 //! exported models run in `spmd-graph/tests/hf_graphs.rs`. Backward is given
 //! partial outputs too. The grad ops of addmm, expand, mean.dim and
@@ -972,4 +974,121 @@ fn amax_against_the_op() {
     });
     t[0].assert_meaningful("aten.amax forward");
     t[1].assert_meaningful("aten.amax backward");
+}
+
+#[test]
+fn clamp_tensor_against_the_op() {
+    let t = tallies();
+    let params = shape(1..=3)
+        .prop_flat_map(|x| op_check::case(Just((vec![x.clone(), x.clone(), x.clone()], x))));
+    run(CASES, params, |c| {
+        let op = |v: &[Tensor]| {
+            let (x, lo, hi) = (&v[0], &v[1], &v[2]);
+            vec![Tensor::from_fn(x.shape(), |i| {
+                x.get(i).max(lo.get(i)).min(hi.get(i))
+            })]
+        };
+        let grad = |v: &[Tensor], _: &[Tensor], g: &[Tensor]| {
+            let (x, lo, hi) = (&v[0], &v[1], &v[2]);
+            // The output grad goes to whichever operand the output is.
+            let pick = |k: usize| {
+                Tensor::from_fn(x.shape(), |i| {
+                    let (a, l, h) = (x.get(i), lo.get(i), hi.get(i));
+                    let owner = if a.max(l) > h {
+                        2
+                    } else if l > a {
+                        1
+                    } else {
+                        0
+                    };
+                    if owner == k { g[0].get(i) } else { 0.0 }
+                })
+            };
+            vec![pick(0), pick(1), pick(2)]
+        };
+        let values = probes(&c.shapes);
+        check(
+            "aten.clamp.Tensor",
+            &Attrs::new(),
+            &c,
+            &values,
+            &op,
+            Some(&grad),
+            &t,
+        )
+    });
+    t[0].assert_meaningful("aten.clamp.Tensor forward");
+    t[1].assert_meaningful("aten.clamp.Tensor backward");
+    t[2].assert_meaningful("aten.clamp.Tensor grad");
+}
+
+/// A complex number stood in by a real one that keeps both parts apart
+/// (`re + 1000·im`): linear, as reading pairs as numbers is, and wrong
+/// wherever a device would pair up halves of different numbers.
+const IM: f64 = 1000.0;
+
+#[test]
+fn view_as_complex_against_the_op() {
+    let t = tallies();
+    let params = shape(0..=2).prop_flat_map(|lead| {
+        let mut x = lead.clone();
+        x.push(2);
+        op_check::case(Just((vec![x], lead)))
+    });
+    run(CASES, params, |c| {
+        let op = |v: &[Tensor]| {
+            let x = &v[0];
+            let out = &x.shape()[..x.shape().len() - 1];
+            vec![Tensor::from_fn(out, |i| {
+                let (mut re, mut im) = (i.to_vec(), i.to_vec());
+                re.push(0);
+                im.push(1);
+                x.get(&re) + IM * x.get(&im)
+            })]
+        };
+        check(
+            "aten.view_as_complex",
+            &Attrs::new(),
+            &c,
+            &probes(&c.shapes),
+            &op,
+            None,
+            &t,
+        )
+    });
+    t[0].assert_meaningful("aten.view_as_complex forward");
+    t[1].assert_meaningful("aten.view_as_complex backward");
+}
+
+#[test]
+fn view_as_real_against_the_op() {
+    let t = tallies();
+    let params = shape(0..=2).prop_flat_map(|x| {
+        let mut out = x.clone();
+        out.push(2);
+        op_check::case(Just((vec![x], out)))
+    });
+    run(CASES, params, |c| {
+        // The stand-in's parts: the number itself, and a multiple of it.
+        let op = |v: &[Tensor]| {
+            let x = &v[0];
+            let mut out = x.shape().to_vec();
+            out.push(2);
+            vec![Tensor::from_fn(&out, |i| {
+                let (lead, part) = i.split_at(i.len() - 1);
+                x.get(lead) * if part[0] == 0 { 1.0 } else { IM }
+            })]
+        };
+        check(
+            "aten.view_as_real",
+            &Attrs::new(),
+            &c,
+            &probes(&c.shapes),
+            &op,
+            None,
+            &t,
+        )
+    });
+    t[0].assert_meaningful("aten.view_as_real forward");
+    t[1].assert_meaningful("aten.view_as_real backward");
 }

@@ -553,3 +553,57 @@ impl AtenAmax {
         reduced_dims(&self.dim)
     }
 }
+
+/// `aten.clamp.Tensor(self, min, max)`: `self` held between the tensors
+/// `min` and `max` (either may be absent), elementwise with numpy
+/// broadcasting, as `where` is.
+#[spmd_rule(
+    name = "aten.clamp.Tensor",
+    einsum = "...,...,...->...",
+    partial(backward = "reset"),
+    inputs(input, min, max),
+    outputs(out),
+    optional(min, max)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenClampTensor {}
+
+/// `aten.view_as_complex(self)`: a real tensor whose last dim (of 2) holds
+/// the real and imaginary parts, read as complex numbers; that dim goes.
+/// A block of it would hold half a number, so it is never sharded. Reading
+/// pairs as numbers is linear: a `Sum` partial input stays partial.
+#[spmd_rule(
+    name = "aten.view_as_complex",
+    einsum = "@{last():c}->@{last():-}",
+    merge(never_sharded = "c"),
+    partial(backward = "reset", inputs = "linear"),
+    inputs(input),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenViewAsComplex {}
+
+impl AtenViewAsComplex {
+    fn last(&self) -> Pos<'static> {
+        Pos::Int(-1)
+    }
+}
+
+/// `aten.view_as_real(self)`: a complex tensor read as real numbers, a new
+/// last dim (of 2) holding each number's real and imaginary parts, whole on
+/// every device. Linear, as [`AtenViewAsComplex`] is.
+#[spmd_rule(
+    name = "aten.view_as_real",
+    einsum = "@->@{last():+1}",
+    partial(backward = "reset", inputs = "linear"),
+    inputs(input),
+    outputs(out)
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenViewAsReal {}
+
+impl AtenViewAsReal {
+    fn last(&self) -> Pos<'static> {
+        Pos::Int(-1)
+    }
+}

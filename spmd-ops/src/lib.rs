@@ -34,10 +34,10 @@ mod split;
 mod swiglu;
 
 pub use aten::{
-    AtenAddmm, AtenAmax, AtenConstantPadNd, AtenConvolution, AtenEmbedding, AtenExpand, AtenHistc,
-    AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm, AtenScaledDotProductAttention, AtenScatterSrc,
-    AtenScatterValue, AtenSelect, AtenSlice, AtenSliceScatter, AtenVarCorrection,
-    GroupedMmFallback,
+    AtenAddmm, AtenAmax, AtenClampTensor, AtenConstantPadNd, AtenConvolution, AtenEmbedding,
+    AtenExpand, AtenHistc, AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm,
+    AtenScaledDotProductAttention, AtenScatterSrc, AtenScatterValue, AtenSelect, AtenSlice,
+    AtenSliceScatter, AtenVarCorrection, AtenViewAsComplex, AtenViewAsReal, GroupedMmFallback,
 };
 pub use attention::{FlashAttention, FlashMask};
 pub use conv::{Conv2d, Conv2dTranspose, Conv3d, DepthwiseConv2d, RoiAlign};
@@ -154,6 +154,8 @@ const ATEN_BINARY: &[(&str, &[&str])] = &[
     ("aten.pow.Tensor_Tensor", &[]),
     ("aten.maximum", &[]),
     ("aten.minimum", &[]),
+    // The complex number of magnitude `abs` and angle `angle`.
+    ("aten.polar", &[]),
     ("aten.eq.Tensor", &[]),
     ("aten.ne.Tensor", &[]),
     ("aten.lt.Tensor", &[]),
@@ -369,6 +371,9 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
         .insert(RuleInfo::of::<AtenMeanDim>().ignoring(&["dtype"]))?
         .insert(RuleInfo::of::<AtenVarCorrection>())?
         .register::<AtenAmax>()?
+        .register::<AtenClampTensor>()?
+        .register::<AtenViewAsComplex>()?
+        .register::<AtenViewAsReal>()?
         .register::<AtenHistc>()?
         // Along an axis.
         .insert(
