@@ -79,21 +79,38 @@ def attr_value(v):
     return str(v)
 
 
-def arguments(node):
+def arguments(node, omitted=False):
     """A call's arguments in schema order, as (position, schema argument,
     value) for those the call gives, by position or by name: the one walk
     the export and spmd.torch's runtime read a call by, so both number a
-    call's tensor inputs alike."""
-    for i, arg in enumerate(node.target._schema.arguments):
+    call's tensor inputs alike. With `omitted`, the optional tensors the
+    call leaves out come too, as `None`."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        # Python arithmetic in the graph: sizes computed from the data.
+        trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+        where = f" ({trace[-2].strip()})" if len(trace) >= 2 else ""
+        raise ValueError(
+            f"`{node.name}` is Python's `{getattr(node.target, '__name__', node.target)}` on sizes the "
+            f"data decides{where}: spmd needs every shape known before the run"
+        )
+    for i, arg in enumerate(schema.arguments):
         if i < len(node.args):
             yield i, arg, node.args[i]
         elif arg.name in node.kwargs:
             yield i, arg, node.kwargs[arg.name]
+        elif omitted and optional_tensor(arg):
+            yield i, arg, None
 
 
 def tensor_list(v):
-    """Whether an argument is a non-empty list of tensors (`aten.cat`'s)."""
-    return isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.fx.Node) for x in v)
+    """Whether an argument is a list of tensors (`aten.cat`'s), some of them
+    perhaps absent (`aten.index.Tensor`'s `None` for a dim not indexed)."""
+    return (
+        isinstance(v, (list, tuple))
+        and any(isinstance(x, torch.fx.Node) for x in v)
+        and all(x is None or isinstance(x, torch.fx.Node) for x in v)
+    )
 
 
 def reads_tensor(node):
@@ -102,6 +119,17 @@ def reads_tensor(node):
         isinstance(a, torch.fx.Node) or (isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a))
         for a in list(node.args) + list(node.kwargs.values())
     )
+
+
+def index_select_dim(node):
+    """The dim an `aten.index.Tensor` call indexes when it is an
+    `index_select`: one index tensor, of rank 1, the other slots `None`."""
+    indices = node.args[1]
+    present = [k for k, x in enumerate(indices) if x is not None]
+    if len(present) != 1:
+        return None
+    val = indices[present[0]].meta.get("val")
+    return present[0] if isinstance(val, torch.Tensor) and val.dim() == 1 else None
 
 
 def tensor_entry(name, val, **extra):
@@ -179,11 +207,16 @@ def graph_json(program, mesh, quiet=False):
                 created[op_name(node.target)] = created.get(op_name(node.target), 0) + 1
                 continue
         inputs, attrs = [], {}
-        for _, arg, v in arguments(node):
-            if isinstance(v, torch.fx.Node):
+        given = {i for i, _, _ in arguments(node)}
+        for i, arg, v in arguments(node, omitted=True):
+            if i not in given:
+                # An optional tensor the call leaves out is absent too
+                # (`aten.clamp.Tensor(x, min)` has no `max`).
+                inputs.append(None)
+            elif isinstance(v, torch.fx.Node):
                 inputs.append(tensor_name(v))
             elif tensor_list(v):
-                inputs.extend(tensor_name(x) for x in v)
+                inputs.extend(None if x is None else tensor_name(x) for x in v)
             elif v is None and optional_tensor(arg):
                 # An absent optional tensor (the weight and bias of a layer
                 # norm without affine parameters) keeps its slot as `null`.
@@ -216,6 +249,12 @@ def graph_json(program, mesh, quiet=False):
             attrs["other"] = attrs.pop("self")
         elif name.endswith(".Tensor_mode") and "other" in attrs:
             name = name.removesuffix(".Tensor_mode") + ".Scalar_mode"
+        elif name == "aten.index.Tensor" and index_select_dim(node) is not None:
+            # `x[:, :, i]` with one 1-d index tensor is `index_select` along
+            # that dim, whose rule passes the other dims through.
+            name = "aten.index_select"
+            attrs["dim"] = index_select_dim(node)
+            inputs = [i for i in inputs if i is not None]
         op = dict(name=node.name, op=name, inputs=inputs, outputs=outputs)
         if attrs:
             op["attrs"] = attrs

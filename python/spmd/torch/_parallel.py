@@ -148,7 +148,7 @@ def call(node: torch.fx.Node, tensors: Iterator[Any], size: Callable[[], Sequenc
         if isinstance(v, torch.fx.Node):
             v = next(tensors)
         elif tensor_list(v):
-            v = [next(tensors) for _ in v]
+            v = [None if x is None else next(tensors) for x in v]
         elif name in SIZED and arg.name == "size":
             v = list(size())
         if i < len(node.args):
@@ -342,7 +342,7 @@ def _tensor_args(node: torch.fx.Node) -> Iterator[torch.fx.Node]:
         if isinstance(v, torch.fx.Node):
             yield v
         elif tensor_list(v):
-            yield from v
+            yield from (x for x in v if x is not None)
 
 
 def _tensor_results(result: Any) -> List[torch.Tensor]:

@@ -87,7 +87,7 @@ def survey(binary, timeout, memory, only):
         types = [t for t in types if t in only]
     tmp = tempfile.mkdtemp(prefix="spmd-survey-")
     for i, model_type in enumerate(types, 1):
-        config_class = CONFIG_MAPPING_NAMES.get(model_type)
+        config_class = hf.config_class_of(model_type)
         row = {"type": model_type, "config": config_class}
         started = time.time()
         path = os.path.join(tmp, f"{model_type}.json")
