@@ -10,7 +10,8 @@
 //! blocks, or a range the data sets), `aten.var.correction` and
 //! transformers' `grouped_mm_fallback` (experts' products over row groups),
 //! `aten.constant_pad_nd`, `aten.convolution` (one group, depthwise, or
-//! channels whole), `aten.slice_scatter`, `aten.scatter.value`,
+//! channels whole), `aten.slice_scatter`, `aten.scatter.value` and
+//! `aten.scatter.src`, `aten.max.dim` (values and global positions),
 //! `aten.amax` (`Max` partials), `aten.clamp.Tensor` (with its grad) and
 //! `aten.view_as_complex`/`aten.view_as_real` (a complex number stood in
 //! by a real one that keeps its parts apart). The ATen names that reuse a library rule
@@ -1091,4 +1092,114 @@ fn view_as_real_against_the_op() {
     });
     t[0].assert_meaningful("aten.view_as_real forward");
     t[1].assert_meaningful("aten.view_as_real backward");
+}
+
+/// `aten.max.dim` against the op: the largest element along `dim` and its
+/// global position, so that dim stays whole.
+#[test]
+fn max_dim_against_the_op() {
+    let t = tallies();
+    let params = (shape(1..=3), any::<prop::sample::Index>(), any::<bool>()).prop_flat_map(
+        |(x, d, keep)| {
+            let d = d.index(x.len());
+            let mut out = x.clone();
+            if keep {
+                out[d] = 1;
+            } else {
+                out.remove(d);
+            }
+            (op_check::case(Just((vec![x], out))), Just((d, keep)))
+        },
+    );
+    run(CASES, params, |(c, (d, keep))| {
+        let op = move |v: &[Tensor]| {
+            let x = &v[0];
+            let mut out = x.shape().to_vec();
+            if keep {
+                out[d] = 1;
+            } else {
+                out.remove(d);
+            }
+            let at = |i: &[usize], k: usize| {
+                let mut j = i.to_vec();
+                if keep {
+                    j[d] = k;
+                } else {
+                    j.insert(d, k);
+                }
+                x.get(&j)
+            };
+            // The first position of the largest, as ATen picks.
+            let arg = |i: &[usize]| {
+                (0..x.shape()[d]).fold(0, |b, k| if at(i, k) > at(i, b) { k } else { b })
+            };
+            let values = Tensor::from_fn(&out, |i| at(i, arg(i)));
+            let indices = Tensor::from_fn(&out, |i| arg(i) as f64);
+            vec![values, indices]
+        };
+        // Two outputs: the drawn case gives one, the indices share its layout.
+        let mut c = c;
+        c.outputs
+            .push(DistAttr::new(c.outputs[0].dims_mapping.clone()));
+        let attrs = Attrs::new().with("dim", d as i64).with("keepdim", keep);
+        check(
+            "aten.max.dim",
+            &attrs,
+            &c,
+            &probes(&c.shapes),
+            &op,
+            None,
+            &t,
+        )
+    });
+    t[0].assert_meaningful("aten.max.dim forward");
+    t[1].assert_meaningful("aten.max.dim backward");
+}
+
+/// `aten.scatter.src` against the op: `src`'s elements written at the
+/// positions the index gives along `dim` (global, so that dim stays whole).
+#[test]
+fn scatter_src_against_the_op() {
+    let t = tallies();
+    let params =
+        (shape(1..=3), any::<prop::sample::Index>(), 1usize..=3).prop_flat_map(|(x, d, m)| {
+            let d = d.index(x.len());
+            // At most one write per position of a line.
+            let mut index = x.clone();
+            index[d] = m.min(x[d]);
+            (
+                op_check::case(Just((vec![x.clone(), index.clone(), index], x))),
+                Just(d),
+            )
+        });
+    run(CASES, params, |(c, d)| {
+        let n = c.shapes[0][d];
+        // Distinct positions along `dim` for each line, so that the result
+        // does not hang on which write lands last.
+        let index = Tensor::from_fn(&c.shapes[1], |i| {
+            let rest: usize = i
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| k != d)
+                .map(|(_, v)| v)
+                .sum();
+            ((i[d] + rest) % n) as f64
+        });
+        let op = move |v: &[Tensor]| {
+            let (x, index, src) = (&v[0], &v[1], &v[2]);
+            let mut out = x.clone();
+            each_index(index.shape(), |i| {
+                let mut j = i.to_vec();
+                j[d] = index.get(i) as usize;
+                out.set(&j, src.get(i));
+            });
+            vec![out]
+        };
+        let attrs = Attrs::new().with("dim", d as i64);
+        let mut values = probes(&c.shapes);
+        values[1] = index;
+        check("aten.scatter.src", &attrs, &c, &values, &op, None, &t)
+    });
+    t[0].assert_meaningful("aten.scatter.src forward");
+    t[1].assert_meaningful("aten.scatter.src backward");
 }
