@@ -371,6 +371,8 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
         .insert(RuleInfo::of::<AtenMeanDim>().ignoring(&["dtype"]))?
         .insert(RuleInfo::of::<AtenVarCorrection>())?
         .register::<AtenAmax>()?
+        // `aten.max(self)`: the largest element of all, `amax` over every dim.
+        .insert(RuleInfo::of::<AtenAmax>().renamed("aten.max"))?
         .register::<AtenClampTensor>()?
         .register::<AtenViewAsComplex>()?
         .register::<AtenViewAsReal>()?

@@ -50,7 +50,35 @@ def export_program(model, args=(), kwargs=None):
         program = torch.export.export(model, tuple(args), dict(kwargs or {}))
     table = torch.export.default_decompositions()
     table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
-    return program.run_decompositions(table)
+    program = program.run_decompositions(table)
+    simplify(program.graph_module.graph)
+    program.graph_module.recompile()
+    return program
+
+
+def simplify(graph):
+    """Calls rewritten as the same computation in a form with a better rule,
+    in the program itself, so the exported graph and the program that
+    `spmd.torch.parallelize` runs stay one:
+    - `aten.cat` drops 1-d empty operands (an empty cache), as ATen's
+      legacy rule does whatever the others' rank;
+    - `aten.index.Tensor` with one 1-d index tensor, the other slots
+      `None` (`x[:, :, i]`), is `aten.index_select` along that dim, whose
+      rule passes the other dims through."""
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target == torch.ops.aten.cat.default:
+            operands = list(node.args[0])
+            kept = [x for x in operands if list(x.meta["val"].shape) != [0]]
+            if kept and len(kept) < len(operands):
+                node.args = (kept, *node.args[1:])
+        elif node.target == torch.ops.aten.index.Tensor:
+            indices = node.args[1]
+            present = [k for k, x in enumerate(indices) if x is not None]
+            if len(present) == 1 and indices[present[0]].meta["val"].dim() == 1:
+                node.target = torch.ops.aten.index_select.default
+                node.args = (node.args[0], present[0], indices[present[0]])
 
 
 def op_name(target):
@@ -89,7 +117,7 @@ def arguments(node, omitted=False):
     if schema is None:
         # Python arithmetic in the graph: sizes computed from the data.
         trace = (node.meta.get("stack_trace") or "").strip().splitlines()
-        where = f" ({trace[-2].strip()})" if len(trace) >= 2 else ""
+        where = f" ({trace[-2].strip().split('site-packages/')[-1]})" if len(trace) >= 2 else ""
         raise ValueError(
             f"`{node.name}` is Python's `{getattr(node.target, '__name__', node.target)}` on sizes the "
             f"data decides{where}: spmd needs every shape known before the run"
@@ -121,19 +149,21 @@ def reads_tensor(node):
     )
 
 
-def index_select_dim(node):
-    """The dim an `aten.index.Tensor` call indexes when it is an
-    `index_select`: one index tensor, of rank 1, the other slots `None`."""
-    indices = node.args[1]
-    present = [k for k, x in enumerate(indices) if x is not None]
-    if len(present) != 1:
-        return None
-    val = indices[present[0]].meta.get("val")
-    return present[0] if isinstance(val, torch.Tensor) and val.dim() == 1 else None
+def holds_tensor(val):
+    """Whether a call's result is a tensor or holds one."""
+    return isinstance(val, torch.Tensor) or (
+        isinstance(val, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in val)
+    )
 
 
 def tensor_entry(name, val, **extra):
-    return dict(name=name, shape=list(val.shape), dtype=str(val.dtype).removeprefix("torch."), **extra)
+    shape = list(val.shape)
+    if not all(isinstance(n, int) for n in shape):
+        raise ValueError(
+            f"`{name}` has a size the data decides ({', '.join(str(n) for n in shape)}): "
+            "spmd needs every shape known before the run"
+        )
+    return dict(name=name, shape=shape, dtype=str(val.dtype).removeprefix("torch."), **extra)
 
 
 def constant_init(node):
@@ -196,6 +226,13 @@ def graph_json(program, mesh, quiet=False):
         if str(node.target) in SKIPPED:
             skipped[str(node.target)] = skipped.get(str(node.target), 0) + 1
             continue
+        if not holds_tensor(val):
+            # A number (a size, `x.item()`, a comparison the model only
+            # asserts) has no layout. A tensor whose shape depends on one
+            # is refused by name when it is written.
+            what = f"{getattr(node.target, '__name__', op_name(node.target))} (a number, not a tensor)"
+            skipped[what] = skipped.get(what, 0) + 1
+            continue
         if not reads_tensor(node):
             # A creation op (`aten.arange`, `aten.full`, ...) reads no
             # tensor: its result is a constant, which every device can make
@@ -249,12 +286,6 @@ def graph_json(program, mesh, quiet=False):
             attrs["other"] = attrs.pop("self")
         elif name.endswith(".Tensor_mode") and "other" in attrs:
             name = name.removesuffix(".Tensor_mode") + ".Scalar_mode"
-        elif name == "aten.index.Tensor" and index_select_dim(node) is not None:
-            # `x[:, :, i]` with one 1-d index tensor is `index_select` along
-            # that dim, whose rule passes the other dims through.
-            name = "aten.index_select"
-            attrs["dim"] = index_select_dim(node)
-            inputs = [i for i in inputs if i is not None]
         op = dict(name=node.name, op=name, inputs=inputs, outputs=outputs)
         if attrs:
             op["attrs"] = attrs

@@ -171,14 +171,27 @@ def config_of(config_class, layers):
         sizes.update(SMALL_MLA)
     for key in ("num_hidden_layers", "n_layer", "n_layers"):
         sizes[key] = layers
+    parts = []
     for key, part in (getattr(cls, "sub_configs", None) or {}).items():
         if isinstance(part, type) and issubclass(part, transformers.PretrainedConfig) and part is not cls:
-            sizes[key] = config_of(part, layers).to_dict()
+            try:
+                sizes[key] = config_of(part, layers).to_dict()
+                parts.append(key)
+            except Exception:  # noqa: BLE001 - a part that takes no small sizes keeps its own
+                pass
     for key, fix in FIXES.get(cls.__name__, {}).items():
         # A fix of a sub-config amends its small sizes.
         sizes[key] = dict(sizes[key], **fix) if isinstance(sizes.get(key), dict) and isinstance(fix, dict) else fix
     sizes = {k: v for k, v in sizes.items() if v is not DROP}
-    config = cls(**sizes)
+    try:
+        config = cls(**sizes)
+    except Exception:
+        if not parts:
+            raise
+        # Parts whose small sizes the whole does not accept (Moshi's depth
+        # decoder reads the audio vocabulary from the whole): their own.
+        sizes = {k: v for k, v in sizes.items() if k not in parts}
+        config = cls(**sizes)
     pad = getattr(config, "pad_token_id", None)
     if isinstance(pad, int) and pad >= config.vocab_size:
         config = cls(**dict(sizes, vocab_size=pad + 1))
