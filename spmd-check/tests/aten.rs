@@ -971,7 +971,14 @@ fn amax_against_the_op() {
         let attrs = Attrs::new()
             .with("dim", vec![d as i64])
             .with("keepdim", keep);
-        check("aten.amax", &attrs, &c, &probes(&c.shapes), &op, None, &t)
+        check("aten.amax", &attrs, &c, &probes(&c.shapes), &op, None, &t)?;
+        // `aten.any.dims` is the largest of booleans: the same rule, whose
+        // sharded reduction is partial `Max`, not `Sum`.
+        let truth: Vec<Tensor> = probes(&c.shapes)
+            .iter()
+            .map(|x| Tensor::from_fn(x.shape(), |i| f64::from(x.get(i) > 0.0)))
+            .collect();
+        check("aten.any.dims", &attrs, &c, &truth, &op, None, &t)
     });
     t[0].assert_meaningful("aten.amax forward");
     t[1].assert_meaningful("aten.amax backward");

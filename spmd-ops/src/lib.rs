@@ -373,6 +373,9 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<AtenAmax>()?
         // `aten.max(self)`: the largest element of all, `amax` over every dim.
         .insert(RuleInfo::of::<AtenAmax>().renamed("aten.max"))?
+        // `aten.any.dims(self, dim, keepdim)`: whether any element is true,
+        // the largest of booleans (a split dim leaves it partial `Max`).
+        .insert(RuleInfo::of::<AtenAmax>().renamed("aten.any.dims"))?
         .register::<AtenClampTensor>()?
         .register::<AtenViewAsComplex>()?
         .register::<AtenViewAsReal>()?
