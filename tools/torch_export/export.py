@@ -4,6 +4,7 @@ random weights, with torch.export, and write its graph in spmd-graph's JSON.
     python export.py llama --layers 2 -o llama.json
     python export.py opt gpt-neox gpt2 --out-dir ../../spmd-graph/graphs/hf
     python export.py --config-class MistralConfig --layers 2 -o mistral.json
+    python export.py mixtral qwen3-moe deepseek-v3 --dispatch --batch 4 --out-dir ../../spmd-graph/graphs/hf
 
 A command line over the `spmd` package (`pip install ./python`): the
 models are `spmd.torch.hf`'s, the export `spmd.torch`'s (its docs say what
@@ -11,6 +12,7 @@ the graph holds). Nothing is downloaded.
 """
 
 import argparse
+import os
 import sys
 
 from spmd.torch import graph_json, hf, write
@@ -29,6 +31,11 @@ def main():
         action="store_true",
         help="the config class's default sizes on the meta device (LlamaConfig: Llama-2-7B); --layers 0 keeps its layer count",
     )
+    p.add_argument(
+        "--dispatch",
+        action="store_true",
+        help="mixture-of-experts layers in the form expert parallelism shards (spmd.torch.moe), a group per sequence",
+    )
     p.add_argument("-o", "--output", help="the JSON file (one model)")
     p.add_argument("--out-dir", help="one <model>.json per model")
     a = p.parse_args()
@@ -40,8 +47,9 @@ def main():
     if a.output and len(wanted) != 1:
         p.error("-o takes one model; use --out-dir for several")
     for short, cls in wanted:
-        graph = graph_json(hf.build(cls, a.layers, a.batch, a.seq, a.full_size), a.mesh)
-        path = a.output or f"{a.out_dir or '.'}/{short}.json"
+        graph = graph_json(hf.build(cls, a.layers, a.batch, a.seq, a.full_size, a.dispatch), a.mesh)
+        path = a.output or os.path.join(a.out_dir or ".", f"{short}.json")
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         write(graph, path)
         print(f"{cls}: {len(graph['ops'])} ops, {len(graph['tensors'])} tensors -> {path}", file=sys.stderr)
 

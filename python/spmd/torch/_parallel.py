@@ -25,7 +25,7 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 
 import spmd
 
-from ._export import SKIPPED, arguments, op_name, reads_tensor, tensor_list
+from ._export import SKIPPED, arguments, holds_tensor, op_name, reads_tensor, tensor_list
 
 #: Ops whose `size` argument is the output's global shape: run on a block,
 #: they take the block's shape.
@@ -164,6 +164,10 @@ def call(node: torch.fx.Node, tensors: Iterator[Any], size: Callable[[], Sequenc
             args[8] = groups
         else:
             kwargs["groups"] = groups
+    if name == "aten.copy":
+        # `src`'s values in `self`'s shape and type: the same result, in ops
+        # autograd differentiates (it has no derivative for aten.copy).
+        return args[1].to(args[0].dtype).expand(args[0].shape).clone()
     return node.target(*args, **kwargs)
 
 
@@ -238,6 +242,9 @@ class SpmdModule(torch.nn.Module):
             elif node.op == "output":
                 return [env[a.name] for a in node.args[0] if isinstance(a, torch.fx.Node)]
             elif node.op != "call_function" or str(node.target) in SKIPPED:
+                continue
+            elif not holds_tensor(node.meta.get("val")):
+                # A number, which the exported graph leaves out too.
                 continue
             elif node.target.__name__ == "getitem" and node.target.__module__ == "_operator":
                 src, k = node.args

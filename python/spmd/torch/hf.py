@@ -43,6 +43,9 @@ ALIASES = {
     "qwen2": "Qwen2Config",
     "phi": "PhiConfig",
     "qwen3": "Qwen3Config",
+    "mixtral": "MixtralConfig",
+    "qwen3-moe": "Qwen3MoeConfig",
+    "deepseek-v3": "DeepseekV3Config",
 }
 
 
@@ -57,6 +60,8 @@ SMALL_MOE = dict(
     # Group-limited routing (DeepSeek): one group of all the experts.
     n_group=1,
     topk_group=1,
+    # DeepSeek's dense layers before the first MoE one: one of the two.
+    first_k_dense_replace=1,
 )
 
 # Small multi-head latent attention sizes (DeepSeek-V2/V3 and their kin),
@@ -257,7 +262,13 @@ def example_inputs(model, batch, seq):
     return {"input_ids": ids, "use_cache": False}
 
 
-def build(config_class, layers, batch, seq, full_size=False):
-    """The exported program of `model_of(...)` on `example_inputs(...)`."""
+def build(config_class, layers, batch, seq, full_size=False, dispatch=False):
+    """The exported program of `model_of(...)` on `example_inputs(...)`;
+    with `dispatch`, its experts in the form expert parallelism shards
+    (`spmd.torch.moe`, a group per sequence)."""
     model = model_of(config_class, layers, full_size)
+    if dispatch:
+        from . import moe
+
+        moe.use(model, groups=batch)
     return export_program(model, (), example_inputs(model, batch, seq))
