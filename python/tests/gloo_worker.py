@@ -20,7 +20,17 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def run(rank: int, world: int, mesh_shape, plan: Dict[str, Any], config_class: str, port: int, out: str) -> None:
+def run(
+    rank: int,
+    world: int,
+    mesh_shape,
+    plan: Dict[str, Any],
+    config_class: str,
+    port: int,
+    out: str,
+    batch: int = 2,
+    dispatch: bool = False,
+) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -29,12 +39,18 @@ def run(rank: int, world: int, mesh_shape, plan: Dict[str, Any], config_class: s
         from spmd.torch import hf
 
         model = hf.model_of(config_class, 2)
-        inputs = hf.example_inputs(model, 2, 16)
+        inputs = hf.example_inputs(model, batch, 16)
         # The single-process run: logits, and every parameter's gradient of
         # a loss whose gradient at the logits is `seed`.
         logits = model(**inputs).logits
         seed = torch.randn(logits.shape, generator=torch.Generator().manual_seed(1))
         (logits * seed).sum().backward()
+        if dispatch:
+            # The parallel run computes the experts in expert parallelism's
+            # form; the reference above ran transformers' own.
+            from spmd.torch import moe
+
+            moe.use(model, groups=batch)
 
         mesh = init_device_mesh("cpu", tuple(mesh_shape))
         parallel = spmd.torch.parallelize(model, plan, mesh, kwargs=inputs, backward=True)
