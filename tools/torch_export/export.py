@@ -5,6 +5,7 @@ random weights, with torch.export, and write its graph in spmd-graph's JSON.
     python export.py opt gpt-neox gpt2 --out-dir ../../spmd-graph/graphs/hf
     python export.py --config-class MistralConfig --layers 2 -o mistral.json
     python export.py mixtral qwen3-moe deepseek-v3 --dispatch --batch 4 --out-dir ../../spmd-graph/graphs/hf
+    python export.py deepseek-v3 --full-size --layers 0 --dispatch --capacity-factor 1.25 --batch 8 --seq 4096 -o deepseek-v3-671b.json
 
 A command line over the `spmd` package (`pip install ./python`): the
 models are `spmd.torch.hf`'s, the export `spmd.torch`'s (its docs say what
@@ -36,6 +37,11 @@ def main():
         action="store_true",
         help="mixture-of-experts layers in the form expert parallelism shards (spmd.torch.moe), a group per sequence",
     )
+    p.add_argument(
+        "--capacity-factor",
+        type=float,
+        help="with --dispatch: each expert's room, this factor times its even share of a group's tokens (default: every token)",
+    )
     p.add_argument("-o", "--output", help="the JSON file (one model)")
     p.add_argument("--out-dir", help="one <model>.json per model")
     a = p.parse_args()
@@ -47,7 +53,7 @@ def main():
     if a.output and len(wanted) != 1:
         p.error("-o takes one model; use --out-dir for several")
     for short, cls in wanted:
-        graph = graph_json(hf.build(cls, a.layers, a.batch, a.seq, a.full_size, a.dispatch), a.mesh)
+        graph = graph_json(hf.build(cls, a.layers, a.batch, a.seq, a.full_size, a.dispatch, a.capacity_factor), a.mesh)
         path = a.output or os.path.join(a.out_dir or ".", f"{short}.json")
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         write(graph, path)

@@ -262,13 +262,13 @@ def example_inputs(model, batch, seq):
     return {"input_ids": ids, "use_cache": False}
 
 
-def build(config_class, layers, batch, seq, full_size=False, dispatch=False):
+def build(config_class, layers, batch, seq, full_size=False, dispatch=False, capacity_factor=None):
     """The exported program of `model_of(...)` on `example_inputs(...)`;
     with `dispatch`, its experts in the form expert parallelism shards
-    (`spmd.torch.moe`, a group per sequence)."""
+    (`spmd.torch.moe`, a group per sequence, `capacity_factor` as there)."""
     model = model_of(config_class, layers, full_size)
     if dispatch:
         from . import moe
 
-        moe.use(model, groups=batch)
+        moe.use(model, groups=batch, capacity_factor=capacity_factor)
     return export_program(model, (), example_inputs(model, batch, seq))

@@ -11,8 +11,11 @@ tensor `[groups, tokens, experts, capacity]` gathers each expert's tokens
 of each group into `[experts, groups, capacity, hidden]`, the experts run as
 batched products over the expert dim, and the combine tensor (the dispatch
 one weighted by the routing weights) sums each token's experts back. The
-capacity is a group's whole token count, so no token is ever dropped and
-the result equals the model's own.
+capacity is by default a group's whole token count, so no token is ever
+dropped and the result equals the model's own; a `capacity_factor` gives
+each expert room for that factor times its even share of the group's
+routed tokens (GShard's and Switch's capacity factor, 1.25 say), and a token
+past its expert's room is dropped, as theirs are.
 
 Sharded, the groups follow the batch and the experts their weights: the
 dispatched tensor goes from split by group to split by expert, and back,
@@ -22,6 +25,8 @@ an all-to-all, the token dispatch and combine of expert parallelism.
     import spmd.torch.moe
     spmd.torch.moe.use(model, groups=batch)   # before spmd.torch.export
 """
+
+import math
 
 import torch
 
@@ -35,7 +40,16 @@ def one_hot(index, classes, dtype):
     return (index.unsqueeze(-1) == torch.arange(classes, device=index.device)).to(dtype)
 
 
-def dispatch(self, hidden_states, top_k_index, top_k_weights, groups=1):
+def capacity_of(tokens, k, experts, factor=None):
+    """An expert's room in a group of `tokens` tokens, each routed to `k`
+    of `experts`: every token without a `factor`, else `factor` times the
+    even share, rounded up (at least 1, at most every token)."""
+    if factor is None:
+        return tokens
+    return max(1, min(tokens, math.ceil(factor * tokens * k / experts)))
+
+
+def dispatch(self, hidden_states, top_k_index, top_k_weights, groups=1, capacity_factor=None):
     """A `transformers` experts forward (registered as `spmd_dispatch`):
     `hidden_states` `[tokens, hidden]`, `top_k_index`/`top_k_weights`
     `[tokens, k]`, the experts' `gate_up_proj` `[experts, 2·ffn, hidden]` (or
@@ -47,18 +61,20 @@ def dispatch(self, hidden_states, top_k_index, top_k_weights, groups=1):
     per_group = tokens // groups
     x = hidden_states.reshape(groups, per_group, hidden)
     # Which experts each token goes to, and with what weight: [g, s, e].
+    capacity = capacity_of(per_group, top_k_index.shape[-1], experts, capacity_factor)
     chosen = one_hot(top_k_index, experts, hidden_states.dtype).reshape(groups, per_group, -1, experts)
     routed = chosen.sum(dim=2)
     weight = (chosen * top_k_weights.reshape(groups, per_group, -1, 1).to(hidden_states.dtype)).sum(dim=2)
     # A token's slot in its expert's buffer: how many of the group's tokens
-    # before it went there. Capacity: every token of the group.
+    # before it went there. A slot past the capacity matches no column of
+    # the one-hot: the token is dropped.
     slot = (torch.cumsum(routed, dim=1) - 1).clamp(min=0).to(torch.int64)
-    place = one_hot(slot, per_group, hidden_states.dtype) * routed.unsqueeze(-1)  # [g, s, e, c]
+    place = one_hot(slot, capacity, hidden_states.dtype) * routed.unsqueeze(-1)  # [g, s, e, c]
     combine = place * weight.unsqueeze(-1)
     # The products as batched matmuls, written out so that each merge of two
     # dims keeps the one a plan splits major: (experts, capacity) and
     # (groups, capacity), never capacity first.
-    g, s, e, c, h = groups, per_group, experts, per_group, hidden
+    g, s, e, c, h = groups, per_group, experts, capacity, hidden
     dispatched = torch.bmm(place.reshape(g, s, e * c).transpose(1, 2), x)  # [g, (e c), h]
     dispatched = dispatched.reshape(g, e, c, h).permute(1, 0, 2, 3).reshape(e, g * c, h)
     if self.has_gate:
@@ -70,15 +86,17 @@ def dispatch(self, hidden_states, top_k_index, top_k_weights, groups=1):
     return torch.bmm(combine.reshape(g, s, e * c), out).reshape(tokens, hidden)
 
 
-def use(model, groups):
+def use(model, groups, capacity_factor=None):
     """Runs every experts module of `model` that `transformers` lets choose
     its implementation through `dispatch`, with the tokens cut into
-    `groups` (the batch size the model will be exported with)."""
+    `groups` (the batch size the model will be exported with) and each
+    expert's room `capacity_factor` times its even share (`None`: every
+    token, the model's own function)."""
     from functools import partial
 
     from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
-    ALL_EXPERTS_FUNCTIONS[NAME] = partial(dispatch, groups=groups)
+    ALL_EXPERTS_FUNCTIONS[NAME] = partial(dispatch, groups=groups, capacity_factor=capacity_factor)
     configs = {id(model.config): model.config}
     for module in model.modules():
         config = getattr(module, "config", None)
