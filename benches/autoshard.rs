@@ -15,8 +15,8 @@ use divan::{Bencher, black_box};
 use spmd_autoshard::{Options, Outcome, autoshard, report::time};
 use spmd_graph::json::GraphFile;
 
-#[path = "common/llama_7b.rs"]
-mod llama_7b;
+#[path = "common/full_size.rs"]
+mod full_size;
 
 const SMALL: [(&str, &str); 3] = [
     ("llama", include_str!("../spmd-graph/graphs/hf/llama.json")),
@@ -61,7 +61,7 @@ const MESHES_7B: [&[usize]; 3] = [&[8], &[2, 4], &[4, 8]];
 const MESHES_SMALL: [&[usize]; 2] = [&[4], &[2, 2]];
 
 fn main() {
-    let text = llama_7b::text();
+    let text = full_size::llama_2_7b();
     for mesh in MESHES_7B {
         quality(
             &format!("7b {mesh:?}"),
@@ -78,7 +78,7 @@ fn main() {
 
 #[divan::bench(args = MESHES_7B, sample_count = 3, sample_size = 1)]
 fn llama_2_7b(bencher: Bencher, mesh: &[usize]) {
-    let text = llama_7b::text();
+    let text = full_size::llama_2_7b();
     bencher.bench_local(|| search(black_box(&text), mesh, Some(24 * GIB)));
 }
 

@@ -120,49 +120,94 @@ fn weights(text: &str) -> (usize, usize) {
 #[test]
 fn expert_parallelism_is_dispatch_and_combine_all_to_alls() {
     for (model, text) in MODELS {
-        let layers = moe_layers(text);
-        assert!(layers >= 1, "{model}: no MoE layer");
-        let ep = planned(model, text, &plan_file(model, "ep"));
-        for (direction, (graph, p)) in [("forward", &ep.forward), ("backward", &ep.backward)] {
-            let text = || spmd_graph::report::plan_text(graph, p);
-            assert_eq!(
-                all_to_alls(p),
-                vec![0; 2 * layers],
-                "{model} {direction}: {}",
-                text()
-            );
-        }
-        // Forward: nothing but the dispatch and combine.
-        assert_eq!(ep.forward.1.collectives(), 2 * layers, "{model}");
+        expert_parallelism(model, text, model);
+    }
+}
 
-        // Backward: besides them, one all-reduce over mesh dim 0 per weight
-        // the experts do not own (its gradient, of the batch split), and
-        // nothing else.
-        let (experts, shared) = weights(text);
-        assert_eq!(experts, 2 * layers, "{model}");
-        let (graph, p) = &ep.backward;
-        assert_eq!(
-            over(p, 0),
-            [("all_reduce", shared), ("all_to_all", 2 * layers)].into(),
-            "{model}: {}",
-            spmd_graph::report::plan_text(graph, p)
-        );
-        assert_eq!(p.collectives(), 2 * layers + shared, "{model}");
+/// The full-size graphs (`graphs/hf/<name>.json.gz`, exported on the meta
+/// device with the config class's own sizes, Qwen3-30B-A3B's 48 layers, a
+/// capacity factor of 1.25, batch 8 and sequence 4096; `export.py
+/// deepseek-v3 --full-size --layers 0 --dispatch --capacity-factor 1.25
+/// --batch 8 --seq 4096`), under the small models' EP plans.
+const FULL_SIZE: [(&str, &str); 3] = [
+    ("mixtral-8x7b", "mixtral"),
+    ("qwen3-30b-a3b", "qwen3-moe"),
+    ("deepseek-v3-671b", "deepseek-v3"),
+];
 
-        // The same graph with the batch split and the experts replicated
-        // (data parallelism alone) reduces every weight's gradient, the
-        // experts' too, and moves no token: expert parallelism trades the
-        // experts' gradient reductions for the all-to-alls.
-        let mut dp = plan_file(model, "ep");
-        dp.annotations.retain(|a| !expert_weight(&a.tensors));
-        let dp = planned(model, text, &dp);
-        assert!(over(&dp.forward.1, 0).is_empty(), "{model}");
+fn gunzip(name: &str) -> String {
+    use std::io::Read;
+    let path = format!("{}/graphs/hf/{name}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let gz = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    text
+}
+
+#[test]
+fn full_size_expert_parallelism_is_dispatch_and_combine_all_to_alls() {
+    for (name, model) in FULL_SIZE {
+        let text = gunzip(name);
+        let layers = moe_layers(&text);
+        // Every Mixtral and Qwen3-MoE layer; DeepSeek-V3's after its first 3.
+        let expected = match model {
+            "mixtral" => 32,
+            "qwen3-moe" => 48,
+            _ => 61 - 3,
+        };
+        assert_eq!(layers, expected, "{name}");
+        expert_parallelism(name, &text, model);
+    }
+}
+
+/// Under `<plan_model>_ep.json`, the forward is the dispatch and combine
+/// all-to-alls of each MoE layer, and the backward adds one gradient
+/// all-reduce per weight the experts do not own.
+fn expert_parallelism(model: &str, text: &str, plan_model: &str) {
+    let layers = moe_layers(text);
+    assert!(layers >= 1, "{model}: no MoE layer");
+    let ep = planned(model, text, &plan_file(plan_model, "ep"));
+    for (direction, (graph, p)) in [("forward", &ep.forward), ("backward", &ep.backward)] {
+        let text = || spmd_graph::report::plan_text(graph, p);
         assert_eq!(
-            over(&dp.backward.1, 0),
-            [("all_reduce", shared + experts)].into(),
-            "{model}"
+            all_to_alls(p),
+            vec![0; 2 * layers],
+            "{model} {direction}: {}",
+            text()
         );
     }
+    // Forward: nothing but the dispatch and combine.
+    assert_eq!(ep.forward.1.collectives(), 2 * layers, "{model}");
+
+    // Backward: besides them, one all-reduce over mesh dim 0 per weight
+    // the experts do not own (its gradient, of the batch split), and
+    // nothing else.
+    let (experts, shared) = weights(text);
+    assert_eq!(experts, 2 * layers, "{model}");
+    let (graph, p) = &ep.backward;
+    assert_eq!(
+        over(p, 0),
+        [("all_reduce", shared), ("all_to_all", 2 * layers)].into(),
+        "{model}: {}",
+        spmd_graph::report::plan_text(graph, p)
+    );
+    assert_eq!(p.collectives(), 2 * layers + shared, "{model}");
+
+    // The same graph with the batch split and the experts replicated
+    // (data parallelism alone) reduces every weight's gradient, the
+    // experts' too, and moves no token: expert parallelism trades the
+    // experts' gradient reductions for the all-to-alls.
+    let mut dp = plan_file(plan_model, "ep");
+    dp.annotations.retain(|a| !expert_weight(&a.tensors));
+    let dp = planned(model, text, &dp);
+    assert!(over(&dp.forward.1, 0).is_empty(), "{model}");
+    assert_eq!(
+        over(&dp.backward.1, 0),
+        [("all_reduce", shared + experts)].into(),
+        "{model}"
+    );
 }
 
 #[test]
