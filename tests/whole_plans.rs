@@ -14,8 +14,9 @@ use spmd_graph::steps::Step;
 use spmd_graph::{DType, Edge, ReshardPlan, annotations, backward_graph, plan, propagate};
 
 /// (name, graph, plan file or none): the Hugging Face exports under their
-/// tensor-parallel plans and with data parallelism added, the replicated
-/// Llama, and the hand-written GPT layer under its own annotations.
+/// tensor-parallel plans and with data parallelism added, the MoE exports
+/// under their expert-parallel plans, the replicated Llama, and the
+/// hand-written GPT layer under its own annotations.
 const CASES: &[(&str, &str, Option<&str>)] = &[
     (
         "gpt_layer",
@@ -76,6 +77,63 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
         "gpt2_tp_dp",
         include_str!("../spmd-graph/graphs/hf/gpt2.json"),
         Some(include_str!("../spmd-graph/graphs/hf/gpt2_tp_dp.json")),
+    ),
+    // The mixture-of-experts models under expert parallelism, alone and
+    // with tensor and data parallelism: routing (softmax, top-k, DeepSeek's
+    // group masks by scatter, gather and where), the one-hot dispatch and
+    // combine, the experts' batched products.
+    (
+        "mixtral_ep",
+        include_str!("../spmd-graph/graphs/hf/mixtral.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/mixtral_ep.json")),
+    ),
+    (
+        "mixtral_ep_tp",
+        include_str!("../spmd-graph/graphs/hf/mixtral.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/mixtral_ep_tp.json")),
+    ),
+    (
+        "mixtral_ep_tp_dp",
+        include_str!("../spmd-graph/graphs/hf/mixtral.json"),
+        Some(include_str!(
+            "../spmd-graph/graphs/hf/mixtral_ep_tp_dp.json"
+        )),
+    ),
+    (
+        "qwen3-moe_ep",
+        include_str!("../spmd-graph/graphs/hf/qwen3-moe.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/qwen3-moe_ep.json")),
+    ),
+    (
+        "qwen3-moe_ep_tp",
+        include_str!("../spmd-graph/graphs/hf/qwen3-moe.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/qwen3-moe_ep_tp.json")),
+    ),
+    (
+        "qwen3-moe_ep_tp_dp",
+        include_str!("../spmd-graph/graphs/hf/qwen3-moe.json"),
+        Some(include_str!(
+            "../spmd-graph/graphs/hf/qwen3-moe_ep_tp_dp.json"
+        )),
+    ),
+    (
+        "deepseek-v3_ep",
+        include_str!("../spmd-graph/graphs/hf/deepseek-v3.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/deepseek-v3_ep.json")),
+    ),
+    (
+        "deepseek-v3_ep_tp",
+        include_str!("../spmd-graph/graphs/hf/deepseek-v3.json"),
+        Some(include_str!(
+            "../spmd-graph/graphs/hf/deepseek-v3_ep_tp.json"
+        )),
+    ),
+    (
+        "deepseek-v3_ep_tp_dp",
+        include_str!("../spmd-graph/graphs/hf/deepseek-v3.json"),
+        Some(include_str!(
+            "../spmd-graph/graphs/hf/deepseek-v3_ep_tp_dp.json"
+        )),
     ),
 ];
 
@@ -206,6 +264,45 @@ fn every_reshard_of_a_plan_is_needed() {
             };
             assert!(finding_fits, "{what}");
         }
+    }
+}
+
+#[test]
+fn every_token_all_to_all_of_expert_parallelism_is_needed() {
+    // Without one of the dispatch or combine all-to-alls (forward or
+    // backward), a device computes its experts on tokens it does not hold,
+    // or combines outputs of experts it does not own.
+    for name in ["mixtral_ep", "deepseek-v3_ep_tp"] {
+        let f = case(name);
+        let (graph, forward, bgraph, backward) = plans(&f);
+        let mut seen = 0;
+        for (phase, g, p) in [
+            (Phase::Forward, &graph, &forward),
+            (Phase::Backward, &bgraph, &backward),
+        ] {
+            for (k, r) in p.reshards.iter().enumerate() {
+                if !r
+                    .steps
+                    .iter()
+                    .any(|(s, _)| matches!(s, Step::AllToAll { .. }))
+                {
+                    continue;
+                }
+                seen += 1;
+                let drop = |plan: &mut ReshardPlan| {
+                    plan.reshards.remove(k);
+                };
+                let found = match phase {
+                    Phase::Forward => check(&f, drop),
+                    Phase::Backward => check_both(&f, |_| {}, drop),
+                };
+                let d = found.expect_err("a plan without one of its all-to-alls passes");
+                let what = format!("{name}: all-to-all {k} of {phase}: {d}");
+                assert_eq!(d.phase, phase, "{what}");
+                assert_eq!(d.tensor, g.tensor(r.tensor).name, "{what}");
+            }
+        }
+        assert!(seen >= 4, "{name}: {seen} all-to-alls");
     }
 }
 

@@ -160,13 +160,14 @@ pub fn backward_graph(
         })?),
         stage: registry.get("add").map_or(Stage::Other, Stage::of),
     };
-    // Which forward tensors depend on a parameter (in graph order).
+    // Which forward tensors depend on a parameter through values a
+    // gradient flows through (in graph order).
     let mut needs_grad: Vec<bool> = forward.tensors().iter().map(|t| t.param).collect();
     for o in forward.op_ids() {
         let op = forward.op(o);
         if op.inputs.iter().any(|t| needs_grad[t.index()]) {
             for t in &op.outputs {
-                needs_grad[t.index()] = true;
+                needs_grad[t.index()] = forward.tensor(*t).differentiable;
             }
         }
     }

@@ -74,8 +74,9 @@ pub struct TensorEntry {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub param: bool,
     /// The element type as the producer wrote it (`float32`, `int64`,
-    /// `bool`: torch's names, from `tools/torch_export`). Informational:
-    /// volumes are counted in the graph's `dtype`.
+    /// `bool`: torch's names, from `tools/torch_export`). Volumes are
+    /// counted in the graph's `dtype`; an integer or boolean tensor takes no
+    /// gradient in the backward graph.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,6 +199,12 @@ pub(crate) fn annotation(
     Ok(Some(attr))
 }
 
+/// Whether a tensor of element type `dtype` (torch's names) holds integers
+/// or booleans, which take no gradient.
+fn discrete(dtype: &str) -> bool {
+    dtype == "bool" || dtype.starts_with("int") || dtype.starts_with("uint")
+}
+
 /// Builds the graph of a parsed file.
 pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphError> {
     if file.mesh.is_empty() {
@@ -209,6 +216,9 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
         let id = b.tensor(&t.name, &t.shape)?;
         if t.param {
             b.mark_param(id);
+        }
+        if t.dtype.as_deref().is_some_and(discrete) {
+            b.mark_not_differentiable(id);
         }
         if let Some(attr) = annotation(
             b.mesh(),

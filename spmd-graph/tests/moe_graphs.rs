@@ -178,6 +178,13 @@ fn expert_parallelism(model: &str, text: &str, plan_model: &str) {
             text()
         );
     }
+    // No gradient flows through the routing's integers: the chosen
+    // experts' one-hot comparisons get no grad op.
+    let (graph, _) = &ep.backward;
+    assert!(
+        !graph.op_ids().any(|o| graph.op(o).rule == "aten.eq.Tensor"),
+        "{model}: a comparison's gradient"
+    );
     // Forward: nothing but the dispatch and combine.
     assert_eq!(ep.forward.1.collectives(), 2 * layers, "{model}");
 

@@ -46,6 +46,19 @@ pub(super) const NAMES: &[&str] = &[
     "aten.rsqrt",
     "aten.pow.Tensor_Scalar",
     "aten.mean.dim",
+    "aten.sum.dim_IntList",
+    "aten.div.Tensor",
+    "aten.bitwise_not",
+    "aten.clamp",
+    "aten.where.self",
+    "aten.copy",
+    "aten.full_like",
+    "aten._softmax",
+    "aten.bmm",
+    "aten.topk",
+    "aten.gather",
+    "aten.scatter.value",
+    "aten.slice_scatter",
     "aten.mm",
     "aten.addmm",
     "aten.native_layer_norm",
@@ -86,6 +99,21 @@ pub(super) fn kernel(name: &str) -> Option<Kernel> {
         "aten.rsqrt" => k(rsqrt, Some(rsqrt_grad)),
         "aten.pow.Tensor_Scalar" => k(pow, Some(pow_grad)),
         "aten.mean.dim" => k(mean_dim, Some(mean_dim_grad)),
+        "aten.sum.dim_IntList" => k(sum_dim, Some(sum_dim_grad)),
+        "aten.div.Tensor" => k(div, Some(div_grad)),
+        "aten.bitwise_not" => k(not, None),
+        "aten.clamp" => k(clamp, Some(clamp_grad)),
+        "aten.where.self" => k(where_self, Some(where_self_grad)),
+        "aten.copy" => k(copy, Some(copy_grad)),
+        "aten.full_like" => k(full_like, Some(full_like_grad)),
+        "aten._softmax" => k(
+            super::paddle::softmax_dim,
+            Some(super::paddle::softmax_dim_grad),
+        ),
+        "aten.bmm" => k(super::paddle::bmm, Some(super::paddle::bmm_grad)),
+        "aten.topk" | "aten.gather" | "aten.scatter.value" | "aten.slice_scatter" => {
+            super::indexing::kernel(name)
+        }
         "aten.mm" => k(mm, Some(mm_grad)),
         "aten.addmm" => k(addmm, Some(addmm_grad)),
         "aten.native_layer_norm" => k(layer_norm, Some(layer_norm_grad)),
@@ -312,6 +340,113 @@ fn eq(c: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
 }
 fn and(c: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
     binary(c, |a, b| f64::from(u8::from(a != 0.0 && b != 0.0)))
+}
+fn div(c: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    binary(c, |a, b| a / b)
+}
+fn div_grad(c: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    binary_grad(c, |_, b| 1.0 / b, |a, b| -a / (b * b))
+}
+fn not(c: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    pointwise(c, |x| f64::from(u8::from(x == 0.0)))
+}
+
+/// `aten.clamp(self, min, max)`'s bounds (either may be absent).
+fn bounds(attrs: &spmd_core::Attrs) -> Result<(f64, f64), Fail> {
+    Ok((
+        num(attrs, "min", f64::NEG_INFINITY)?,
+        num(attrs, "max", f64::INFINITY)?,
+    ))
+}
+fn clamp(c: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let (lo, hi) = bounds(c.attrs)?;
+    pointwise(c, |x| x.max(lo).min(hi))
+}
+fn clamp_grad(c: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let (lo, hi) = bounds(c.attrs)?;
+    pointwise_grad(c, |x| f64::from(u8::from(lo <= x && x <= hi)))
+}
+
+/// `aten.where.self(condition, self, other)`: `self` where the condition
+/// holds, `other` elsewhere, all three broadcast onto the result's block.
+fn where_self(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let (c, a, b) = (input(call, 0)?, input(call, 1)?, input(call, 2)?);
+    let out = want(call, 0)?;
+    let (rc, ra, rb) = (
+        broadcaster("the condition", &c, out.block)?,
+        broadcaster("input 1", &a, out.block)?,
+        broadcaster("input 2", &b, out.block)?,
+    );
+    let (cd, ad, bd) = (c.value.data(), a.value.data(), b.value.data());
+    Ok(vec![build(&out.local(), |i| {
+        if cd[rc(i)] != 0.0 {
+            ad[ra(i)]
+        } else {
+            bd[rb(i)]
+        }
+    })])
+}
+fn where_self_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let (c, g) = (saved(call, 0)?, dy(call, 0)?);
+    let rc = broadcaster("the condition", &c, g.block)?;
+    let cd = c.value.data();
+    let mut grads = vec![None];
+    for (k, taken) in [(1, true), (2, false)] {
+        let Some(w) = call.input_grads.get(k).cloned().flatten() else {
+            grads.push(None);
+            continue;
+        };
+        let mut n = 0;
+        let part = build(g.value.shape(), |i| {
+            let v = g.value.data()[n];
+            n += 1;
+            if (cd[rc(i)] != 0.0) == taken { v } else { 0.0 }
+        });
+        grads.push(Some(unbroadcast(
+            &format!("input {k}"),
+            &part,
+            g.block,
+            &w,
+        )?));
+    }
+    Ok(grads)
+}
+
+/// `aten.copy(self, src)`: `src`'s values broadcast into `self`'s shape.
+fn copy(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let src = input(call, 1)?;
+    let out = want(call, 0)?;
+    let read = broadcaster("input 1", &src, out.block)?;
+    let d = src.value.data();
+    Ok(vec![build(&out.local(), |i| d[read(i)])])
+}
+fn copy_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let g = dy(call, 0)?;
+    let w = |k: usize| call.input_grads.get(k).cloned().flatten();
+    Ok(vec![
+        // `self`'s values are overwritten: no gradient reaches them.
+        w(0).map(|w| Tensor::full(&w.local(), 0.0)),
+        match w(1) {
+            Some(w) => Some(unbroadcast("input 1", g.value, g.block, &w)?),
+            None => None,
+        },
+    ])
+}
+
+/// `aten.full_like(self, fill_value)`: the value everywhere, whatever
+/// `self` holds.
+fn full_like(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let v = num(call.attrs, "fill_value", 0.0)?;
+    Ok(vec![Tensor::full(&want(call, 0)?.local(), v)])
+}
+fn full_like_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    Ok(vec![
+        call.input_grads
+            .first()
+            .cloned()
+            .flatten()
+            .map(|w| Tensor::full(&w.local(), 0.0)),
+    ])
 }
 
 // ------------------------------------------------------------------ views
@@ -765,6 +900,16 @@ fn kept_dims(red: &[bool], keepdim: bool) -> Vec<Option<usize>> {
 }
 
 fn mean_dim(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    sum_or_mean(call, true)
+}
+
+fn sum_dim(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    sum_or_mean(call, false)
+}
+
+/// The sum over the reduced dims of the block a device holds, divided by
+/// their count there when `average`.
+fn sum_or_mean(call: &Call<'_>, average: bool) -> Result<Vec<Tensor>, Fail> {
     let x = input(call, 0)?;
     let out = want(call, 0)?;
     let red = reduced(call.attrs, x.rank())?;
@@ -794,10 +939,23 @@ fn mean_dim(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
         sum.data_mut()[super::offset(&os, &j)] += x.value.data()[n];
         n += 1;
     });
+    if !average {
+        return Ok(vec![sum]);
+    }
     Ok(vec![sum.map(|s| s / count.max(1) as f64)])
 }
 
 fn mean_dim_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    sum_or_mean_grad(call, true)
+}
+
+fn sum_dim_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    sum_or_mean_grad(call, false)
+}
+
+/// Each element's gradient: its result's, shared over the whole reduced
+/// count when `average`.
+fn sum_or_mean_grad(call: &GradCall<'_>, average: bool) -> Result<Vec<Option<Tensor>>, Fail> {
     let x = saved(call, 0)?;
     let g = dy(call, 0)?;
     let Some(w) = call.input_grads.first().cloned().flatten() else {
@@ -814,13 +972,16 @@ fn mean_dim_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
     let ws = w.local();
     // The grad op reads the input for its (global) shape alone: each
     // element's share is over the whole tensor's count.
-    let count: usize = w
-        .shape
-        .iter()
-        .zip(&red)
-        .filter(|(_, r)| **r)
-        .map(|(n, _)| n)
-        .product();
+    let count: usize = if average {
+        w.shape
+            .iter()
+            .zip(&red)
+            .filter(|(_, r)| **r)
+            .map(|(n, _)| n)
+            .product()
+    } else {
+        1
+    };
     let gs = extents(g.block);
     Ok(vec![Some(build(&ws, |i| {
         let j: Vec<usize> = i

@@ -20,6 +20,7 @@
 //! forward kernel (this module's tests).
 
 mod aten;
+mod indexing;
 mod math;
 mod paddle;
 

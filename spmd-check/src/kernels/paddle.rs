@@ -68,6 +68,20 @@ fn matmul_op(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
 
 /// The batch dims of an operand of a batched product, read as broadcast
 /// onto the result's batch block.
+/// ATen's `bmm(self, mat2)`: `[b, m, k] @ [b, k, n]`.
+pub(super) fn bmm(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let (x, y) = (input(call, 0)?, input(call, 1)?);
+    if x.rank() != 3 || y.rank() != 3 {
+        return Err("bmm of operands that are not 3-d".into());
+    }
+    batched(&x, &y, false, false, want(call, 0)?)
+}
+
+pub(super) fn bmm_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let (x, y, g) = (saved(call, 0)?, saved(call, 1)?, dy(call, 0)?);
+    batched_grad(call, &x, &y, &g, false, false)
+}
+
 fn batch_part<'a>(a: &Arg<'a>) -> (Arg<'a>, Vec<usize>) {
     let r = a.rank();
     let lead = &a.shape[..r - 2];
@@ -495,17 +509,35 @@ fn softmax_along(t: &Tensor, d: usize) -> Tensor {
 }
 
 fn softmax(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    softmax_on(call, "axis")
+}
+
+fn softmax_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    softmax_grad_on(call, "axis")
+}
+
+/// ATen's `_softmax(self, dim, half_to_float)`.
+pub(super) fn softmax_dim(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    softmax_on(call, "dim")
+}
+
+pub(super) fn softmax_dim_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    softmax_grad_on(call, "dim")
+}
+
+/// Softmax along the dim attribute `attr` names.
+fn softmax_on(call: &Call<'_>, attr: &str) -> Result<Vec<Tensor>, Fail> {
     let x = input(call, 0)?;
-    let d = axis(int(call.attrs, "axis", -1)?, x.rank())?;
+    let d = axis(int(call.attrs, attr, -1)?, x.rank())?;
     whole("the input", &x, d)?;
     let out = pointwise(call, |v| v)?.remove(0);
     Ok(vec![softmax_along(&out, d)])
 }
 
-fn softmax_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+fn softmax_grad_on(call: &GradCall<'_>, attr: &str) -> Result<Vec<Option<Tensor>>, Fail> {
     let x = saved(call, 0)?;
     let g = dy(call, 0)?;
-    let d = axis(int(call.attrs, "axis", -1)?, x.rank())?;
+    let d = axis(int(call.attrs, attr, -1)?, x.rank())?;
     whole("the input", &x, d)?;
     let Some(w) = call.input_grads.first().cloned().flatten() else {
         return Ok(vec![None]);

@@ -530,3 +530,141 @@ fn every_op_named_has_a_kernel() {
     }
     assert!(kernel("aten.no_such_op").is_none());
 }
+
+#[test]
+fn routing_and_dispatch_gradients_match_central_differences() {
+    for c in [
+        case(
+            "aten.sum.dim_IntList",
+            &[("dim", ints(&[-1])), ("keepdim", AttrValue::Bool(true))],
+            &[&[3, 4]],
+            &[&[3, 1]],
+        ),
+        case(
+            "aten.sum.dim_IntList",
+            &[("dim", ints(&[0, 2]))],
+            &[&[2, 3, 2]],
+            &[&[3]],
+        ),
+        case("aten.div.Tensor", &[], &[&[2, 3], &[2, 1]], &[&[2, 3]]),
+        case(
+            "aten.clamp",
+            &[
+                ("min", AttrValue::Float(-0.3)),
+                ("max", AttrValue::Float(0.5)),
+            ],
+            &[&[6]],
+            &[&[6]],
+        ),
+        case("aten.copy", &[], &[&[2, 3], &[3]], &[&[2, 3]]),
+        case(
+            "aten.full_like",
+            &[("fill_value", int(2))],
+            &[&[3]],
+            &[&[3]],
+        ),
+        case("aten._softmax", &[("dim", int(-1))], &[&[2, 4]], &[&[2, 4]]),
+        case("aten._softmax", &[("dim", int(0))], &[&[3, 2]], &[&[3, 2]]),
+        case("aten.bmm", &[], &[&[2, 3, 4], &[2, 4, 2]], &[&[2, 3, 2]]),
+        case(
+            "aten.topk",
+            &[("k", int(2))],
+            &[&[3, 5]],
+            &[&[3, 2], &[3, 2]],
+        ),
+        case(
+            "aten.topk",
+            &[
+                ("k", int(2)),
+                ("dim", int(0)),
+                ("largest", AttrValue::Bool(false)),
+            ],
+            &[&[4, 3]],
+            &[&[2, 3], &[2, 3]],
+        ),
+        case(
+            "aten.slice_scatter",
+            &[
+                ("dim", int(1)),
+                ("start", int(1)),
+                ("end", int(5)),
+                ("step", int(2)),
+            ],
+            &[&[2, 5], &[2, 2]],
+            &[&[2, 5]],
+        ),
+    ] {
+        check(c);
+    }
+    // Index and condition tensors are not differentiated.
+    let mut gather = case("aten.gather", &[("dim", int(1))], &[&[3, 4]], &[&[3, 2]]);
+    gather.inputs.push(Some((Elem::Int, vec![3, 2])));
+    check(gather);
+    let mut scatter = case(
+        "aten.scatter.value",
+        &[("dim", int(1)), ("value", int(1))],
+        &[&[3, 4]],
+        &[&[3, 4]],
+    );
+    scatter.inputs.push(Some((Elem::Int, vec![3, 1])));
+    check(scatter);
+    let mut select = case("aten.where.self", &[], &[], &[&[2, 3]]);
+    select.inputs = vec![
+        Some((Elem::Bool, vec![2, 3])),
+        Some((Elem::Float, vec![])),
+        Some((Elem::Float, vec![2, 3])),
+    ];
+    check(select);
+}
+
+#[test]
+fn routing_kernels_compute_what_torch_does() {
+    let run = |c: &Case, xs: Vec<Tensor>| forward(c, &xs.into_iter().map(Some).collect::<Vec<_>>());
+    // topk: the largest two of each row, best first, with their positions.
+    let c = case(
+        "aten.topk",
+        &[("k", int(2))],
+        &[&[2, 3]],
+        &[&[2, 2], &[2, 2]],
+    );
+    let out = run(
+        &c,
+        vec![Tensor::new(&[2, 3], vec![0.1, 0.9, 0.5, 3.0, -1.0, 2.0])],
+    );
+    assert_eq!(out[0].data(), &[0.9, 0.5, 3.0, 2.0]);
+    assert_eq!(out[1].data(), &[1.0, 2.0, 0.0, 2.0]);
+    // gather along dim 1, and scatter of a value at the same positions.
+    let mut g = case("aten.gather", &[("dim", int(1))], &[&[2, 3]], &[&[2, 1]]);
+    g.inputs.push(Some((Elem::Int, vec![2, 1])));
+    let x = Tensor::new(&[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let idx = Tensor::new(&[2, 1], vec![2.0, 0.0]);
+    assert_eq!(run(&g, vec![x.clone(), idx.clone()])[0].data(), &[3.0, 4.0]);
+    let mut s = case(
+        "aten.scatter.value",
+        &[("dim", int(1)), ("value", int(9))],
+        &[&[2, 3]],
+        &[&[2, 3]],
+    );
+    s.inputs.push(Some((Elem::Int, vec![2, 1])));
+    assert_eq!(
+        run(&s, vec![x.clone(), idx])[0].data(),
+        &[1.0, 2.0, 9.0, 9.0, 5.0, 6.0]
+    );
+    // slice_scatter: columns 0 and 2 replaced.
+    let c = case(
+        "aten.slice_scatter",
+        &[
+            ("dim", int(1)),
+            ("start", int(0)),
+            ("end", int(3)),
+            ("step", int(2)),
+        ],
+        &[&[2, 3], &[2, 2]],
+        &[&[2, 3]],
+    );
+    let src = Tensor::new(&[2, 2], vec![-1.0, -2.0, -3.0, -4.0]);
+    assert_eq!(
+        run(&c, vec![x, src])[0].data(),
+        &[-1.0, 2.0, -2.0, -3.0, 5.0, -4.0]
+    );
+}

@@ -157,6 +157,7 @@ impl GraphBuilder {
             annotation: None,
             priority: 0,
             param: false,
+            differentiable: true,
             producer: None,
             consumers: Vec::new(),
         });
@@ -200,6 +201,14 @@ impl GraphBuilder {
     pub fn mark_param(&mut self, t: TensorId) {
         if let Some(info) = self.tensors.get_mut(t.index()) {
             info.param = true;
+        }
+    }
+
+    /// Marks `t` as holding integers or booleans: no gradient flows
+    /// through it (see [`TensorInfo::differentiable`]).
+    pub fn mark_not_differentiable(&mut self, t: TensorId) {
+        if let Some(info) = self.tensors.get_mut(t.index()) {
+            info.differentiable = false;
         }
     }
 

@@ -64,6 +64,11 @@ pub struct TensorInfo {
     /// A trainable weight: [`backward_graph`](crate::backward_graph) gives
     /// it a gradient laid out like it.
     pub param: bool,
+    /// Whether a gradient can flow through it: not through integer and
+    /// boolean values (indices, masks, comparisons), as in autograd, so the
+    /// backward graph stops at them even where they depend on a weight
+    /// (the experts a router's top-k picks).
+    pub differentiable: bool,
     pub producer: Option<OpId>,
     pub consumers: Vec<OpId>,
 }
