@@ -11,7 +11,9 @@
 //! transformers' `grouped_mm_fallback` (experts' products over row groups),
 //! `aten.constant_pad_nd`, `aten.convolution` (one group, depthwise, or
 //! channels whole), `aten.slice_scatter`, `aten.scatter.value` and
-//! `aten.scatter.src`, `aten.max.dim` (values and global positions),
+//! `aten.scatter.src`, `aten.index_put` and `aten.scatter_add` (into a
+//! destination split on its other dims, accumulating or not), `aten.max.dim`
+//! (values and global positions),
 //! `aten.amax` (`Max` partials), `aten.clamp.Tensor` (with its grad) and
 //! `aten.view_as_complex`/`aten.view_as_real` (a complex number stood in
 //! by a real one that keeps its parts apart). The ATen names that reuse a library rule
@@ -1209,4 +1211,111 @@ fn scatter_src_against_the_op() {
     });
     t[0].assert_meaningful("aten.scatter.src forward");
     t[1].assert_meaningful("aten.scatter.src backward");
+}
+
+/// `aten.index_put` against the op: `values` put (or, with `accumulate`,
+/// added) into `self` at the coordinate tuples of one 1-d index per leading
+/// dim; the destination's other dims may be split.
+#[test]
+fn index_put_against_the_op() {
+    let t = tallies();
+    let params = (
+        shape(2..=3),
+        1usize..=2,
+        1usize..=4,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_flat_map(|(x, n, k, accumulate, trailing)| {
+            let n = n.min(x.len() - 1);
+            // At most one write per coordinate tuple.
+            let k = k.min(x[..n].iter().product());
+            let rest = x[n..].to_vec();
+            let values = if trailing {
+                rest.clone()
+            } else {
+                std::iter::once(k).chain(rest).collect()
+            };
+            let mut shapes = vec![x.clone()];
+            shapes.extend(std::iter::repeat_n(vec![k], n));
+            shapes.push(values);
+            (op_check::case(Just((shapes, x))), Just((n, k, accumulate)))
+        });
+    run(CASES, params, |(c, (n, k, accumulate))| {
+        let x = c.shapes[0].clone();
+        // The k-th tuple: k in the mixed radix of the indexed dims.
+        let tuple = |mut j: usize| {
+            let mut at = vec![0; n];
+            for d in (0..n).rev() {
+                at[d] = j % x[d];
+                j /= x[d];
+            }
+            at
+        };
+        let mut values = probes(&c.shapes);
+        for d in 0..n {
+            values[1 + d] = Tensor::from_fn(&[k], |i| tuple(i[0])[d] as f64);
+        }
+        let op = move |v: &[Tensor]| {
+            let (dest, value) = (&v[0], &v[1 + n]);
+            let mut out = dest.clone();
+            each_index(dest.shape(), |i| {
+                for j in 0..k {
+                    let at: Vec<usize> = (0..n).map(|d| v[1 + d].get(&[j]) as usize).collect();
+                    if i[..n] != at[..] {
+                        continue;
+                    }
+                    // `values` is `[k, rest...]`, or `[rest...]` broadcast.
+                    let src: Vec<usize> = if value.rank() == dest.rank() - n {
+                        i[n..].to_vec()
+                    } else {
+                        std::iter::once(j).chain(i[n..].iter().copied()).collect()
+                    };
+                    let v = value.get(&src);
+                    out.set(i, if accumulate { out.get(i) + v } else { v });
+                }
+            });
+            vec![out]
+        };
+        let attrs = Attrs::new().with("accumulate", accumulate);
+        check("aten.index_put", &attrs, &c, &values, &op, None, &t)
+    });
+    t[0].assert_meaningful("aten.index_put forward");
+    t[1].assert_meaningful("aten.index_put backward");
+}
+
+/// `aten.scatter_add` against the op: `src`'s elements added into `self`
+/// at the positions the index gives along `dim` (global, so that dim stays
+/// whole), repeated positions adding up; the other dims may be split.
+#[test]
+fn scatter_add_against_the_op() {
+    let t = tallies();
+    let params = (shape(1..=3), any::<prop::sample::Index>()).prop_flat_map(|(x, d)| {
+        let d = d.index(x.len());
+        (
+            op_check::case(Just((vec![x.clone(), x.clone(), x.clone()], x))),
+            Just(d),
+        )
+    });
+    run(CASES, params, |(c, d)| {
+        let n = c.shapes[0][d];
+        // Positions that repeat along each line: the adds must all land.
+        let index = Tensor::from_fn(&c.shapes[1], |i| ((i[d] * 2 + 1) % n) as f64);
+        let op = move |v: &[Tensor]| {
+            let (x, index, src) = (&v[0], &v[1], &v[2]);
+            let mut out = x.clone();
+            each_index(index.shape(), |i| {
+                let mut j = i.to_vec();
+                j[d] = index.get(i) as usize;
+                out.set(&j, out.get(&j) + src.get(i));
+            });
+            vec![out]
+        };
+        let attrs = Attrs::new().with("dim", d as i64);
+        let mut values = probes(&c.shapes);
+        values[1] = index;
+        check("aten.scatter_add", &attrs, &c, &values, &op, None, &t)
+    });
+    t[0].assert_meaningful("aten.scatter_add forward");
+    t[1].assert_meaningful("aten.scatter_add backward");
 }

@@ -483,6 +483,12 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
                 .reading(&[("dim", "axis")]),
         )?
         .insert(RuleInfo::of::<IndexPut>().renamed("aten.index_put"))?
+        // `aten.scatter_add(self, dim, index, src)`: `put_along_axis` adding.
+        .insert(
+            RuleInfo::of::<PutAlongAxis>()
+                .renamed("aten.scatter_add")
+                .reading(&[("dim", "axis")]),
+        )?
         // The number written (a float, an int or a bool) changes no layout.
         .insert(RuleInfo::of::<AtenScatterValue>().ignoring(&["value"]))?
         .register::<AtenScatterSrc>()?
