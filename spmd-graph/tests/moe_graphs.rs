@@ -10,7 +10,9 @@
 //!   nothing else. Backward, the same two all-to-alls, plus one gradient
 //!   all-reduce per weight the experts do not own (the data parallelism
 //!   the batch split brings, the same as the batch-split plan without
-//!   experts sharded has); no expert weight's gradient is reduced.
+//!   experts sharded has; each reduced tensor is traced back to its
+//!   weight); no expert weight's gradient is reduced, and no gradient
+//!   flows through the router's integers.
 //! - `<model>_ep_tp.json` (`[2, 2]`) and `<model>_ep_tp_dp.json`
 //!   (`[2, 2, 2]`): the same all-to-alls on the expert mesh dim, whatever
 //!   the tensor parallelism on another mesh dim adds.
@@ -62,6 +64,28 @@ fn planned(model: &str, text: &str, annotations: &AnnotationFile) -> Planned {
         forward: (loaded.graph, forward),
         backward: (bw.graph, backward),
     }
+}
+
+/// The weight a backward tensor is the gradient of: `d<tensor>` (or one
+/// contribution of it, `d<tensor>@<op>`), where the forward tensor is the
+/// weight or a view of it (`permute`, `view`, a cast).
+fn weight_of_gradient(forward: &Graph, name: &str) -> Option<String> {
+    let of = name.strip_prefix('d')?;
+    let of = of.split('@').next()?;
+    let mut t = forward.find(of)?;
+    for _ in 0..4 {
+        let info = forward.tensor(t);
+        if info.param {
+            return Some(info.name.clone());
+        }
+        let op = forward.op(info.producer?);
+        let views = ["aten.permute", "aten.view", "aten.t", "aten._to_copy"];
+        if !views.contains(&op.rule.as_str()) {
+            return None;
+        }
+        t = op.inputs[0];
+    }
+    None
 }
 
 /// The MoE layers of the graph: one stacked `gate_up_proj` (or `up_proj`)
@@ -201,6 +225,21 @@ fn expert_parallelism(model: &str, text: &str, plan_model: &str) {
         spmd_graph::report::plan_text(graph, p)
     );
     assert_eq!(p.collectives(), 2 * layers + shared, "{model}");
+    // And each of those all-reduces is a weight's gradient, of a weight
+    // the experts do not own.
+    for r in &p.reshards {
+        if !r
+            .steps
+            .iter()
+            .any(|(s, _)| matches!(s, Step::AllReduce { .. }))
+        {
+            continue;
+        }
+        let name = &graph.tensor(r.tensor).name;
+        let weight = weight_of_gradient(&ep.forward.0, name)
+            .unwrap_or_else(|| panic!("{model}: {name} is all-reduced, not a weight's gradient"));
+        assert!(!expert_weight(&weight), "{model}: {name} ({weight})");
+    }
 
     // The same graph with the batch split and the experts replicated
     // (data parallelism alone) reduces every weight's gradient, the
