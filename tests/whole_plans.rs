@@ -135,6 +135,19 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
             "../spmd-graph/graphs/hf/deepseek-v3_ep_tp_dp.json"
         )),
     ),
+    // Mixtral in transformers' own form (tokens sorted by expert, counted by
+    // histc, the experts' grouped products): the rules keep rows and experts
+    // whole there, so the same plans gather them instead of moving tokens.
+    (
+        "mixtral-grouped_ep",
+        include_str!("../spmd-graph/graphs/hf/mixtral-grouped.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/mixtral_ep.json")),
+    ),
+    (
+        "mixtral-grouped_ep_tp",
+        include_str!("../spmd-graph/graphs/hf/mixtral-grouped.json"),
+        Some(include_str!("../spmd-graph/graphs/hf/mixtral_ep_tp.json")),
+    ),
 ];
 
 /// The case named `name`.

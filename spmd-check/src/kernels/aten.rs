@@ -59,6 +59,12 @@ pub(super) const NAMES: &[&str] = &[
     "aten.gather",
     "aten.scatter.value",
     "aten.slice_scatter",
+    "aten.sort",
+    "aten.index_select",
+    "aten.index_put",
+    "aten.div.Scalar_mode",
+    "aten.histc",
+    "transformers.grouped_mm_fallback",
     "aten.mm",
     "aten.addmm",
     "aten.native_layer_norm",
@@ -111,9 +117,11 @@ pub(super) fn kernel(name: &str) -> Option<Kernel> {
             Some(super::paddle::softmax_dim_grad),
         ),
         "aten.bmm" => k(super::paddle::bmm, Some(super::paddle::bmm_grad)),
-        "aten.topk" | "aten.gather" | "aten.scatter.value" | "aten.slice_scatter" => {
-            super::indexing::kernel(name)
-        }
+        "aten.div.Scalar_mode" => k(div_scalar_mode, Some(div_scalar_mode_grad)),
+        "aten.histc" => k(histc, None),
+        "transformers.grouped_mm_fallback" => k(grouped_mm, Some(grouped_mm_grad)),
+        "aten.topk" | "aten.gather" | "aten.scatter.value" | "aten.slice_scatter" | "aten.sort"
+        | "aten.index_select" | "aten.index_put" => super::indexing::kernel(name),
         "aten.mm" => k(mm, Some(mm_grad)),
         "aten.addmm" => k(addmm, Some(addmm_grad)),
         "aten.native_layer_norm" => k(layer_norm, Some(layer_norm_grad)),
@@ -349,6 +357,67 @@ fn div_grad(c: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
 }
 fn not(c: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
     pointwise(c, |x| f64::from(u8::from(x == 0.0)))
+}
+
+/// `aten.div.Scalar_mode(self, other, rounding_mode)`: the quotient,
+/// rounded down (`floor`), toward zero (`trunc`) or not at all.
+fn rounding(attrs: &spmd_core::Attrs) -> Result<(f64, Option<bool>), Fail> {
+    let other = num(attrs, "other", 1.0)?;
+    let mode = match attrs.get("rounding_mode") {
+        None => None,
+        Some(_) => match text(attrs, "rounding_mode", "")? {
+            "floor" => Some(true),
+            "trunc" => Some(false),
+            m => return Err(format!("rounding mode `{m}`")),
+        },
+    };
+    Ok((other, mode))
+}
+fn div_scalar_mode(c: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let (other, mode) = rounding(c.attrs)?;
+    pointwise(c, |x| match mode {
+        None => x / other,
+        Some(true) => (x / other).floor(),
+        Some(false) => (x / other).trunc(),
+    })
+}
+fn div_scalar_mode_grad(c: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let (other, mode) = rounding(c.attrs)?;
+    // A rounded quotient is a step function: no gradient.
+    pointwise_grad(c, |_| if mode.is_none() { 1.0 / other } else { 0.0 })
+}
+
+/// `aten.histc(self, bins, min, max)`: how many elements of the block fall
+/// in each of `bins` equal bins of `[min, max]` (the last one closed);
+/// where `min == max` the range is the data's, which only the whole tensor
+/// knows.
+fn histc(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let x = input(call, 0)?;
+    let out = want(call, 0)?;
+    let bins = usize::try_from(int(call.attrs, "bins", 100)?).map_err(|_| "negative bins")?;
+    if out.block.first() != Some(&(0..bins)) {
+        return Err("the bins of the result are split".into());
+    }
+    let (mut lo, mut hi) = (num(call.attrs, "min", 0.0)?, num(call.attrs, "max", 0.0)?);
+    if lo == hi {
+        for d in 0..x.rank() {
+            whole("input 0", &x, d)?;
+        }
+        let data = x.value.data();
+        lo = data.iter().copied().fold(f64::INFINITY, f64::min);
+        hi = data.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if lo == hi {
+            (lo, hi) = (lo - 1.0, hi + 1.0);
+        }
+    }
+    let mut counts = Tensor::full(&[bins], 0.0);
+    for &v in x.value.data() {
+        if (lo..=hi).contains(&v) {
+            let b = (((v - lo) / (hi - lo)) * bins as f64) as usize;
+            counts.data_mut()[b.min(bins - 1)] += 1.0;
+        }
+    }
+    Ok(vec![counts])
 }
 
 /// `aten.clamp(self, min, max)`'s bounds (either may be absent).
@@ -1082,6 +1151,105 @@ fn addmm_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
         da.map(|t| t.map(|v| alpha * v)),
         db.map(|t| t.map(|v| alpha * v)),
     ])
+}
+
+/// `transformers.grouped_mm_fallback(input, weight, offs)`: row `t` of
+/// `input` `[rows, k]` times expert `e`'s `weight[e]` `[k, n]`, `e` the
+/// first expert whose cumulative row count `offs[e]` is past `t`. Rows and
+/// experts are whole (`offs` holds global row positions); `k` may be split
+/// alike in `input` and `weight` (a partial sum), and `n` too.
+struct Grouped<'a> {
+    input: Arg<'a>,
+    weight: Arg<'a>,
+    /// Each row's expert.
+    expert: Vec<Option<usize>>,
+}
+
+impl<'a> Grouped<'a> {
+    fn of(inputs: &[Option<Arg<'a>>]) -> Result<Grouped<'a>, Fail> {
+        let get = |i: usize| {
+            inputs
+                .get(i)
+                .copied()
+                .flatten()
+                .ok_or_else(|| format!("input {i} is missing"))
+        };
+        let (input, weight, offs) = (get(0)?, get(1)?, get(2)?);
+        if input.rank() != 2 || weight.rank() != 3 || offs.rank() != 1 {
+            return Err(
+                "grouped_mm_fallback takes [rows, k], [experts, k, n] and [experts]".into(),
+            );
+        }
+        whole("input 0", &input, 0)?;
+        whole("input 1", &weight, 0)?;
+        whole("input 2", &offs, 0)?;
+        if input.block[1] != weight.block[1] {
+            return Err(format!(
+                "the contraction: input 0 holds [{}..{}), input 1 holds [{}..{})",
+                input.block[1].start,
+                input.block[1].end,
+                weight.block[1].start,
+                weight.block[1].end
+            ));
+        }
+        let ends = offs.value.data();
+        let expert = (0..input.shape[0])
+            .map(|t| ends.iter().position(|&end| (t as f64) < end))
+            .collect();
+        Ok(Grouped {
+            input,
+            weight,
+            expert,
+        })
+    }
+}
+
+fn grouped_mm(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let gm = Grouped::of(call.inputs)?;
+    let out = want(call, 0)?;
+    same_range("input 0", &gm.input, 0, &out.block[0], 0)?;
+    same_range("input 1", &gm.weight, 2, &out.block[1], 1)?;
+    let (k, n) = (gm.weight.value.shape()[1], gm.weight.value.shape()[2]);
+    let (x, w) = (gm.input.value.data(), gm.weight.value.data());
+    Ok(vec![build(&out.local(), |i| {
+        let Some(e) = gm.expert[i[0]] else {
+            return 0.0;
+        };
+        (0..k)
+            .map(|c| x[i[0] * k + c] * w[(e * k + c) * n + i[1]])
+            .sum()
+    })])
+}
+
+fn grouped_mm_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let gm = Grouped::of(call.inputs)?;
+    let g = dy(call, 0)?;
+    same_range("the output's gradient", &g, 0, &gm.input.block[0], 0)?;
+    same_range("the output's gradient", &g, 1, &gm.weight.block[2], 1)?;
+    let (k, n) = (gm.weight.value.shape()[1], gm.weight.value.shape()[2]);
+    let (x, w, gd) = (
+        gm.input.value.data(),
+        gm.weight.value.data(),
+        g.value.data(),
+    );
+    let want = |i: usize| call.input_grads.get(i).cloned().flatten();
+    let dx = want(0).map(|wx| {
+        build(&wx.local(), |i| match gm.expert[i[0]] {
+            Some(e) => (0..n)
+                .map(|c| gd[i[0] * n + c] * w[(e * k + i[1]) * n + c])
+                .sum(),
+            None => 0.0,
+        })
+    });
+    let dw = want(1).map(|ww| {
+        build(&ww.local(), |i| {
+            (0..gm.expert.len())
+                .filter(|&t| gm.expert[t] == Some(i[0]))
+                .map(|t| x[t * k + i[1]] * gd[t * n + i[2]])
+                .sum()
+        })
+    });
+    Ok(vec![dx, dw, None])
 }
 
 // ------------------------------------------------------------- embedding

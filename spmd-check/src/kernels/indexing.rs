@@ -1,7 +1,9 @@
 //! ATen's ops that read or write positions along one dim, as
 //! mixture-of-experts routing runs them: `topk` (the experts a token
 //! chooses), `gather` (their scores), `scatter.value` (a mask of the chosen
-//! groups) and `slice_scatter` (a slice written into a tensor).
+//! groups), `slice_scatter` (a slice written into a tensor), and in
+//! `transformers`' grouped form `sort` (tokens ordered by expert),
+//! `index_select` (their rows) and `index_put` (the inverse order).
 //!
 //! The positions are global, so the dim they index must be whole on a
 //! device (a device with part of it would read or write the wrong
@@ -20,6 +22,9 @@ pub(super) fn kernel(name: &str) -> Option<Kernel> {
         "aten.gather" => k(gather, Some(gather_grad)),
         "aten.scatter.value" => k(scatter_value, Some(scatter_value_grad)),
         "aten.slice_scatter" => k(slice_scatter, Some(slice_scatter_grad)),
+        "aten.sort" => k(sort, Some(sort_grad)),
+        "aten.index_select" => k(index_select, Some(index_select_grad)),
+        "aten.index_put" => k(index_put, Some(index_put_grad)),
         _ => None,
     }
 }
@@ -343,4 +348,267 @@ fn slice_scatter_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> 
         t
     });
     Ok(vec![dself, dsrc])
+}
+
+// ------------------------------------------------------------------- sort
+
+/// `aten.sort(self, dim, descending)`'s dim and each row's order (global
+/// positions: the dim is whole), ties to the lower position.
+fn sorted(attrs: &spmd_core::Attrs, x: &Arg<'_>) -> Result<(usize, Vec<Vec<usize>>), Fail> {
+    let d = axis(int(attrs, "dim", -1)?, x.rank())?;
+    whole("input 0", x, d)?;
+    let descending = super::flag(attrs, "descending", false)?;
+    let data = x.value.data();
+    let orders = rows(&extents(x.block), d)
+        .map(|row| {
+            let mut order: Vec<usize> = (0..row.len()).collect();
+            order.sort_by(|&a, &b| {
+                let (va, vb) = (data[row[a]], data[row[b]]);
+                let o = if descending {
+                    vb.total_cmp(&va)
+                } else {
+                    va.total_cmp(&vb)
+                };
+                o.then(a.cmp(&b))
+            });
+            order
+        })
+        .collect();
+    Ok((d, orders))
+}
+
+fn sort(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let x = input(call, 0)?;
+    let (d, orders) = sorted(call.attrs, &x)?;
+    for o in 0..2 {
+        let w = want(call, o)?;
+        for e in 0..x.rank() {
+            same_range("input 0", &x, e, &w.block[e], e)?;
+        }
+    }
+    let xs = extents(x.block);
+    let (mut v, mut i) = (Tensor::full(&xs, 0.0), Tensor::full(&xs, 0.0));
+    for (row, order) in rows(&xs, d).zip(&orders) {
+        for (slot, &p) in row.iter().zip(order) {
+            v.data_mut()[*slot] = x.value.data()[row[p]];
+            i.data_mut()[*slot] = p as f64;
+        }
+    }
+    Ok(vec![v, i])
+}
+
+/// Each element's gradient is that of the place it was sorted to.
+fn sort_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let x = saved(call, 0)?;
+    let g = dy(call, 0)?;
+    let Some(w) = call.input_grads.first().cloned().flatten() else {
+        return Ok(vec![None]);
+    };
+    let (d, orders) = sorted(call.attrs, &x)?;
+    for e in 0..x.rank() {
+        same_range("the values' gradient", &g, e, &w.block[e], e)?;
+    }
+    let mut dx = Tensor::full(&w.local(), 0.0);
+    for (row, order) in rows(&w.local(), d).zip(&orders) {
+        for (slot, &p) in row.iter().zip(order) {
+            dx.data_mut()[row[p]] += g.value.data()[*slot];
+        }
+    }
+    Ok(vec![Some(dx)])
+}
+
+// ----------------------------------------------------------- index_select
+
+/// `aten.index_select(self, dim, index)`: the slices of `self` along `dim`
+/// at the (global) positions of the 1-d index, which may be split with the
+/// result's dim.
+fn index_select(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let (x, index) = (input(call, 0)?, input(call, 1)?);
+    let out = want(call, 0)?;
+    let d = axis(int(call.attrs, "dim", 0)?, x.rank())?;
+    whole("input 0", &x, d)?;
+    same_range("the index", &index, 0, &out.block[d], d)?;
+    same_but("input 0", &x, out.block, d)?;
+    let n = x.shape[d];
+    let picks = index
+        .value
+        .data()
+        .iter()
+        .map(|&v| position(v, n, d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let xs = extents(x.block);
+    let local = out.local();
+    let mut t = Tensor::full(&local, 0.0);
+    for (orow, xrow) in rows(&local, d).zip(rows(&xs, d)) {
+        for (slot, &p) in orow.iter().zip(&picks) {
+            t.data_mut()[*slot] = x.value.data()[xrow[p]];
+        }
+    }
+    Ok(vec![t])
+}
+
+/// `self`'s gradient: each picked slice's gradient added back at its
+/// position (over the index's block: a part of the sum where it is split).
+fn index_select_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let (x, index, g) = (saved(call, 0)?, saved(call, 1)?, dy(call, 0)?);
+    let Some(w) = call.input_grads.first().cloned().flatten() else {
+        return Ok(vec![None, None]);
+    };
+    let d = axis(int(call.attrs, "dim", 0)?, x.rank())?;
+    if w.block[d] != (0..w.shape[d]) {
+        return Err(format!(
+            "the gradient of input 0 is split on the selected dim {d}"
+        ));
+    }
+    same_range("the index", &index, 0, &g.block[d], d)?;
+    same_but("the output's gradient", &g, w.block, d)?;
+    let n = x.shape[d];
+    let picks = index
+        .value
+        .data()
+        .iter()
+        .map(|&v| position(v, n, d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let gs = extents(g.block);
+    let mut dx = Tensor::full(&w.local(), 0.0);
+    for (grow, xrow) in rows(&gs, d).zip(rows(&w.local(), d)) {
+        for (slot, &p) in grow.iter().zip(&picks) {
+            dx.data_mut()[xrow[p]] += g.value.data()[*slot];
+        }
+    }
+    Ok(vec![Some(dx), None])
+}
+
+// ---------------------------------------------------------------- index_put
+
+/// `aten.index_put(self, indices, values, accumulate)`, its inputs as the
+/// graph lists them: `self`, one 1-d index per leading dim, `values` last.
+/// The indexed dims are whole; `values` is `[k, rest...]` or `[rest...]`,
+/// `rest` the other dims of `self`, block for block.
+struct Put<'a> {
+    x: Arg<'a>,
+    indices: Vec<Arg<'a>>,
+    values: Arg<'a>,
+}
+
+impl<'a> Put<'a> {
+    fn of(inputs: &[Option<Arg<'a>>]) -> Result<Put<'a>, Fail> {
+        let (Some(Some(x)), Some(Some(values))) = (inputs.first(), inputs.last()) else {
+            return Err("index_put without self or values".into());
+        };
+        let middle = &inputs[1..inputs.len() - 1];
+        let indices: Vec<Arg<'a>> = middle.iter().map_while(|i| *i).collect();
+        if indices.is_empty() || indices.len() != middle.len() || indices.len() > x.rank() {
+            return Err(
+                "index_put's indices must be the leading dims' 1-d tensors, none left out".into(),
+            );
+        }
+        Ok(Put {
+            x: *x,
+            indices,
+            values: *values,
+        })
+    }
+
+    /// Checks the blocks; for each index element, the offset in `self`'s
+    /// block of each of its slice's elements, and that element's offset in
+    /// `values`'s block.
+    fn places(&self) -> Result<Vec<(usize, usize)>, Fail> {
+        let n = self.indices.len();
+        let r = self.x.rank();
+        for d in 0..n {
+            whole("input 0", &self.x, d)?;
+        }
+        let k = self.indices[0].shape[0];
+        for (j, i) in self.indices.iter().enumerate() {
+            if i.rank() != 1 || i.shape[0] != k || !i.whole(0) {
+                return Err(format!("index {j} is not a whole 1-d index of {k}"));
+            }
+        }
+        let vr = self.values.rank();
+        let lead = vr
+            .checked_sub(r - n)
+            .filter(|&l| l <= 1)
+            .ok_or_else(|| format!("values of rank {vr} for {} dims of input 0 left", r - n))?;
+        if lead == 1 && !self.values.whole(0) {
+            return Err("the values' first dim is split".into());
+        }
+        for e in n..r {
+            same_range(
+                "the values",
+                &self.values,
+                e - n + lead,
+                &self.x.block[e],
+                e,
+            )?;
+        }
+        let xs = extents(self.x.block);
+        let vs = extents(self.values.block);
+        let rest: Vec<usize> = xs[n..].to_vec();
+        let mut places = Vec::new();
+        for j in 0..k {
+            let at = (0..n)
+                .map(|d| position(self.indices[d].value.data()[j], self.x.shape[d], d))
+                .collect::<Result<Vec<_>, _>>()?;
+            super::each(&rest, |i| {
+                let mut xi = at.clone();
+                xi.extend_from_slice(i);
+                let vi: Vec<usize> = if lead == 1 {
+                    std::iter::once(j).chain(i.iter().copied()).collect()
+                } else {
+                    i.to_vec()
+                };
+                places.push((super::offset(&xs, &xi), super::offset(&vs, &vi)));
+            });
+        }
+        Ok(places)
+    }
+}
+
+fn index_put(call: &Call<'_>) -> Result<Vec<Tensor>, Fail> {
+    let put = Put::of(call.inputs)?;
+    let out = want(call, 0)?;
+    for e in 0..put.x.rank() {
+        same_range("input 0", &put.x, e, &out.block[e], e)?;
+    }
+    let accumulate = super::flag(call.attrs, "accumulate", false)?;
+    let mut t = put.x.value.clone();
+    for (at, from) in put.places()? {
+        let v = put.values.value.data()[from];
+        let d = t.data_mut();
+        d[at] = if accumulate { d[at] + v } else { v };
+    }
+    Ok(vec![t])
+}
+
+/// `self`'s gradient: the result's, but where a value replaced it; each
+/// value's: the result's gradient where it went.
+fn index_put_grad(call: &GradCall<'_>) -> Result<Vec<Option<Tensor>>, Fail> {
+    let put = Put::of(call.inputs)?;
+    let g = dy(call, 0)?;
+    for e in 0..put.x.rank() {
+        same_range("the output's gradient", &g, e, &put.x.block[e], e)?;
+    }
+    let accumulate = super::flag(call.attrs, "accumulate", false)?;
+    let places = put.places()?;
+    let slots = call.input_grads.len();
+    let mut grads: Vec<Option<Tensor>> = vec![None; slots];
+    if let Some(w) = call.input_grads.first().cloned().flatten() {
+        let mut dx = g.value.clone();
+        if !accumulate {
+            for &(at, _) in &places {
+                dx.data_mut()[at] = 0.0;
+            }
+        }
+        debug_assert_eq!(dx.shape(), w.local().as_slice());
+        grads[0] = Some(dx);
+    }
+    if let Some(w) = call.input_grads.last().cloned().flatten() {
+        let mut dv = Tensor::full(&w.local(), 0.0);
+        for &(at, from) in &places {
+            dv.data_mut()[from] += g.value.data()[at];
+        }
+        grads[slots - 1] = Some(dv);
+    }
+    Ok(grads)
 }

@@ -668,3 +668,117 @@ fn routing_kernels_compute_what_torch_does() {
         &[-1.0, 2.0, -2.0, -3.0, 5.0, -4.0]
     );
 }
+
+#[test]
+fn grouped_form_gradients_match_central_differences() {
+    for c in [
+        case("aten.sort", &[], &[&[2, 4]], &[&[2, 4], &[2, 4]]),
+        case(
+            "aten.sort",
+            &[("dim", int(0)), ("descending", AttrValue::Bool(true))],
+            &[&[3, 2]],
+            &[&[3, 2], &[3, 2]],
+        ),
+        case(
+            "aten.div.Scalar_mode",
+            &[("other", int(2))],
+            &[&[3]],
+            &[&[3]],
+        ),
+    ] {
+        check(c);
+    }
+    let mut select = case(
+        "aten.index_select",
+        &[("dim", int(1))],
+        &[&[2, 3]],
+        &[&[2, 4]],
+    );
+    select.inputs.push(Some((Elem::Int, vec![4])));
+    check(select);
+    // One index: values `[k, rest]`, and broadcast `[rest]`.
+    for (values, accumulate) in [(vec![3, 2], false), (vec![2], true), (vec![3, 2], true)] {
+        let mut put = case(
+            "aten.index_put",
+            &[("accumulate", AttrValue::Bool(accumulate))],
+            &[&[4, 2]],
+            &[&[4, 2]],
+        );
+        put.inputs.push(Some((Elem::Int, vec![3])));
+        put.inputs.push(Some((Elem::Float, values)));
+        check(put);
+    }
+    // The probe's integers as `offs`, [0, 1, 2]: row 0 goes to expert 1,
+    // row 1 to expert 2, rows 2..5 to none (zeros).
+    let mut grouped = case(
+        "transformers.grouped_mm_fallback",
+        &[],
+        &[&[5, 3], &[3, 3, 2]],
+        &[&[5, 2]],
+    );
+    grouped.inputs.push(Some((Elem::Int, vec![3])));
+    check(grouped);
+}
+
+#[test]
+fn grouped_form_kernels_compute_what_torch_does() {
+    let run = |c: &Case, xs: Vec<Tensor>| forward(c, &xs.into_iter().map(Some).collect::<Vec<_>>());
+    let c = case("aten.sort", &[], &[&[4]], &[&[4], &[4]]);
+    let out = run(&c, vec![Tensor::new(&[4], vec![2.0, 0.0, 2.0, 1.0])]);
+    assert_eq!(out[0].data(), &[0.0, 1.0, 2.0, 2.0]);
+    assert_eq!(out[1].data(), &[1.0, 3.0, 0.0, 2.0]);
+    let c = case(
+        "aten.div.Scalar_mode",
+        &[
+            ("other", int(2)),
+            ("rounding_mode", AttrValue::Str("floor".into())),
+        ],
+        &[&[3]],
+        &[&[3]],
+    );
+    assert_eq!(
+        run(&c, vec![Tensor::new(&[3], vec![-3.0, 3.0, 4.0])])[0].data(),
+        &[-2.0, 1.0, 2.0]
+    );
+    // histc: 4 bins of [0, 4]; 4 falls in the last, 5 in none.
+    let c = case(
+        "aten.histc",
+        &[("bins", int(4)), ("min", int(0)), ("max", int(4))],
+        &[&[5]],
+        &[&[4]],
+    );
+    assert_eq!(
+        run(&c, vec![Tensor::new(&[5], vec![0.0, 0.5, 3.9, 4.0, 5.0])])[0].data(),
+        &[2.0, 0.0, 0.0, 2.0]
+    );
+    // index_put: the inverse of a permutation.
+    let mut c = case("aten.index_put", &[], &[&[3]], &[&[3]]);
+    c.inputs.push(Some((Elem::Int, vec![3])));
+    c.inputs.push(Some((Elem::Int, vec![3])));
+    let out = run(
+        &c,
+        vec![
+            Tensor::full(&[3], 0.0),
+            Tensor::new(&[3], vec![2.0, 0.0, 1.0]),
+            Tensor::new(&[3], vec![0.0, 1.0, 2.0]),
+        ],
+    );
+    assert_eq!(out[0].data(), &[1.0, 2.0, 0.0]);
+    // grouped_mm: rows 0 and 1 to experts 0 and 1.
+    let mut c = case(
+        "transformers.grouped_mm_fallback",
+        &[],
+        &[&[2, 1], &[2, 1, 1]],
+        &[&[2, 1]],
+    );
+    c.inputs.push(Some((Elem::Int, vec![2])));
+    let out = run(
+        &c,
+        vec![
+            Tensor::new(&[2, 1], vec![3.0, 5.0]),
+            Tensor::new(&[2, 1, 1], vec![2.0, 10.0]),
+            Tensor::new(&[2], vec![1.0, 2.0]),
+        ],
+    );
+    assert_eq!(out[0].data(), &[6.0, 50.0]);
+}
