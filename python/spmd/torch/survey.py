@@ -10,8 +10,10 @@ attention where SDPA is missing) and exports it; `spmd propagate` then reads
 the graph, refusing op kinds that have no rule, and, where the model has
 Megatron-LM's projections (`q/k/v/gate/up_proj` column-parallel,
 `o/down_proj` row-parallel), propagates it under that plan on a mesh of 4,
-forward and backward, and counts the collectives. One model's failure is
-that row's reason, never the survey's end. Progress goes to stderr.
+forward and backward, and counts the collectives. Every model that
+propagates is also propagated under data parallelism (its input ids' batch
+split over a mesh of 2, forward and backward). One model's failure is that
+row's reason, never the survey's end. Progress goes to stderr.
 """
 
 import argparse
@@ -71,6 +73,23 @@ def megatron_plan(graph):
     return entries if has_col and has_row else None
 
 
+# Data parallelism: the batch of the input ids (2 in the survey) split over
+# a mesh of 2.
+DATA_PARALLEL = {"mesh": [2], "annotations": [{"tensors": "input_ids", "dims_mapping": [0, -1]}]}
+
+
+def under_plan(binary, path, plan_path, plan):
+    """`spmd propagate --backward` of the graph under `plan`: (forward,
+    backward) collectives, or the reason it failed."""
+    with open(plan_path, "w") as f:
+        json.dump(plan, f)
+    code, out, err = spmd(binary, "propagate", path, "--plan", plan_path, "--backward", "--json")
+    if code != 0:
+        return err.removeprefix("error: ").replace(path + ": ", "")
+    v = json.loads(out)
+    return (collectives(v["counts"]), collectives(v["backward"]["counts"]))
+
+
 def spmd(binary, *args):
     r = subprocess.run([binary, *args], capture_output=True, text=True)
     return r.returncode, r.stdout, r.stderr.strip()
@@ -115,6 +134,7 @@ def survey(binary, timeout, memory, only):
             code, out, err = spmd(binary, "propagate", path, "--json")
             if code == 0:
                 row["propagates"] = True
+                row["dp"] = under_plan(binary, path, os.path.join(tmp, f"{model_type}_dp.json"), DATA_PARALLEL)
                 plan = megatron_plan(graph)
                 if plan:
                     plan_path = os.path.join(tmp, f"{model_type}_tp.json")
@@ -146,23 +166,27 @@ def table(rows):
     exported = [r for r in rows if "ops" in r]
     propagated = [r for r in exported if r.get("propagates")]
     planned = [r for r in propagated if "tp" in r]
+    data_parallel = [r for r in propagated if isinstance(r.get("dp"), tuple)]
     lines = [
         BEGIN,
         "",
         f"transformers {transformers.__version__}: {len(rows)} architectures registered for "
         f"`AutoModelForCausalLM`; {len(exported)} export, {len(propagated)} propagate, "
-        f"{len(planned)} have Megatron's projections and propagate under that plan (mesh of 4, "
-        "forward / backward collectives). Regenerate: `python tools/torch_export/survey.py "
+        f"{len(data_parallel)} propagate under data parallelism (the batch split over a mesh of 2), "
+        f"{len(planned)} have Megatron's projections and propagate under that plan (mesh of 4); "
+        "forward / backward collectives. Regenerate: `python tools/torch_export/survey.py "
         "--spmd target/release/spmd --write docs/models.md` (in the exporter's venv, after "
         "`cargo build --release -p spmd-cli`).",
         "",
-        "| architecture | config class | export | ops (kinds) | propagate | Megatron TP: forward / backward |",
-        "|---|---|---|--:|---|---|",
+        "| architecture | config class | export | ops (kinds) | propagate | DP: forward / backward | Megatron TP: forward / backward |",
+        "|---|---|---|--:|---|---|---|",
     ]
     for r in rows:
         if "ops" not in r:
-            lines.append(f"| `{r['type']}` | `{r['config']}` | no: {r['export_error']} | | | |")
+            lines.append(f"| `{r['type']}` | `{r['config']}` | no: {r['export_error']} | | | | |")
             continue
+        dp = r.get("dp", "")
+        dp = f"{dp[0]} / {dp[1]}" if isinstance(dp, tuple) else ("plan refused: " + one_line(dp) if dp else "")
         prop = "yes" if r.get("propagates") else refused_kinds(r.get("refused", ""))
         if "tp" in r:
             tp = f"{r['tp'][0]} / {r['tp'][1]}"
@@ -172,7 +196,7 @@ def table(rows):
             tp = "no q/o projections"
         else:
             tp = ""
-        lines.append(f"| `{r['type']}` | `{r['config']}` | yes | {r['ops']} ({r['kinds']}) | {prop} | {tp} |")
+        lines.append(f"| `{r['type']}` | `{r['config']}` | yes | {r['ops']} ({r['kinds']}) | {prop} | {dp} | {tp} |")
     counts = Counter()
     for r in exported:
         if not r.get("propagates") and "no rule" in r.get("refused", ""):
