@@ -7,7 +7,8 @@
 //! statistics in ATen's form), `aten.scaled_dot_product_attention` (the
 //! flash kernel in ATen's `[b, h, s, d]` layout, grouped-query heads, a
 //! per-head or broadcast mask), `aten.histc` (counts that add up over
-//! blocks, or a range the data sets), `aten.var.correction` and
+//! blocks, or a range the data sets), `aten.bincount` (counts or weights
+//! that add up over blocks), `aten.var.correction` and
 //! transformers' `grouped_mm_fallback` (experts' products over row groups),
 //! `aten.constant_pad_nd`, `aten.convolution` (one group, depthwise, or
 //! channels whole), `aten.slice_scatter`, `aten.scatter.value` and
@@ -1318,4 +1319,37 @@ fn scatter_add_against_the_op() {
     });
     t[0].assert_meaningful("aten.scatter_add forward");
     t[1].assert_meaningful("aten.scatter_add backward");
+}
+
+/// `aten.bincount` against the op, on each device's block: how many times
+/// each value occurs (or the sum of its weights) adds up over blocks, so
+/// the counts are partial where the input is split.
+#[test]
+fn bincount_against_the_op() {
+    let t = tallies();
+    let params = (1usize..=8, 1usize..=4, any::<bool>()).prop_flat_map(|(n, m, weighted)| {
+        let shapes = if weighted {
+            vec![vec![n], vec![n]]
+        } else {
+            vec![vec![n]]
+        };
+        (op_check::case(Just((shapes, vec![m]))), Just(m))
+    });
+    run(CASES, params, |(c, m)| {
+        let op = move |v: &[Tensor]| {
+            let mut counts = Tensor::from_fn(&[m], |_| 0.0);
+            for (k, &x) in v[0].data().iter().enumerate() {
+                let w = v.get(1).map_or(1.0, |w| w.data()[k]);
+                let b = x as usize;
+                counts.set(&[b], counts.get(&[b]) + w);
+            }
+            vec![counts]
+        };
+        let mut values = probes(&c.shapes);
+        values[0] = Tensor::from_fn(&c.shapes[0], |i| ((i[0] * 3 + 1) % m) as f64);
+        let attrs = Attrs::new().with("minlength", m as i64);
+        check("aten.bincount", &attrs, &c, &values, &op, None, &t)
+    });
+    t[0].assert_meaningful("aten.bincount forward");
+    t[1].assert_meaningful("aten.bincount backward");
 }

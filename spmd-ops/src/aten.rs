@@ -275,6 +275,25 @@ pub struct AtenHistc {
     pub max: f64,
 }
 
+/// `aten.bincount(self, weights, minlength)`: how many times each value
+/// occurs in the 1-d input of non-negative integers (or, with `weights`,
+/// the sum of their weights). Like `histc`, counting adds up over blocks:
+/// the input (and its weights alike) may be sharded, and the counts are
+/// then partial sums. The counts' dim is never sharded. No gradient.
+#[spmd_rule(
+    name = "aten.bincount",
+    einsum = "i,i->1",
+    inputs(input, weights),
+    outputs(out),
+    optional(weights),
+    grad(none(input, weights))
+)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AtenBincount {
+    #[spmd(default)]
+    pub minlength: i64,
+}
+
 /// `transformers.grouped_mm_fallback(input, weight, offs)`: the experts'
 /// products of a mixture-of-experts layer, `out[t] = input[t] @ weight[e]`
 /// for the rows `t` that `offs` (cumulative row counts, `[experts]`)

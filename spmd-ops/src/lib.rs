@@ -34,8 +34,8 @@ mod split;
 mod swiglu;
 
 pub use aten::{
-    AtenAddmm, AtenAmax, AtenClampTensor, AtenConstantPadNd, AtenConvolution, AtenEmbedding,
-    AtenExpand, AtenHistc, AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm,
+    AtenAddmm, AtenAmax, AtenBincount, AtenClampTensor, AtenConstantPadNd, AtenConvolution,
+    AtenEmbedding, AtenExpand, AtenHistc, AtenMaxDim, AtenMeanDim, AtenNativeLayerNorm,
     AtenScaledDotProductAttention, AtenScatterSrc, AtenScatterValue, AtenSelect, AtenSlice,
     AtenSliceScatter, AtenVarCorrection, AtenViewAsComplex, AtenViewAsReal, GroupedMmFallback,
 };
@@ -380,6 +380,7 @@ fn register_aten(registry: &mut Registry) -> Result<(), SpmdError> {
         .register::<AtenViewAsComplex>()?
         .register::<AtenViewAsReal>()?
         .register::<AtenHistc>()?
+        .register::<AtenBincount>()?
         // Along an axis.
         .insert(
             RuleInfo::of::<TopK>()
