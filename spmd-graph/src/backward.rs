@@ -332,9 +332,9 @@ fn accumulate(
                 } else {
                     format!("d{}@sum{k}", info.name)
                 };
-                let out = b
-                    .declare(out, &info.shape)?
-                    .map_err(|name| GraphError::DuplicateTensor { name })?;
+                // `fresh`: a result the user reads whole is seeded as
+                // `d<name>` already, and its sum takes the next free name.
+                let out = fresh(b, out, &info.shape)?;
                 b.op_with(
                     format!("d{}_acc{k}", info.name),
                     "add",
@@ -398,6 +398,35 @@ mod tests {
                 .reshards
                 .is_empty()
         );
+    }
+
+    /// `y = relu(w)` and `z = relu(y)`, both results: `y`'s gradient is its
+    /// own seed `dy` plus the one from `z`, and the sum is a tensor of its
+    /// own, not a second `dy`.
+    #[test]
+    fn a_result_read_by_another_result_sums_its_seed() {
+        let registry = spmd_ops::builtins();
+        let mut b = GraphBuilder::new(Mesh::new(&[2]).unwrap());
+        let w = b.param("w", &[4, 6], None).unwrap();
+        let y = b
+            .apply("act", "relu", Attrs::new(), &[w], ("y", &[4, 6]))
+            .unwrap();
+        let z = b
+            .apply("act2", "relu", Attrs::new(), &[y], ("z", &[4, 6]))
+            .unwrap();
+        let g = b.build(&registry).unwrap();
+        let p = propagate(&g).unwrap();
+        let bw = backward_graph(&g, &p, &registry, &[z, y]).unwrap();
+        let acc = bw.graph.ops().iter().find(|o| o.name == "dy_acc1").unwrap();
+        let sum = bw.graph.tensor(acc.outputs[0]).name.as_str();
+        assert_eq!(sum, "dy~2");
+        // The seed and z's contribution are what it adds.
+        let parts: Vec<&str> = acc
+            .inputs
+            .iter()
+            .map(|&t| bw.graph.tensor(t).name.as_str())
+            .collect();
+        assert_eq!(parts, ["dy", "dy@act2"]);
     }
 
     /// Re-annotating a backward graph for another plan of the same forward
