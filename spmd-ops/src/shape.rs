@@ -550,8 +550,12 @@ impl Reshape {
                         &mut dy_req.dims_mapping,
                     );
                     // x is laid out as its grad (the grad layout rule): the
-                    // framework gives x_grad the shape of x's block.
+                    // framework gives x_grad the shape of x's block. Read
+                    // for its layout only, it keeps a partial status, but
+                    // not over a mesh dim that now splits it.
                     x_req.dims_mapping = dx.dims_mapping.clone();
+                    let split = x_req.dims_mapping.mesh_set();
+                    x_req.partial.remove(split);
                 }
             }
             _ => {}
@@ -801,6 +805,41 @@ mod tests {
         assert_eq!(carrying_runs(&[24], &[1, 2, 1, 12]), [(0, 1, false)]);
         // A volume mismatch stops the walk (the notation reports it).
         assert_eq!(carrying_runs(&[4, 5], &[2, 3]), []);
+    }
+
+    /// Grad: `x` is laid out as its grad and keeps a partial status it is
+    /// given, but never over a mesh dim that now splits it (the robustness
+    /// suite's case: `[8, 2, 4] -> [4, 8, 2]`, x partial over mesh dim 1,
+    /// which the output grad's first dim takes).
+    #[test]
+    fn grad_keeps_no_partial_over_a_mesh_dim_that_splits_x() {
+        use spmd_core::{DistAttr, Mesh, MeshSet, Partial, ReduceType, Spec};
+        let registry = crate::builtins();
+        let rule = registry.build("reshape", &spmd_core::Attrs::new()).unwrap();
+        let mesh = Mesh::new(&[4, 2, 3]).unwrap();
+        let x = DistAttr::from_paddle(&[2, 0, -1])
+            .unwrap()
+            .with_partial(Partial::over(MeshSet(1 << 1), ReduceType::Sum));
+        let dy = DistAttr::from_paddle(&[1, -1, 2]).unwrap();
+        let r = rule
+            .grad_optional(
+                &mesh,
+                &[Some(Spec::new(&[8, 2, 4], &x))],
+                &[Some(Spec::new(&[4, 8, 2], &dy))],
+            )
+            .unwrap();
+        assert_eq!(r.inputs[0].to_string(), "[1, -1, -1]");
+        assert_eq!(r.outputs[0].to_string(), "[1, -1, -1]");
+        // Where the mesh dim stays free, the partial status stays.
+        let dy = DistAttr::from_paddle(&[0, -1, 2]).unwrap();
+        let r = rule
+            .grad_optional(
+                &mesh,
+                &[Some(Spec::new(&[8, 2, 4], &x))],
+                &[Some(Spec::new(&[4, 8, 2], &dy))],
+            )
+            .unwrap();
+        assert_eq!(r.inputs[0].to_string(), "[0, -1, -1] partial{1: SUM}");
     }
 
     /// The allocation-free pre-check never hides a split the full run
