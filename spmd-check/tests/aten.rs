@@ -1257,32 +1257,58 @@ fn index_put_against_the_op() {
         for d in 0..n {
             values[1 + d] = Tensor::from_fn(&[k], |i| tuple(i[0])[d] as f64);
         }
-        let op = move |v: &[Tensor]| {
+        // Each write: the destination element and the value element put there
+        // (`values` is `[k, rest...]`, or `[rest...]` broadcast).
+        let writes = move |v: &[Tensor], mut put: Box<dyn FnMut(&[usize], &[usize]) + '_>| {
             let (dest, value) = (&v[0], &v[1 + n]);
-            let mut out = dest.clone();
             each_index(dest.shape(), |i| {
                 for j in 0..k {
                     let at: Vec<usize> = (0..n).map(|d| v[1 + d].get(&[j]) as usize).collect();
                     if i[..n] != at[..] {
                         continue;
                     }
-                    // `values` is `[k, rest...]`, or `[rest...]` broadcast.
                     let src: Vec<usize> = if value.rank() == dest.rank() - n {
                         i[n..].to_vec()
                     } else {
                         std::iter::once(j).chain(i[n..].iter().copied()).collect()
                     };
-                    let v = value.get(&src);
-                    out.set(i, if accumulate { out.get(i) + v } else { v });
+                    put(i, &src);
                 }
             });
+        };
+        let op = move |v: &[Tensor]| {
+            let mut out = v[0].clone();
+            writes(
+                v,
+                Box::new(|i, src| {
+                    let x = v[1 + n].get(src);
+                    out.set(i, if accumulate { out.get(i) + x } else { x });
+                }),
+            );
             vec![out]
         };
+        // `self`'s grad: the output's, but where a value replaced it; each
+        // value's: the output grad where it went, summed where broadcast.
+        let grad = move |v: &[Tensor], _: &[Tensor], g: &[Tensor]| {
+            let mut dx = g[0].clone();
+            let mut dv = Tensor::from_fn(v[1 + n].shape(), |_| 0.0);
+            writes(
+                v,
+                Box::new(|i, src| {
+                    if !accumulate {
+                        dx.set(i, 0.0);
+                    }
+                    dv.set(src, dv.get(src) + g[0].get(i));
+                }),
+            );
+            vec![dx, dv]
+        };
         let attrs = Attrs::new().with("accumulate", accumulate);
-        check("aten.index_put", &attrs, &c, &values, &op, None, &t)
+        check("aten.index_put", &attrs, &c, &values, &op, Some(&grad), &t)
     });
     t[0].assert_meaningful("aten.index_put forward");
     t[1].assert_meaningful("aten.index_put backward");
+    t[2].assert_meaningful("aten.index_put grad");
 }
 
 /// `aten.scatter_add` against the op: `src`'s elements added into `self`
@@ -1312,13 +1338,32 @@ fn scatter_add_against_the_op() {
             });
             vec![out]
         };
+        // `self`'s grad is the output's; `src`'s, the output's where it went.
+        let grad = move |v: &[Tensor], _: &[Tensor], g: &[Tensor]| {
+            let index = &v[1];
+            let dsrc = Tensor::from_fn(index.shape(), |i| {
+                let mut j = i.to_vec();
+                j[d] = index.get(i) as usize;
+                g[0].get(&j)
+            });
+            vec![g[0].clone(), dsrc]
+        };
         let attrs = Attrs::new().with("dim", d as i64);
         let mut values = probes(&c.shapes);
         values[1] = index;
-        check("aten.scatter_add", &attrs, &c, &values, &op, None, &t)
+        check(
+            "aten.scatter_add",
+            &attrs,
+            &c,
+            &values,
+            &op,
+            Some(&grad),
+            &t,
+        )
     });
     t[0].assert_meaningful("aten.scatter_add forward");
     t[1].assert_meaningful("aten.scatter_add backward");
+    t[2].assert_meaningful("aten.scatter_add grad");
 }
 
 /// `aten.bincount` against the op, on each device's block: how many times
