@@ -820,25 +820,20 @@ mod tests {
         let x = DistAttr::from_paddle(&[2, 0, -1])
             .unwrap()
             .with_partial(Partial::over(MeshSet(1 << 1), ReduceType::Sum));
-        let dy = DistAttr::from_paddle(&[1, -1, 2]).unwrap();
-        let r = rule
-            .grad_optional(
+        let grad = |dy: &[i64]| {
+            let dy = DistAttr::from_paddle(dy).unwrap();
+            rule.grad_optional(
                 &mesh,
                 &[Some(Spec::new(&[8, 2, 4], &x))],
                 &[Some(Spec::new(&[4, 8, 2], &dy))],
             )
-            .unwrap();
+            .unwrap()
+        };
+        let r = grad(&[1, -1, 2]);
         assert_eq!(r.inputs[0].to_string(), "[1, -1, -1]");
         assert_eq!(r.outputs[0].to_string(), "[1, -1, -1]");
         // Where the mesh dim stays free, the partial status stays.
-        let dy = DistAttr::from_paddle(&[0, -1, 2]).unwrap();
-        let r = rule
-            .grad_optional(
-                &mesh,
-                &[Some(Spec::new(&[8, 2, 4], &x))],
-                &[Some(Spec::new(&[4, 8, 2], &dy))],
-            )
-            .unwrap();
+        let r = grad(&[0, -1, 2]);
         assert_eq!(r.inputs[0].to_string(), "[0, -1, -1] partial{1: SUM}");
     }
 

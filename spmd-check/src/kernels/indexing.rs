@@ -50,6 +50,23 @@ fn same_but(what: &str, a: &Arg<'_>, b: &[core::ops::Range<usize>], d: usize) ->
     Ok(())
 }
 
+/// The positions of a row (its elements' offsets in `data`) in order of
+/// their values, largest first when `descending`, ties to the lower
+/// position.
+fn ordered(data: &[f64], row: &[usize], descending: bool) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (va, vb) = (data[row[a]], data[row[b]]);
+        let o = if descending {
+            vb.total_cmp(&va)
+        } else {
+            va.total_cmp(&vb)
+        };
+        o.then(a.cmp(&b))
+    });
+    order
+}
+
 // ------------------------------------------------------------------ top-k
 
 /// `aten.topk(self, k, dim, largest, sorted)`'s dim and the chosen
@@ -67,16 +84,7 @@ fn chosen(attrs: &spmd_core::Attrs, x: &Arg<'_>) -> Result<(usize, Vec<Vec<usize
     let data = x.value.data();
     let picks = rows(&extents(x.block), d)
         .map(|row| {
-            let mut order: Vec<usize> = (0..n).collect();
-            order.sort_by(|&a, &b| {
-                let (va, vb) = (data[row[a]], data[row[b]]);
-                let o = if largest {
-                    vb.total_cmp(&va)
-                } else {
-                    va.total_cmp(&vb)
-                };
-                o.then(a.cmp(&b))
-            });
+            let mut order = ordered(data, &row, largest);
             order.truncate(k);
             order
         })
@@ -360,19 +368,7 @@ fn sorted(attrs: &spmd_core::Attrs, x: &Arg<'_>) -> Result<(usize, Vec<Vec<usize
     let descending = super::flag(attrs, "descending", false)?;
     let data = x.value.data();
     let orders = rows(&extents(x.block), d)
-        .map(|row| {
-            let mut order: Vec<usize> = (0..row.len()).collect();
-            order.sort_by(|&a, &b| {
-                let (va, vb) = (data[row[a]], data[row[b]]);
-                let o = if descending {
-                    vb.total_cmp(&va)
-                } else {
-                    va.total_cmp(&vb)
-                };
-                o.then(a.cmp(&b))
-            });
-            order
-        })
+        .map(|row| ordered(data, &row, descending))
         .collect();
     Ok((d, orders))
 }
