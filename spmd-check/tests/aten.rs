@@ -1259,7 +1259,7 @@ fn index_put_against_the_op() {
         }
         // Each write: the destination element and the value element put there
         // (`values` is `[k, rest...]`, or `[rest...]` broadcast).
-        let writes = move |v: &[Tensor], mut put: Box<dyn FnMut(&[usize], &[usize]) + '_>| {
+        let writes = move |v: &[Tensor], put: &mut dyn FnMut(&[usize], &[usize])| {
             let (dest, value) = (&v[0], &v[1 + n]);
             each_index(dest.shape(), |i| {
                 for j in 0..k {
@@ -1278,13 +1278,10 @@ fn index_put_against_the_op() {
         };
         let op = move |v: &[Tensor]| {
             let mut out = v[0].clone();
-            writes(
-                v,
-                Box::new(|i, src| {
-                    let x = v[1 + n].get(src);
-                    out.set(i, if accumulate { out.get(i) + x } else { x });
-                }),
-            );
+            writes(v, &mut |i, src| {
+                let x = v[1 + n].get(src);
+                out.set(i, if accumulate { out.get(i) + x } else { x });
+            });
             vec![out]
         };
         // `self`'s grad: the output's, but where a value replaced it; each
@@ -1292,15 +1289,12 @@ fn index_put_against_the_op() {
         let grad = move |v: &[Tensor], _: &[Tensor], g: &[Tensor]| {
             let mut dx = g[0].clone();
             let mut dv = Tensor::from_fn(v[1 + n].shape(), |_| 0.0);
-            writes(
-                v,
-                Box::new(|i, src| {
-                    if !accumulate {
-                        dx.set(i, 0.0);
-                    }
-                    dv.set(src, dv.get(src) + g[0].get(i));
-                }),
-            );
+            writes(v, &mut |i, src| {
+                if !accumulate {
+                    dx.set(i, 0.0);
+                }
+                dv.set(src, dv.get(src) + g[0].get(i));
+            });
             vec![dx, dv]
         };
         let attrs = Attrs::new().with("accumulate", accumulate);
