@@ -38,6 +38,7 @@ pub mod cost;
 pub mod measure;
 pub mod report;
 pub mod search;
+pub mod solver;
 pub mod space;
 
 use std::collections::BTreeSet;
@@ -146,6 +147,10 @@ pub struct Options {
     /// least 1): more finds better plans on rugged graphs, at a descent's
     /// cost each.
     pub starts: usize,
+    /// Seconds the MIP solver may take to bound the plan (`0`: no bound).
+    pub solver_time: f64,
+    /// The largest program (columns) the solver is given.
+    pub solver_columns: usize,
 }
 
 impl Options {
@@ -158,8 +163,16 @@ impl Options {
             efficiency: 0.6,
             pins: None,
             starts: 1,
+            solver_time: Options::SOLVER_TIME,
+            solver_columns: Options::SOLVER_COLUMNS,
         }
     }
+
+    /// The default of [`Options::solver_time`], seconds.
+    pub const SOLVER_TIME: f64 = 2.0;
+    /// The default of [`Options::solver_columns`]: programs HiGHS solves
+    /// in about [`Options::SOLVER_TIME`] here.
+    pub const SOLVER_COLUMNS: usize = 40_000;
 }
 
 /// A baseline, priced, or why it does not apply.
@@ -207,6 +220,10 @@ pub struct Outcome {
     pub step_time_bound: f64,
     /// How far the plan's step time is above the bound, as a fraction of it.
     pub gap: f64,
+    /// The MIP solver's lower bound on every plan's step time
+    /// ([`solver`]), or why there is none.
+    #[serde(serialize_with = "report::ok_or_reason")]
+    pub solver: Result<solver::SolverBound, String>,
     pub baselines: Vec<BaselineResult>,
     pub search: SearchStats,
     /// Seconds the whole call took, graph building included.
@@ -267,6 +284,40 @@ pub fn autoshard(
     model.efficiency = options.efficiency;
     let measurer = Measurer::new(loaded.graph, registry, loaded.outputs, dtype, model);
     let mut space = Space::new(measurer.graph());
+    // The graph holds only the pins here: the solver bounds every plan.
+    let solution = if options.solver_time > 0.0 {
+        progress("bounding the step time with the MIP solver (HiGHS)");
+        solver::lower_bound(
+            &measurer,
+            options.memory,
+            options.solver_time,
+            options.solver_columns,
+        )
+        .map_err(|e| e.to_string())
+    } else {
+        Err("not asked for".into())
+    };
+    // The solver's plan is one more start: its leaves as the search lays
+    // out leaves (a parameter read in another layout is stored).
+    let solver_start = solution
+        .as_ref()
+        .ok()
+        .filter(|s| !s.leaves.is_empty())
+        .map(|s| {
+            space.choice_of(|t| {
+                let leaf = s.leaves.iter().find(|l| l.tensor == t)?;
+                let split = leaf.attr.dims_mapping.mesh_set() != spmd_core::MeshSet::EMPTY;
+                match (split, leaf.read_otherwise) {
+                    (true, true) => Some(Layout::Fixed {
+                        attr: leaf.attr.clone(),
+                        priority: 1,
+                    }),
+                    (_, false) => Some(Layout::fixed(leaf.attr.clone())),
+                    (false, true) => None,
+                }
+            })
+        });
+    let solver = solution.map(|s| s.bound);
     let free: Vec<u16> = vec![0; space.groups.len()];
 
     let mut combinations = baselines::all_combinations(&mut space, measurer.graph());
@@ -322,6 +373,14 @@ pub fn autoshard(
         {
             best = Some((c, f));
         }
+    }
+    if let Some(start) = solver_start
+        && let Some((c, f)) = eval.descend(start, options.memory, progress)?
+        && best
+            .as_ref()
+            .is_none_or(|(_, b)| search::better(&f, b, options.memory))
+    {
+        best = Some((c, f));
     }
     let stats = eval.stats.clone();
     let (measurer, space) = eval.into_parts();
@@ -381,6 +440,7 @@ pub fn autoshard(
         gap: (figures.step_time - bound) / bound.max(f64::MIN_POSITIVE),
         figures,
         step_time_bound: bound,
+        solver,
         baselines: baseline_results,
         search: stats,
         seconds: started.elapsed().as_secs_f64(),

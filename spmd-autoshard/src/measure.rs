@@ -104,11 +104,14 @@ pub struct Measurer<'r> {
     dtype: DType,
     pub(crate) model: CostModel,
     /// Per forward op: its FLOPs.
-    flops: Vec<f64>,
+    pub(crate) flops: Vec<f64>,
+    /// Per tensor: autograd's requires_grad (a parameter, or an output of
+    /// an op that reads one).
+    pub(crate) grad: Vec<bool>,
     /// Per tensor: read by an op on the gradient path (kept for backward).
-    saved: Vec<bool>,
+    pub(crate) saved: Vec<bool>,
     /// Per tensor: the tensor whose storage it is (itself unless a view).
-    storage: Vec<TensorId>,
+    pub(crate) storage: Vec<TensorId>,
     /// Every forward op's FLOPs, plus twice those of the ops on the
     /// gradient path (their grad ops): the work any plan divides.
     step_flops: f64,
@@ -203,6 +206,7 @@ impl<'r> Measurer<'r> {
             dtype,
             model,
             flops,
+            grad,
             saved,
             storage,
             step_flops: step_flops + grad_flops,
@@ -407,7 +411,7 @@ fn split(mesh: &Mesh, p: &Propagation, outputs: &[TensorId]) -> usize {
 }
 
 /// The collective a communicating step runs, and over which mesh dims.
-fn collective(step: &Step) -> Option<(Collective, Vec<MeshDim>)> {
+pub(crate) fn collective(step: &Step) -> Option<(Collective, Vec<MeshDim>)> {
     Some(match step {
         Step::AllReduce { mesh_dims, .. } => (Collective::AllReduce, mesh_dims.clone()),
         Step::ReduceScatter { mesh_dims, .. } => (Collective::ReduceScatter, mesh_dims.clone()),

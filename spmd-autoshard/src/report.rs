@@ -3,11 +3,13 @@
 
 use serde::Serializer;
 
-use crate::measure::Figures;
 use crate::{Outcome, bytes};
 
 /// A baseline's figures, or `{"not_applicable": reason}`.
-pub fn ok_or_reason<S: Serializer>(v: &Result<Figures, String>, s: S) -> Result<S::Ok, S::Error> {
+pub fn ok_or_reason<T: serde::Serialize, S: Serializer>(
+    v: &Result<T, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     use serde::Serialize;
     #[derive(Serialize)]
     struct NotApplicable<'a> {
@@ -90,6 +92,18 @@ pub fn text(o: &Outcome) -> String {
         time(o.step_time_bound),
         1.0 + o.gap
     ));
+    match &o.solver {
+        Ok(b) => s.push_str(&format!(
+            "solver bound: {} ({}, HiGHS, {} columns, {} rows, {:.2} s): the plan is {:.2}% above it\n",
+            time(b.bound),
+            if b.optimal { "optimal" } else { "time limit" },
+            b.columns,
+            b.rows,
+            b.build_seconds + b.solve_seconds,
+            100.0 * (f.step_time - b.bound) / b.bound.max(f64::MIN_POSITIVE)
+        )),
+        Err(why) => s.push_str(&format!("solver bound: none ({why})\n")),
+    }
     s.push_str("\nbaselines (same cost model):\n");
     for b in &o.baselines {
         match &b.figures {

@@ -117,6 +117,18 @@ impl Space {
         i as u16
     }
 
+    /// The plan that gives each group the layout `layout_of` gives its
+    /// first tensor (`None`: free), each added as an option if it is not
+    /// one yet.
+    pub fn choice_of(&mut self, layout_of: impl Fn(TensorId) -> Option<Layout>) -> Choice {
+        (0..self.groups.len())
+            .map(|g| match layout_of(self.groups[g].tensors[0]) {
+                Some(l) => self.option(g, l),
+                None => 0,
+            })
+            .collect()
+    }
+
     /// Annotates `graph` as `choice` says.
     pub fn apply(&self, graph: &mut Graph, choice: &[u16]) -> Result<(), spmd_graph::GraphError> {
         for (g, group) in self.groups.iter().enumerate() {

@@ -399,3 +399,73 @@ fn more_starts_are_never_worse() {
         assert!(four.search.evaluated >= one.search.evaluated, "{name}");
     }
 }
+
+/// The solver's bound is a bound: no plan the search prices that fits the
+/// budget (every role combination, the unannotated graph, and the chosen
+/// plan) is cheaper. On the 1-D mesh the solver proves its optimum, and the
+/// chosen plan is within 1% of it on Llama (its solution is a start of the
+/// search). On `[2, 2]` it gets a few seconds: a bound found in them is
+/// checked, and the cases without one are counted.
+#[test]
+fn the_solver_bound_is_below_every_plan() {
+    use spmd_autoshard::baselines::all_combinations;
+    use spmd_autoshard::solver::lower_bound;
+    let mut unbounded = Vec::new();
+    for (name, text) in GRAPHS {
+        for (mesh, seconds) in [(vec![4], 60.0), (vec![2, 2], 3.0)] {
+            let budget = replicated_memory(text, &mesh) * 3 / 4;
+            let mut f = file(text);
+            f.mesh = mesh.clone();
+            let registry = spmd_ops::builtins();
+            let mut m = measurer(&f, &registry);
+            let bound = match lower_bound(&m, Some(budget), seconds, usize::MAX) {
+                Ok(s) => s.bound,
+                Err(spmd_autoshard::solver::SolverError::NoBound { .. }) if mesh.len() > 1 => {
+                    unbounded.push(format!("{name} {mesh:?}"));
+                    continue;
+                }
+                Err(e) => panic!("{name} {mesh:?}: {e}"),
+            };
+            assert!(mesh.len() > 1 || bound.optimal, "{name} {mesh:?}");
+            let mut space = spmd_autoshard::Space::new(m.graph());
+            let mut plans: Vec<Vec<u16>> = all_combinations(&mut space, m.graph())
+                .into_iter()
+                .map(|(_, c)| c)
+                .collect();
+            plans.push(vec![0; space.groups.len()]);
+            let mut priced = 0;
+            for c in plans {
+                space.apply(&mut m.graph, &c).unwrap();
+                let Ok(full) = m.measure() else { continue };
+                if full.memory.total > budget {
+                    continue;
+                }
+                priced += 1;
+                assert!(
+                    bound.bound <= full.step_time * (1.0 + 1e-9),
+                    "{name} {mesh:?}: bound {} above a plan's {}",
+                    bound.bound,
+                    full.step_time
+                );
+            }
+            let mut options = Options::new(mesh.clone());
+            options.memory = Some(budget);
+            options.solver_time = seconds;
+            let chosen = run(text, &options).unwrap();
+            assert!(bound.bound <= chosen.figures.step_time * (1.0 + 1e-9));
+            let gap = chosen.figures.step_time / bound.bound - 1.0;
+            if name == "llama" && mesh.len() == 1 {
+                assert!(
+                    gap <= 0.01,
+                    "llama {mesh:?}: {:.2}% above the bound",
+                    100.0 * gap
+                );
+            }
+            eprintln!(
+                "{name} {mesh:?}: {priced} plans at or above the bound; chosen {:.1}% above it",
+                100.0 * gap
+            );
+        }
+    }
+    eprintln!("no bound within the time: {unbounded:?}");
+}

@@ -459,6 +459,14 @@ pub struct AutoshardArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub starts: usize,
 
+    /// Seconds the MIP solver (HiGHS) may spend bounding the step time and proposing a start (0: skip it).
+    #[arg(long, value_name = "SECONDS", default_value_t = spmd_autoshard::Options::SOLVER_TIME)]
+    pub solver_time: f64,
+
+    /// The largest MIP (columns) the solver is given; a larger one is reported, not built.
+    #[arg(long, value_name = "N", default_value_t = spmd_autoshard::Options::SOLVER_COLUMNS)]
+    pub solver_columns: usize,
+
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

@@ -71,6 +71,14 @@ pub fn autoshard(args: &AutoshardArgs) -> Result<Output> {
         ));
     }
     options.starts = args.starts;
+    if !(args.solver_time >= 0.0 && args.solver_time.is_finite()) {
+        return Err(CliError::usage(format!(
+            "--solver-time {}: a number of seconds, 0 or more",
+            args.solver_time
+        )));
+    }
+    options.solver_time = args.solver_time;
+    options.solver_columns = args.solver_columns;
     if let Some(p) = &args.plan {
         let pins = AnnotationFile::from_json(&read_input(p)?)
             .map_err(|e| CliError::usage(format!("{}: plan JSON: {e}", display_path(p))))?;

@@ -208,6 +208,11 @@ impl Graph {
     pub fn rule(&self, o: OpId) -> &dyn SpmdRule {
         &*self.rules[o.index()]
     }
+    /// A hash of op `o`'s rule, attributes, kind and tensor shapes: ops
+    /// with equal signatures answer equal layouts equally.
+    pub fn signature(&self, o: OpId) -> u32 {
+        self.signatures[o.index()]
+    }
     pub fn stage(&self, o: OpId) -> Stage {
         self.stages[o.index()]
     }

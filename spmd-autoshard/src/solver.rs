@@ -1,0 +1,713 @@
+//! A lower bound on the modelled step time of every plan, from a
+//! mixed-integer program that HiGHS solves.
+//!
+//! The program relaxes the plans the search reaches. Each forward op picks
+//! one of its **strategies**: the distinct answers its own rule gives to
+//! every way its inputs' dims can take mesh dims (so no strategy is
+//! hand-written). Each leaf picks a layout, and a tensor is laid out as its
+//! producer's strategy makes it. A plan the search prices makes such choices
+//! too, and each term below is at most what [`crate::measure`] charges for
+//! the same choices:
+//! - **an op**: its forward FLOPs, and twice again on the gradient path,
+//!   over the mesh dims its strategy divides the work by; the reduction of
+//!   a graph result it leaves partial;
+//! - **a tensor, forward**: the dearest reshard from its layout to what a
+//!   consumer's strategy needs (a plan reshards once per distinct need, so
+//!   the dearest is a floor);
+//! - **a tensor, backward**: the dearest reshard of a consumer's gradient
+//!   contribution, laid out as that consumer reads the tensor and partial
+//!   over the mesh dims the consumer splits that the tensor does not carry,
+//!   into the tensor's own layout;
+//! - **memory**: each parameter's resident state (its block, its gradient,
+//!   Adam's moments, a master copy for 16-bit types) and the activations
+//!   the backward reads, at their layouts, within the budget.
+//!
+//! Edges are linearised on the marginal polytope: per edge, a continuous
+//! `z[a][b]` per pair of producer layout `a` and consumer need `b`, whose
+//! row and column sums are the two sides' choices.
+//!
+//! What the program leaves out makes its optimum smaller, never larger:
+//! the backward graph's own adds and reshards beyond one per tensor, and
+//! the intermediate tensors' pins (a pinned tensor may take any layout
+//! here). What it assumes, as the grad layout rule says: a grad op splits
+//! its work as its forward op does. `tests/autoshard.rs` checks the bound
+//! against every plan priced on the small graphs.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use serde::Serialize;
+use spmd_core::{Call, DistAttr, MeshSet, Partial, ReduceType, Spec};
+use spmd_graph::reshard::{local_shape, volumes};
+use spmd_graph::steps::classify_sized;
+use spmd_graph::{Graph, OpId, TensorId};
+
+use crate::measure::{Measurer, collective};
+use crate::space::{Layout, layouts, split_attr, splits_evenly};
+
+/// What the solver says of a graph.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SolverBound {
+    /// No plan's modelled step time is below this, seconds (the solver's
+    /// dual bound; its optimum when `optimal`).
+    pub bound: f64,
+    /// The best solution of the program the solver found, seconds.
+    pub incumbent: Option<f64>,
+    /// Whether the solver proved its optimum (to a relative gap of
+    /// [`MIP_GAP`]).
+    pub optimal: bool,
+    /// The program's size.
+    pub columns: usize,
+    pub integer_columns: usize,
+    pub rows: usize,
+    /// Seconds to build the program, and to solve it.
+    pub build_seconds: f64,
+    pub solve_seconds: f64,
+}
+
+/// A leaf's layout in the solver's solution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeafLayout {
+    pub tensor: TensorId,
+    pub attr: DistAttr,
+    /// Whether a consumer's strategy reads it in another layout (a stored
+    /// parameter gathered before use, say).
+    pub read_otherwise: bool,
+}
+
+/// The bound, and the plan the solver's best solution describes.
+#[derive(Clone, Debug)]
+pub struct Solution {
+    pub bound: SolverBound,
+    /// Per leaf the solver laid out (pins included), when the solver
+    /// proved its optimum (a solution cut short by the time limit depends
+    /// on the machine's speed, and the plan would too).
+    pub leaves: Vec<LeafLayout>,
+}
+
+/// The relative gap at which HiGHS stops: well inside the 1% the bound is
+/// read at.
+pub const MIP_GAP: f64 = 1e-3;
+
+/// Ops whose inputs offer more assignments than this are enumerated one
+/// input at a time (every mesh dim on dims of one input).
+pub const MAX_ASSIGNMENTS: usize = 4096;
+
+/// What went wrong building or solving the program.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SolverError {
+    #[error("op `{op}`: its rule answers no layout of its inputs, not even replicated")]
+    NoStrategy { op: String },
+    #[error("the memory budget admits no plan even in the relaxed program")]
+    Infeasible,
+    #[error("HiGHS found no bound above the compute bound within its {seconds} s")]
+    NoBound { seconds: f64 },
+    #[error(
+        "the program would have about {columns} columns, more than the {limit} it is built for \
+         (raise --solver-columns)"
+    )]
+    TooLarge { columns: usize, limit: usize },
+    #[error("HiGHS stopped with {0}")]
+    Solver(String),
+}
+
+/// One answer of an op's rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Strategy {
+    needs: Vec<DistAttr>,
+    made: Vec<DistAttr>,
+}
+
+impl Strategy {
+    /// The mesh dims the strategy splits or reduces over.
+    fn used(&self) -> MeshSet {
+        self.needs
+            .iter()
+            .chain(&self.made)
+            .fold(MeshSet::EMPTY, |s, a| {
+                s.union(a.dims_mapping.mesh_set()).union(a.partial.dims())
+            })
+    }
+
+    /// How many blocks the op's work is cut into, as `measure` counts it.
+    fn divide(&self, graph: &Graph) -> usize {
+        let used = self.made.iter().fold(MeshSet::EMPTY, |s, a| {
+            s.union(a.dims_mapping.mesh_set()).union(a.partial.dims())
+        });
+        graph.mesh().product(used).max(1)
+    }
+}
+
+/// Every distinct answer of op `o`'s rule to its inputs' even splits.
+fn strategies(graph: &Graph, o: OpId) -> Vec<Strategy> {
+    let op = graph.op(o);
+    let mesh = graph.mesh();
+    let m = mesh.rank();
+    let shapes: Vec<&[usize]> = op
+        .inputs
+        .iter()
+        .map(|&t| graph.tensor(t).shape.as_slice())
+        .collect();
+    let out_shapes: Vec<&[usize]> = op
+        .outputs
+        .iter()
+        .map(|&t| graph.tensor(t).shape.as_slice())
+        .collect();
+    // Every (input, dim) a mesh dim may split.
+    let slots: Vec<(usize, usize)> = shapes
+        .iter()
+        .enumerate()
+        .flat_map(|(k, s)| {
+            s.iter()
+                .enumerate()
+                .filter(|&(_, &e)| e > 1)
+                .map(move |(d, _)| (k, d))
+        })
+        .collect();
+    let mut assignments: Vec<Vec<Option<(usize, usize)>>> = Vec::new();
+    let mut push_all = |slots: &[(usize, usize)]| {
+        let base = slots.len() + 1;
+        let Some(count) = base.checked_pow(m as u32) else {
+            return;
+        };
+        for code in 0..count {
+            let mut c = code;
+            let a: Vec<Option<(usize, usize)>> = (0..m)
+                .map(|_| {
+                    let i = c % base;
+                    c /= base;
+                    (i < slots.len()).then(|| slots[i])
+                })
+                .collect();
+            assignments.push(a);
+        }
+    };
+    let whole = (slots.len() + 1).checked_pow(m as u32);
+    if whole.is_some_and(|n| n <= MAX_ASSIGNMENTS) {
+        push_all(&slots);
+    } else {
+        for k in 0..shapes.len() {
+            let own: Vec<(usize, usize)> = slots.iter().copied().filter(|s| s.0 == k).collect();
+            push_all(&own);
+        }
+    }
+    let mut seen: HashMap<Strategy, ()> = HashMap::new();
+    let mut out = Vec::new();
+    let mut result = spmd_core::RuleResult::default();
+    for a in assignments {
+        let mut on: Vec<Vec<Vec<spmd_core::MeshDim>>> =
+            shapes.iter().map(|s| vec![Vec::new(); s.len()]).collect();
+        for (md, slot) in a.iter().enumerate() {
+            if let Some((k, d)) = slot {
+                on[*k][*d].push(md as spmd_core::MeshDim);
+            }
+        }
+        let even = on.iter().zip(&shapes).all(|(dims, shape)| {
+            dims.iter().zip(shape.iter()).all(|(ms, &e)| {
+                let n: usize = ms.iter().map(|&d| mesh.dim(d)).product();
+                splits_evenly(e, n)
+            })
+        });
+        if !even {
+            continue;
+        }
+        let attrs: Vec<DistAttr> = on.iter().map(|dims| split_attr(dims)).collect();
+        let specs: Vec<Spec<'_>> = shapes
+            .iter()
+            .zip(&attrs)
+            .map(|(s, a)| Spec::new(s, a))
+            .collect();
+        let call = Call::forward_with_output_shapes(mesh, &specs, &out_shapes);
+        if graph.rule(o).infer_into(&call, None, &mut result).is_err() {
+            continue;
+        }
+        let s = Strategy {
+            needs: result.inputs.iter().cloned().collect(),
+            made: result.outputs.iter().cloned().collect(),
+        };
+        if seen.insert(s.clone(), ()).is_none() {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The program, in our own sparse form (HiGHS gets it at the end).
+#[derive(Default)]
+struct Program {
+    costs: Vec<f64>,
+    integer: Vec<bool>,
+    upper: Vec<f64>,
+    /// Per row: its lower and upper bound and its entries.
+    rows: Vec<(f64, f64, Expr)>,
+}
+
+impl Program {
+    fn column(&mut self, cost: f64, integer: bool) -> usize {
+        self.costs.push(cost);
+        self.integer.push(integer);
+        self.upper.push(if integer { 1.0 } else { f64::INFINITY });
+        self.costs.len() - 1
+    }
+
+    /// One of `count` binaries, exactly one set.
+    fn choice(&mut self, count: usize) -> Vec<usize> {
+        let cols: Vec<usize> = (0..count).map(|_| self.column(0.0, true)).collect();
+        self.rows
+            .push((1.0, 1.0, cols.iter().map(|&c| (c, 1.0)).collect()));
+        cols
+    }
+}
+
+/// One side of an edge: per layout class, the columns that choose it.
+struct Side {
+    classes: Vec<(DistAttr, Vec<usize>)>,
+}
+
+impl Side {
+    fn new() -> Side {
+        Side {
+            classes: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, attr: &DistAttr, col: usize) {
+        match self.classes.iter_mut().find(|(a, _)| a == attr) {
+            Some((_, cols)) => cols.push(col),
+            None => self.classes.push((attr.clone(), vec![col])),
+        }
+    }
+}
+
+/// Prices reshards, each distinct one once.
+struct Reshards<'a, 'r> {
+    m: &'a Measurer<'r>,
+    seen: HashMap<(DistAttr, DistAttr, Vec<usize>), f64>,
+}
+
+impl Reshards<'_, '_> {
+    fn time(&mut self, from: &DistAttr, to: &DistAttr, shape: &[usize]) -> f64 {
+        if from == to {
+            return 0.0;
+        }
+        let key = (from.clone(), to.clone(), shape.to_vec());
+        if let Some(&t) = self.seen.get(&key) {
+            return t;
+        }
+        let mesh = self.m.mesh();
+        let steps = classify_sized(from, to, shape, mesh.shape());
+        let bytes = volumes(&steps, from, shape, mesh, self.m.dtype());
+        let t = steps
+            .iter()
+            .zip(bytes)
+            .filter_map(|(s, b)| {
+                let (kind, dims) = collective(s)?;
+                Some(self.m.model.collective_time(kind, mesh, &dims, b))
+            })
+            .sum();
+        self.seen.insert(key, t);
+        t
+    }
+}
+
+/// A linear expression: the cost of an edge in the choices' columns.
+type Expr = Vec<(usize, f64)>;
+
+/// The expressions of one edge's forward and backward costs, given per
+/// pair of classes; `z` columns only where both sides have a choice.
+fn edge_costs(
+    p: &mut Program,
+    from: &Side,
+    to: &Side,
+    mut cost: impl FnMut(&DistAttr, &DistAttr) -> (f64, f64),
+) -> (Expr, Expr) {
+    let mut costs: Vec<Vec<(f64, f64)>> = Vec::with_capacity(from.classes.len());
+    for (a, _) in &from.classes {
+        costs.push(to.classes.iter().map(|(b, _)| cost(a, b)).collect());
+    }
+    let (mut fwd, mut bwd) = (Expr::new(), Expr::new());
+    if costs.iter().flatten().all(|&(f, b)| f == 0.0 && b == 0.0) {
+        return (fwd, bwd);
+    }
+    let mut put = |cols: &[usize], (f, b): (f64, f64)| {
+        for &c in cols {
+            if f != 0.0 {
+                fwd.push((c, f));
+            }
+            if b != 0.0 {
+                bwd.push((c, b));
+            }
+        }
+    };
+    if from.classes.len() == 1 {
+        for (j, (_, cols)) in to.classes.iter().enumerate() {
+            put(cols, costs[0][j]);
+        }
+    } else if to.classes.len() == 1 {
+        for (i, (_, cols)) in from.classes.iter().enumerate() {
+            put(cols, costs[i][0]);
+        }
+    } else {
+        let z: Vec<Vec<usize>> = from
+            .classes
+            .iter()
+            .map(|_| to.classes.iter().map(|_| p.column(0.0, false)).collect())
+            .collect();
+        for (i, (_, cols)) in from.classes.iter().enumerate() {
+            let mut row: Expr = z[i].iter().map(|&c| (c, 1.0)).collect();
+            row.extend(cols.iter().map(|&c| (c, -1.0)));
+            p.rows.push((0.0, 0.0, row));
+        }
+        for (j, (_, cols)) in to.classes.iter().enumerate() {
+            let mut row: Expr = z.iter().map(|zi| (zi[j], 1.0)).collect();
+            row.extend(cols.iter().map(|&c| (c, -1.0)));
+            p.rows.push((0.0, 0.0, row));
+        }
+        for (i, zi) in z.iter().enumerate() {
+            for (j, &c) in zi.iter().enumerate() {
+                put(&[c], costs[i][j]);
+            }
+        }
+    }
+    (fwd, bwd)
+}
+
+/// Adds `exprs` to the objective: the one expression itself, or the
+/// largest of several through a continuous column above each.
+fn add_dearest(p: &mut Program, exprs: Vec<Expr>) {
+    let exprs: Vec<Expr> = exprs.into_iter().filter(|e| !e.is_empty()).collect();
+    match exprs.len() {
+        0 => {}
+        1 => {
+            for &(c, v) in &exprs[0] {
+                p.costs[c] += v;
+            }
+        }
+        _ => {
+            let top = p.column(1.0, false);
+            for e in exprs {
+                let mut row: Expr = vec![(top, 1.0)];
+                row.extend(e.into_iter().map(|(c, v)| (c, -v)));
+                p.rows.push((0.0, f64::INFINITY, row));
+            }
+        }
+    }
+}
+
+/// Builds and solves the program for the graph of `m` as annotated (its
+/// annotated leaves keep their layouts), under `budget` bytes per device,
+/// giving HiGHS at most `time_limit` seconds; a program of more than about
+/// `max_columns` columns is not built.
+pub fn lower_bound(
+    m: &Measurer<'_>,
+    budget: Option<u64>,
+    time_limit: f64,
+    max_columns: usize,
+) -> Result<Solution, SolverError> {
+    let started = Instant::now();
+    let graph = m.graph();
+    let mesh = graph.mesh();
+    let bytes = m.dtype().bytes();
+    let mut p = Program::default();
+    let mut reshards = Reshards {
+        m,
+        seen: HashMap::new(),
+    };
+    let local = |t: TensorId, a: &DistAttr| -> u64 {
+        local_shape(&graph.tensor(t).shape, a, mesh)
+            .iter()
+            .product::<usize>() as u64
+    };
+    // Per tensor: its layout classes (what its producer or its own choice
+    // makes).
+    let mut layout_of: Vec<Side> = (0..graph.tensors().len()).map(|_| Side::new()).collect();
+    let mut memory: Expr = Vec::new();
+    let saved_base: Vec<bool> = {
+        let mut v = vec![false; graph.tensors().len()];
+        for t in graph.tensor_ids() {
+            if m.saved[t.index()] && !graph.tensor(t).param {
+                v[m.storage[t.index()].index()] = true;
+            }
+        }
+        v
+    };
+
+    // Leaves: a layout each.
+    let mut leaf_columns: Vec<TensorId> = Vec::new();
+    for t in graph.tensor_ids() {
+        let info = graph.tensor(t);
+        if info.producer.is_some() {
+            continue;
+        }
+        let options: Vec<DistAttr> = match &info.annotation {
+            Some(a) => vec![a.clone()],
+            None if info.consumers.is_empty() || info.shape.is_empty() => {
+                vec![DistAttr::replicated(info.shape.len())]
+            }
+            None => layouts(&info.shape, mesh.shape(), false)
+                .into_iter()
+                .filter_map(|l| match l {
+                    Layout::Fixed { attr, .. } => Some(attr),
+                    Layout::Free => None,
+                })
+                .collect(),
+        };
+        let cols = p.choice(options.len());
+        leaf_columns.push(t);
+        for (a, &c) in options.iter().zip(&cols) {
+            layout_of[t.index()].add(a, c);
+            // A parameter's state, and its block again where the backward
+            // keeps a view of it (as `measure` counts a saved view).
+            let state = if info.param {
+                let master = if bytes < 4 { 4 } else { 0 };
+                2 * bytes + 8 + master
+            } else {
+                0
+            };
+            let per = state + if saved_base[t.index()] { bytes } else { 0 };
+            if per > 0 {
+                memory.push((c, (local(t, a) * per) as f64));
+            }
+        }
+    }
+
+    // Ops: a strategy each, with its compute and partial results.
+    let mut cache: HashMap<u32, Vec<Strategy>> = HashMap::new();
+    let mut chosen: Vec<Vec<(Strategy, usize)>> = Vec::with_capacity(graph.ops().len());
+    for o in graph.op_ids() {
+        let op = graph.op(o);
+        let list = cache
+            .entry(graph.signature(o))
+            .or_insert_with(|| strategies(graph, o))
+            .clone();
+        if list.is_empty() {
+            return Err(SolverError::NoStrategy {
+                op: op.name.clone(),
+            });
+        }
+        let on_path = op.inputs.iter().any(|t| m.grad[t.index()]);
+        let flops = m.flops[o.index()] * if on_path { 3.0 } else { 1.0 };
+        let cols = p.choice(list.len());
+        let mut here = Vec::with_capacity(list.len());
+        for (s, &c) in list.into_iter().zip(&cols) {
+            let mut cost = m
+                .model
+                .compute_time(flops / s.divide(graph) as f64, m.dtype());
+            for (&t, made) in op.outputs.iter().zip(&s.made) {
+                layout_of[t.index()].add(made, c);
+                if made.partial.is_partial() && graph.result_wanted_whole(t) {
+                    let mut whole = made.clone();
+                    whole.partial = Partial::NONE;
+                    cost += reshards.time(made, &whole, &graph.tensor(t).shape);
+                }
+                if saved_base[t.index()] {
+                    memory.push((c, (local(t, made) * bytes) as f64));
+                }
+            }
+            p.costs[c] += cost;
+            here.push((s, c));
+        }
+        chosen.push(here);
+    }
+
+    // The edges' pair columns, counted before any reshard is priced: a
+    // program too large to solve in the time is not built.
+    let mut pairs = 0usize;
+    for o in graph.op_ids() {
+        for (k, &t) in graph.op(o).inputs.iter().enumerate() {
+            let from = layout_of[t.index()].classes.len();
+            let mut needs: Vec<&DistAttr> = Vec::new();
+            for (s, _) in &chosen[o.index()] {
+                if !needs.contains(&&s.needs[k]) {
+                    needs.push(&s.needs[k]);
+                }
+            }
+            if from > 1 && needs.len() > 1 {
+                // The gradient's side has at least as many classes.
+                pairs += 2 * from * needs.len();
+            }
+        }
+    }
+    if pairs + p.costs.len() > max_columns {
+        return Err(SolverError::TooLarge {
+            columns: pairs + p.costs.len(),
+            limit: max_columns,
+        });
+    }
+
+    // Edges: per tensor, the dearest forward and backward reshard.
+    let mut forward: Vec<Vec<Expr>> = vec![Vec::new(); graph.tensors().len()];
+    let mut backward: Vec<Vec<Expr>> = vec![Vec::new(); graph.tensors().len()];
+    for o in graph.op_ids() {
+        let op = graph.op(o);
+        for (k, &t) in op.inputs.iter().enumerate() {
+            let info = graph.tensor(t);
+            let grads = m.grad[t.index()] && info.differentiable;
+            // The consumer's side: its need, and the partial status of its
+            // gradient contribution.
+            let mut need = Side::new();
+            let mut contribution = Side::new();
+            for (s, c) in &chosen[o.index()] {
+                let a = &s.needs[k];
+                need.add(a, *c);
+                if grads {
+                    let mine = a.dims_mapping.mesh_set().union(a.partial.dims());
+                    let partial: Partial = s
+                        .used()
+                        .iter()
+                        .filter(|d| !mine.contains(*d))
+                        .map(|d| (d, ReduceType::Sum))
+                        .collect();
+                    contribution.add(&a.clone().with_partial(partial), *c);
+                }
+            }
+            let from = &layout_of[t.index()];
+            let shape = &info.shape;
+            let (f, _) = edge_costs(&mut p, from, &need, |a, b| {
+                (reshards.time(a, b, shape), 0.0)
+            });
+            forward[t.index()].push(f);
+            if grads {
+                let (_, b) = edge_costs(&mut p, from, &contribution, |a, g| {
+                    let mut target = a.clone();
+                    target.partial = Partial::NONE;
+                    (0.0, reshards.time(g, &target, shape))
+                });
+                backward[t.index()].push(b);
+            }
+        }
+    }
+    for (f, b) in forward.into_iter().zip(backward) {
+        add_dearest(&mut p, f);
+        add_dearest(&mut p, b);
+    }
+    if let Some(budget) = budget {
+        p.rows.push((f64::NEG_INFINITY, budget as f64, memory));
+    }
+    let build_seconds = started.elapsed().as_secs_f64();
+    let (bound, values) = solve(p, time_limit, build_seconds)?;
+    // A dual bound cut short below the perfectly split compute says
+    // nothing that bound does not.
+    if bound.bound <= m.step_time_bound() {
+        return Err(SolverError::NoBound {
+            seconds: time_limit,
+        });
+    }
+    // The solution's leaves: each its layout, and whether a consumer reads
+    // it otherwise.
+    let set = |c: usize| values.get(c).is_some_and(|&v| v > 0.5);
+    let mut leaves = Vec::new();
+    for t in leaf_columns.iter().filter(|_| bound.optimal) {
+        let Some((attr, _)) = layout_of[t.index()]
+            .classes
+            .iter()
+            .find(|(_, cs)| cs.iter().any(|&c| set(c)))
+        else {
+            continue;
+        };
+        let read_otherwise = graph.tensor(*t).consumers.iter().any(|&o| {
+            let op = graph.op(o);
+            chosen[o.index()].iter().any(|(s, c)| {
+                set(*c)
+                    && op
+                        .inputs
+                        .iter()
+                        .zip(&s.needs)
+                        .any(|(i, need)| i == t && need != attr)
+            })
+        });
+        leaves.push(LeafLayout {
+            tensor: *t,
+            attr: attr.clone(),
+            read_otherwise,
+        });
+    }
+    Ok(Solution { bound, leaves })
+}
+
+/// Hands `p` to HiGHS.
+fn solve(
+    p: Program,
+    time_limit: f64,
+    build_seconds: f64,
+) -> Result<(SolverBound, Vec<f64>), SolverError> {
+    let started = Instant::now();
+    let mut pb = highs::RowProblem::default();
+    let cols: Vec<highs::Col> = (0..p.costs.len())
+        .map(|i| {
+            if p.integer[i] {
+                pb.add_integer_column(p.costs[i], 0.0..=p.upper[i])
+            } else {
+                pb.add_column(p.costs[i], 0.0..)
+            }
+        })
+        .collect();
+    let mut merged: Vec<f64> = vec![0.0; p.costs.len()];
+    for (lo, hi, row) in &p.rows {
+        // HiGHS takes each column once a row.
+        let mut order: Vec<usize> = Vec::with_capacity(row.len());
+        for &(c, v) in row {
+            if merged[c] == 0.0 {
+                order.push(c);
+            }
+            merged[c] += v;
+        }
+        let entries: Vec<(highs::Col, f64)> = order
+            .iter()
+            .map(|&c| (cols[c], std::mem::take(&mut merged[c])))
+            .filter(|&(_, v)| v != 0.0)
+            .collect();
+        match (lo.is_finite(), hi.is_finite()) {
+            (true, true) => pb.add_row(*lo..=*hi, &entries),
+            (true, false) => pb.add_row(*lo.., &entries),
+            (false, true) => pb.add_row(..=*hi, &entries),
+            (false, false) => {}
+        }
+    }
+    let columns = p.costs.len();
+    let integer_columns = p.integer.iter().filter(|&&i| i).count();
+    let rows = p.rows.len();
+    let mut model = pb
+        .try_optimise(highs::Sense::Minimise)
+        .map_err(|s| SolverError::Solver(format!("{s:?} (building the program)")))?;
+    model.make_quiet();
+    model.set_option("threads", 1);
+    model.set_option("random_seed", 0);
+    model.set_option("mip_rel_gap", MIP_GAP);
+    model.set_option("time_limit", time_limit);
+    let solved = model
+        .try_solve()
+        .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
+    use highs::HighsModelStatus as S;
+    let status = solved.status();
+    let optimal = status == S::Optimal;
+    match status {
+        S::Optimal | S::ReachedTimeLimit | S::ReachedIterationLimit | S::ObjectiveBound => {}
+        S::Infeasible => return Err(SolverError::Infeasible),
+        other => return Err(SolverError::Solver(format!("{other:?}"))),
+    }
+    let bound = solved
+        .double_info_value(c"mip_dual_bound")
+        .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
+    if !(bound.is_finite() && bound > 0.0) {
+        return Err(SolverError::NoBound {
+            seconds: time_limit,
+        });
+    }
+    let incumbent = solved.objective_value();
+    let values = solved.get_solution().columns().to_vec();
+    Ok((
+        SolverBound {
+            bound,
+            incumbent: incumbent.is_finite().then_some(incumbent),
+            optimal,
+            columns,
+            integer_columns,
+            rows,
+            build_seconds,
+            solve_seconds: started.elapsed().as_secs_f64(),
+        },
+        values,
+    ))
+}
