@@ -374,6 +374,17 @@ pub fn autoshard(
             best = Some((c, f));
         }
     }
+    if let Some(start) = &solver_start {
+        let f = eval.price(start)?;
+        progress(&format!(
+            "the solver's plan prices at {}; descending from it",
+            f.map_or("nothing (the rules refuse it)".to_string(), |f| format!(
+                "{}, {} per device",
+                report::time(f.step_time),
+                bytes(f.memory.total)
+            ))
+        ));
+    }
     if let Some(start) = solver_start
         && let Some((c, f)) = eval.descend(start, options.memory, progress)?
         && best
