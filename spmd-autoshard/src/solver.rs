@@ -22,6 +22,10 @@
 //!   Adam's moments, a master copy for 16-bit types) and the activations
 //!   the backward reads, at their layouts, within the budget.
 //!
+//! Layers that repeat are one layer in the program, counted as often (see
+//! `Folding`): the bound is then over plans whose repeated layers are
+//! laid out alike, as the search's are.
+//!
 //! Edges are linearised on the marginal polytope: per edge, a continuous
 //! `z[a][b]` per pair of producer layout `a` and consumer need `b`, whose
 //! row and column sums are the two sides' choices.
@@ -233,6 +237,116 @@ fn strategies(graph: &Graph, o: OpId) -> Vec<Strategy> {
     out
 }
 
+/// Layers that repeat, folded: per op and per tensor, the one the program
+/// keeps for it (itself unless it belongs to a folded copy of a layer).
+///
+/// A layer is a run of ops, in graph order, from the first that reads a
+/// parameter of layer index `i` (`layers.i.`) to the next layer's first.
+/// Layers after the first and before the last whose ops match the second
+/// one's (signatures, and inputs wired alike: from the same layer at the
+/// same place, from the layer before, the same leaf pattern, or the very
+/// same tensor) are copies of it.
+struct Folding {
+    op: Vec<OpId>,
+    tensor: Vec<TensorId>,
+}
+
+/// Where an op of a layer reads an input from.
+#[derive(PartialEq, Eq)]
+enum Wire {
+    Same(usize, usize),
+    Previous(usize, usize),
+    Leaf(String),
+    Other(TensorId),
+}
+
+fn fold(graph: &Graph) -> Folding {
+    let mut folding = Folding {
+        op: graph.op_ids().collect(),
+        tensor: graph.tensor_ids().collect(),
+    };
+    let layer_of = |t: TensorId| -> Option<usize> {
+        let info = graph.tensor(t);
+        if !info.param {
+            return None;
+        }
+        info.name
+            .split('.')
+            .find(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|c| c.parse().ok())
+    };
+    let mut layers: Vec<Vec<OpId>> = Vec::new();
+    let mut current = None;
+    for o in graph.op_ids() {
+        let i = graph.op(o).inputs.iter().find_map(|&t| layer_of(t));
+        if i.is_some() && i != current {
+            current = i;
+            layers.push(Vec::new());
+        }
+        if let Some(layer) = layers.last_mut() {
+            layer.push(o);
+        }
+    }
+    if layers.len() < 4 {
+        return folding;
+    }
+    let mut place: Vec<Option<(usize, usize)>> = vec![None; graph.ops().len()];
+    for (l, ops) in layers.iter().enumerate() {
+        for (j, &o) in ops.iter().enumerate() {
+            place[o.index()] = Some((l, j));
+        }
+    }
+    let wiring = |l: usize| -> Vec<(u32, Vec<Wire>)> {
+        layers[l]
+            .iter()
+            .map(|&o| {
+                let op = graph.op(o);
+                let wires = op
+                    .inputs
+                    .iter()
+                    .map(|&t| {
+                        let info = graph.tensor(t);
+                        let Some(p) = info.producer else {
+                            return Wire::Leaf(crate::space::pattern_of(&info.name));
+                        };
+                        let out = graph
+                            .op(p)
+                            .outputs
+                            .iter()
+                            .position(|&x| x == t)
+                            .unwrap_or(0);
+                        match place[p.index()] {
+                            Some((pl, j)) if pl == l => Wire::Same(j, out),
+                            Some((pl, j)) if pl + 1 == l => Wire::Previous(j, out),
+                            _ => Wire::Other(t),
+                        }
+                    })
+                    .collect();
+                (graph.signature(o), wires)
+            })
+            .collect()
+    };
+    let model = wiring(1);
+    for l in 2..layers.len() - 1 {
+        if layers[l].len() != layers[1].len() || wiring(l) != model {
+            continue;
+        }
+        for (&copy, &kept) in layers[l].iter().zip(&layers[1]) {
+            folding.op[copy.index()] = kept;
+            let (a, b) = (graph.op(copy), graph.op(kept));
+            for (&x, &y) in a.outputs.iter().zip(&b.outputs) {
+                folding.tensor[x.index()] = y;
+            }
+            for (&x, &y) in a.inputs.iter().zip(&b.inputs) {
+                if graph.tensor(x).producer.is_none() && x != y {
+                    folding.tensor[x.index()] = y;
+                }
+            }
+        }
+    }
+    folding
+}
+
 /// The program, in our own sparse form (HiGHS gets it at the end).
 #[derive(Default)]
 struct Program {
@@ -311,6 +425,9 @@ impl Reshards<'_, '_> {
     }
 }
 
+/// An op reading a tensor: the tensor, the op, the input.
+type Edge = (TensorId, OpId, usize);
+
 /// A linear expression: the cost of an edge in the choices' columns.
 type Expr = Vec<(usize, f64)>;
 
@@ -373,22 +490,22 @@ fn edge_costs(
     (fwd, bwd)
 }
 
-/// Adds `exprs` to the objective: the one expression itself, or the
-/// largest of several through a continuous column above each.
-fn add_dearest(p: &mut Program, exprs: Vec<Expr>) {
-    let exprs: Vec<Expr> = exprs.into_iter().filter(|e| !e.is_empty()).collect();
+/// Adds `weight` times the largest of `exprs` to the objective: the one
+/// expression itself, or a continuous column above each of several.
+fn add_dearest(p: &mut Program, exprs: Vec<&Expr>, weight: f64) {
+    let exprs: Vec<&Expr> = exprs.into_iter().filter(|e| !e.is_empty()).collect();
     match exprs.len() {
         0 => {}
         1 => {
-            for &(c, v) in &exprs[0] {
-                p.costs[c] += v;
+            for &(c, v) in exprs[0] {
+                p.costs[c] += weight * v;
             }
         }
         _ => {
-            let top = p.column(1.0, false);
+            let top = p.column(weight, false);
             for e in exprs {
                 let mut row: Expr = vec![(top, 1.0)];
-                row.extend(e.into_iter().map(|(c, v)| (c, -v)));
+                row.extend(e.iter().map(|&(c, v)| (c, -v)));
                 p.rows.push((0.0, f64::INFINITY, row));
             }
         }
@@ -433,11 +550,21 @@ pub fn lower_bound(
         v
     };
 
+    // Layers that repeat are one layer here, counted as often.
+    let folding = fold(graph);
+    let mut copies = vec![0usize; graph.tensors().len()];
+    for t in graph.tensor_ids() {
+        copies[folding.tensor[t.index()].index()] += 1;
+    }
+    let mut op_copies = vec![0usize; graph.ops().len()];
+    for o in graph.op_ids() {
+        op_copies[folding.op[o.index()].index()] += 1;
+    }
+
     // Leaves: a layout each.
-    let mut leaf_columns: Vec<TensorId> = Vec::new();
     for t in graph.tensor_ids() {
         let info = graph.tensor(t);
-        if info.producer.is_some() {
+        if info.producer.is_some() || folding.tensor[t.index()] != t {
             continue;
         }
         let options: Vec<DistAttr> = match &info.annotation {
@@ -454,7 +581,6 @@ pub fn lower_bound(
                 .collect(),
         };
         let cols = p.choice(options.len());
-        leaf_columns.push(t);
         for (a, &c) in options.iter().zip(&cols) {
             layout_of[t.index()].add(a, c);
             // A parameter's state, and its block again where the backward
@@ -467,7 +593,8 @@ pub fn lower_bound(
             };
             let per = state + if saved_base[t.index()] { bytes } else { 0 };
             if per > 0 {
-                memory.push((c, (local(t, a) * per) as f64));
+                let n = copies[t.index()] as u64;
+                memory.push((c, (n * local(t, a) * per) as f64));
             }
         }
     }
@@ -477,6 +604,10 @@ pub fn lower_bound(
     let mut chosen: Vec<Vec<(Strategy, usize)>> = Vec::with_capacity(graph.ops().len());
     for o in graph.op_ids() {
         let op = graph.op(o);
+        if folding.op[o.index()] != o {
+            chosen.push(Vec::new());
+            continue;
+        }
         let list = cache
             .entry(graph.signature(o))
             .or_insert_with(|| strategies(graph, o))
@@ -502,31 +633,46 @@ pub fn lower_bound(
                     cost += reshards.time(made, &whole, &graph.tensor(t).shape);
                 }
                 if saved_base[t.index()] {
-                    memory.push((c, (local(t, made) * bytes) as f64));
+                    let n = copies[t.index()] as u64;
+                    memory.push((c, (n * local(t, made) * bytes) as f64));
                 }
             }
-            p.costs[c] += cost;
+            p.costs[c] += op_copies[o.index()] as f64 * cost;
             here.push((s, c));
         }
         chosen.push(here);
     }
 
+    // Each real edge (an op reading a tensor) as the program keeps it: the
+    // kept tensor, the kept op, the input.
+    let edge_of = |o: OpId, k: usize, t: TensorId| -> Edge {
+        (folding.tensor[t.index()], folding.op[o.index()], k)
+    };
+    let mut edges: Vec<Edge> = Vec::new();
+    let mut seen_edges: HashMap<Edge, ()> = HashMap::new();
+    for o in graph.op_ids() {
+        for (k, &t) in graph.op(o).inputs.iter().enumerate() {
+            let e = edge_of(o, k, t);
+            if seen_edges.insert(e, ()).is_none() {
+                edges.push(e);
+            }
+        }
+    }
+
     // The edges' pair columns, counted before any reshard is priced: a
     // program too large to solve in the time is not built.
     let mut pairs = 0usize;
-    for o in graph.op_ids() {
-        for (k, &t) in graph.op(o).inputs.iter().enumerate() {
-            let from = layout_of[t.index()].classes.len();
-            let mut needs: Vec<&DistAttr> = Vec::new();
-            for (s, _) in &chosen[o.index()] {
-                if !needs.contains(&&s.needs[k]) {
-                    needs.push(&s.needs[k]);
-                }
+    for &(t, o, k) in &edges {
+        let from = layout_of[t.index()].classes.len();
+        let mut needs: Vec<&DistAttr> = Vec::new();
+        for (s, _) in &chosen[o.index()] {
+            if !needs.contains(&&s.needs[k]) {
+                needs.push(&s.needs[k]);
             }
-            if from > 1 && needs.len() > 1 {
-                // The gradient's side has at least as many classes.
-                pairs += 2 * from * needs.len();
-            }
+        }
+        if from > 1 && needs.len() > 1 {
+            // The gradient's side has at least as many classes.
+            pairs += 2 * from * needs.len();
         }
     }
     if pairs + p.costs.len() > max_columns {
@@ -536,51 +682,77 @@ pub fn lower_bound(
         });
     }
 
-    // Edges: per tensor, the dearest forward and backward reshard.
-    let mut forward: Vec<Vec<Expr>> = vec![Vec::new(); graph.tensors().len()];
-    let mut backward: Vec<Vec<Expr>> = vec![Vec::new(); graph.tensors().len()];
-    for o in graph.op_ids() {
-        let op = graph.op(o);
-        for (k, &t) in op.inputs.iter().enumerate() {
-            let info = graph.tensor(t);
-            let grads = m.grad[t.index()] && info.differentiable;
-            // The consumer's side: its need, and the partial status of its
-            // gradient contribution.
-            let mut need = Side::new();
-            let mut contribution = Side::new();
-            for (s, c) in &chosen[o.index()] {
-                let a = &s.needs[k];
-                need.add(a, *c);
-                if grads {
-                    let mine = a.dims_mapping.mesh_set().union(a.partial.dims());
-                    let partial: Partial = s
-                        .used()
-                        .iter()
-                        .filter(|d| !mine.contains(*d))
-                        .map(|d| (d, ReduceType::Sum))
-                        .collect();
-                    contribution.add(&a.clone().with_partial(partial), *c);
+    // Each kept edge's forward and backward reshard, priced once.
+    let mut priced: HashMap<Edge, (Expr, Expr)> = HashMap::new();
+    for &(t, o, k) in &edges {
+        let info = graph.tensor(t);
+        let grads = m.grad[t.index()] && info.differentiable;
+        // The consumer's side: its need, and the partial status of its
+        // gradient contribution.
+        let mut need = Side::new();
+        let mut contribution = Side::new();
+        for (s, c) in &chosen[o.index()] {
+            let a = &s.needs[k];
+            need.add(a, *c);
+            if grads {
+                let mine = a.dims_mapping.mesh_set().union(a.partial.dims());
+                let partial: Partial = s
+                    .used()
+                    .iter()
+                    .filter(|d| !mine.contains(*d))
+                    .map(|d| (d, ReduceType::Sum))
+                    .collect();
+                contribution.add(&a.clone().with_partial(partial), *c);
+            }
+        }
+        let from = &layout_of[t.index()];
+        let shape = &info.shape;
+        let (f, _) = edge_costs(&mut p, from, &need, |a, b| {
+            (reshards.time(a, b, shape), 0.0)
+        });
+        let b = if grads {
+            edge_costs(&mut p, from, &contribution, |a, g| {
+                let mut target = a.clone();
+                target.partial = Partial::NONE;
+                (0.0, reshards.time(g, &target, shape))
+            })
+            .1
+        } else {
+            Expr::new()
+        };
+        priced.insert((t, o, k), (f, b));
+    }
+    // Per real tensor, the dearest of its consumers' edges, forward and
+    // backward; the copies of a folded tensor whose consumers fold alike
+    // are one term, counted as often.
+    let mut terms: Vec<(Vec<Edge>, usize)> = Vec::new();
+    let mut term_at: HashMap<Vec<Edge>, usize> = HashMap::new();
+    for t in graph.tensor_ids() {
+        let mut key: Vec<Edge> = Vec::new();
+        for &o in &graph.tensor(t).consumers {
+            for (k, &x) in graph.op(o).inputs.iter().enumerate() {
+                let e = edge_of(o, k, x);
+                if x == t && !key.contains(&e) {
+                    key.push(e);
                 }
             }
-            let from = &layout_of[t.index()];
-            let shape = &info.shape;
-            let (f, _) = edge_costs(&mut p, from, &need, |a, b| {
-                (reshards.time(a, b, shape), 0.0)
-            });
-            forward[t.index()].push(f);
-            if grads {
-                let (_, b) = edge_costs(&mut p, from, &contribution, |a, g| {
-                    let mut target = a.clone();
-                    target.partial = Partial::NONE;
-                    (0.0, reshards.time(g, &target, shape))
-                });
-                backward[t.index()].push(b);
+        }
+        if key.is_empty() {
+            continue;
+        }
+        key.sort_unstable_by_key(|&(t, o, k)| (t.index(), o.index(), k));
+        match term_at.get(&key) {
+            Some(&i) => terms[i].1 += 1,
+            None => {
+                term_at.insert(key.clone(), terms.len());
+                terms.push((key, 1));
             }
         }
     }
-    for (f, b) in forward.into_iter().zip(backward) {
-        add_dearest(&mut p, f);
-        add_dearest(&mut p, b);
+    for (key, n) in &terms {
+        let weight = *n as f64;
+        add_dearest(&mut p, key.iter().map(|e| &priced[e].0).collect(), weight);
+        add_dearest(&mut p, key.iter().map(|e| &priced[e].1).collect(), weight);
     }
     if let Some(budget) = budget {
         p.rows.push((f64::NEG_INFINITY, budget as f64, memory));
@@ -598,27 +770,31 @@ pub fn lower_bound(
     // it otherwise.
     let set = |c: usize| values.get(c).is_some_and(|&v| v > 0.5);
     let mut leaves = Vec::new();
-    for t in leaf_columns.iter().filter(|_| bound.optimal) {
-        let Some((attr, _)) = layout_of[t.index()]
+    let real_leaves = graph
+        .tensor_ids()
+        .filter(|&t| graph.tensor(t).producer.is_none() && bound.optimal);
+    for t in real_leaves {
+        let kept = folding.tensor[t.index()];
+        let Some((attr, _)) = layout_of[kept.index()]
             .classes
             .iter()
             .find(|(_, cs)| cs.iter().any(|&c| set(c)))
         else {
             continue;
         };
-        let read_otherwise = graph.tensor(*t).consumers.iter().any(|&o| {
+        let read_otherwise = graph.tensor(t).consumers.iter().any(|&o| {
             let op = graph.op(o);
-            chosen[o.index()].iter().any(|(s, c)| {
+            chosen[folding.op[o.index()].index()].iter().any(|(s, c)| {
                 set(*c)
                     && op
                         .inputs
                         .iter()
                         .zip(&s.needs)
-                        .any(|(i, need)| i == t && need != attr)
+                        .any(|(&i, need)| i == t && need != attr)
             })
         });
         leaves.push(LeafLayout {
-            tensor: *t,
+            tensor: t,
             attr: attr.clone(),
             read_otherwise,
         });
