@@ -3,7 +3,7 @@
 //! classes and functions. The pure-Python part (`python/spmd`) re-exports
 //! them and defines the exceptions.
 //!
-//! Every entry point runs under [`errors::guard`], so no panic reaches
+//! Every entry point runs under `errors::guard`, so no panic reaches
 //! Python, and every Rust error arrives as its `spmd.errors` class.
 
 use pyo3::prelude::*;
