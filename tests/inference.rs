@@ -1270,7 +1270,11 @@ fn arity_errors() {
         }
     );
     // A rule that names its tensors lists them.
-    let named = EinsumRule::new("matmul", n.plan()).with_names(&["x", "y"], &["out"]);
+    let named = EinsumRule::new("matmul", n.plan()).with_options(spmd_core::RuleOptions {
+        input_names: &["x", "y"],
+        output_names: &["out"],
+        ..spmd_core::RuleOptions::DEFAULT
+    });
     let err = fwd(&named, &m, &[(&[8, 16], &x)]).unwrap_err();
     assert_eq!(
         err.to_string(),

@@ -1033,15 +1033,15 @@ impl EinsumCheck {
         if let Some((a, r)) = rule
             .reduce_overrides
             .iter()
-            .find(|(_, r)| *r != rule.reduce)
+            .find(|(_, r)| *r != rule.options.reduce)
         {
             return Err(EvalError(format!(
                 "axis {} reduces with {r} and the others with {}: mixed reductions are not supported",
                 rule.plan.label(*a),
-                rule.reduce
+                rule.options.reduce
             )));
         }
-        Ok(EinsumCheck::new(rule.plan.source)?.reduce(rule.reduce))
+        Ok(EinsumCheck::new(rule.plan.source)?.reduce(rule.options.reduce))
     }
 
     /// How contracted axes are combined (default `Sum`).

@@ -468,9 +468,9 @@ fn grad_is_sound() {
             let unread = (0..n_in)
                 .filter(|&i| (0..n_in).all(|j| j == i || no_grad & (1 << j) != 0))
                 .fold(0u64, |m, i| m | 1 << i);
-            let rule = rule_of(&n, policy, ReduceType::Sum)
-                .with_no_grad(spmd_core::TensorSet::from_bits(no_grad))
-                .with_grad_ignores(spmd_core::TensorSet::from_bits(unread));
+            let mut rule = rule_of(&n, policy, ReduceType::Sum);
+            rule.options.no_grad = spmd_core::TensorSet::from_bits(no_grad);
+            rule.options.grad_ignores = spmd_core::TensorSet::from_bits(unread);
             let mesh = Mesh::new(&case.mesh).unwrap();
             let specs: Vec<Spec<'_>> = case
                 .shapes

@@ -54,48 +54,12 @@ impl ShapeKey {
     /// The key of `call`.
     pub fn of(call: &Call<'_>) -> ShapeKey {
         let mut key = SmallVec::new();
-        let mut push = |shapes: &mut dyn Iterator<Item = &[usize]>| {
-            let at = key.len();
-            key.push(0);
-            let mut n = 0;
-            for shape in shapes {
-                n += 1;
-                key.push(shape.len());
-                key.extend_from_slice(shape);
-            }
-            key[at] = n;
-        };
+        // Known output shapes (`replicated`, `default_data_parallel`) may
+        // shape the notation; an empty list is its own key.
+        call.push_shapes(&mut key);
         let absent = match *call {
-            Call::Forward {
-                inputs,
-                output_shapes,
-                absent,
-                ..
-            } => {
-                push(&mut inputs.iter().map(|s| s.shape));
-                // Known output shapes (`replicated`, `default_data_parallel`)
-                // may shape the notation; an empty list is its own key.
-                push(&mut output_shapes.iter().copied());
-                absent
-            }
-            Call::Backward {
-                input_shapes,
-                outputs,
-                absent,
-                ..
-            } => {
-                push(&mut input_shapes.iter().copied());
-                push(&mut outputs.iter().map(|s| s.shape));
-                absent
-            }
-            Call::Grad {
-                inputs,
-                output_grads,
-                absent,
-                ..
-            } => {
-                push(&mut inputs.iter().map(|s| s.shape));
-                push(&mut output_grads.iter().map(|s| s.shape));
+            Call::Forward { absent, .. } | Call::Backward { absent, .. } => absent,
+            Call::Grad { absent, .. } => {
                 // Grad has the same shape lists as a backward call could;
                 // the tag keeps the two apart.
                 key.push(usize::MAX);

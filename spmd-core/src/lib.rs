@@ -83,7 +83,7 @@ pub use prepared::{InlineResult, Prepared, PreparedForward};
 pub use registry::{Registry, RuleInfo};
 #[cfg(feature = "std")]
 pub use registry::{global, global_mut, register_global};
-pub use rule::{EinsumRule, RuleResult, SpmdRule, SpmdRuleExt};
+pub use rule::{EinsumRule, RuleOptions, RuleResult, SpmdRule, SpmdRuleExt};
 pub use signature::{GradSignature, GradTensor};
 pub use spmd_notation::{self as notation, AxisId, AxisSet, Plan};
 pub use template::{IntoPos, Positions};

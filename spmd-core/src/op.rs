@@ -48,6 +48,53 @@ pub enum Call<'c> {
 }
 
 impl<'c> Call<'c> {
+    /// Appends the shapes the call gives to `key`, flattened: the count of
+    /// each list, then each shape's rank and dims (forward: inputs, declared
+    /// outputs; backward: inputs, outputs; grad: the grad op's tensors,
+    /// output grads). What compiled calls and built notations are kept under.
+    pub(crate) fn push_shapes<A: smallvec::Array<Item = usize>>(
+        &self,
+        key: &mut smallvec::SmallVec<A>,
+    ) {
+        let mut push = |shapes: &mut dyn Iterator<Item = &[usize]>| {
+            let at = key.len();
+            key.push(0);
+            let mut n = 0;
+            for shape in shapes {
+                n += 1;
+                key.push(shape.len());
+                key.extend_from_slice(shape);
+            }
+            key[at] = n;
+        };
+        match *self {
+            Call::Forward {
+                inputs,
+                output_shapes,
+                ..
+            } => {
+                push(&mut inputs.iter().map(|s| s.shape));
+                push(&mut output_shapes.iter().copied());
+            }
+            Call::Backward {
+                input_shapes,
+                outputs,
+                ..
+            } => {
+                push(&mut input_shapes.iter().copied());
+                push(&mut outputs.iter().map(|s| s.shape));
+            }
+            Call::Grad {
+                inputs,
+                output_grads,
+                ..
+            } => {
+                push(&mut inputs.iter().map(|s| s.shape));
+                push(&mut output_grads.iter().map(|s| s.shape));
+            }
+        }
+    }
+
     /// A forward call with every input present and no output shapes, the
     /// common case (hooks and caches are tested with it; the fields of
     /// `Call` grow as the core learns new call forms).

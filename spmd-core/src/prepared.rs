@@ -402,7 +402,7 @@ impl PreparedForward<'_> {
                 role: Role::Input,
                 expected: self.input_shapes.len(),
                 found: inputs.len(),
-                names: self.rule.input_names,
+                names: self.rule.options.input_names,
             });
         }
         self.with_call(mesh, inputs, |call| match &self.compiled {

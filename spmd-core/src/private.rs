@@ -19,28 +19,18 @@ pub use crate::template::{IntoPos, Positions};
 pub use crate::{
     Absent, Attrs, BackwardPartial, Call, Compounds, Conflicts, Divisibility, Einsum, EinsumRule,
     FromAttr, GradSignature, GradTensor, Mesh, MissingAxis, NoTrace, Op, PartialInputs, Policy,
-    Prepared, ReduceType, RuleResult, Spec, SpmdError, SpmdRule, TensorSet, Trace, UnshardedClaims,
-    fill_shapes, fill_specs,
+    Prepared, ReduceType, RuleOptions, RuleResult, Spec, SpmdError, SpmdRule, TensorSet, Trace,
+    UnshardedClaims, fill_shapes, fill_specs,
 };
 
 /// What `#[spmd_rule(build = ...)]` knows at compile time about a rule whose
-/// notation is built at run time; labels are resolved once the notation exists.
+/// notation is built at run time: its options, and the labels that are
+/// resolved once the notation exists.
 pub struct RuntimeOptions<'o> {
     pub name: &'static str,
-    pub policy: Policy,
-    pub reduce: ReduceType,
+    pub options: RuleOptions<'static>,
     pub never_sharded: &'o str,
     pub reduce_axes: &'o [(char, ReduceType)],
-    pub no_grad: TensorSet,
-    pub grad_ignores: TensorSet,
-    pub follows: TensorSet,
-    pub follows_outputs: TensorSet,
-    pub optional: Absent,
-    pub not_partial: TensorSet,
-    pub merged_first: TensorSet,
-    pub grad_signature: GradSignature<'static>,
-    pub input_names: &'static [&'static str],
-    pub output_names: &'static [&'static str],
 }
 
 /// Runs `f` on the rule over a notation built at run time, with the options
@@ -93,14 +83,16 @@ pub fn bound_rule<R>(
                 overrides.push((a, r));
             }
         }
-        let rule = EinsumRule {
+        let mut rule = EinsumRule {
             plan,
             // The never-sharded labels were resolved while binding.
             never_sharded: bound.never(),
-            reduce: reduce.unwrap_or(base.reduce),
             reduce_overrides: &overrides,
             ..*base
         };
+        if let Some(reduce) = reduce {
+            rule.options.reduce = reduce;
+        }
         f(&rule, key)
     })
 }
@@ -127,20 +119,13 @@ fn rule_over<R>(
     for &(c, r) in o.reduce_axes {
         overrides.push((plan.axis(c).ok_or_else(|| missing(c))?, r));
     }
-    let rule = EinsumRule::new(o.name, plan)
-        .with_policy(o.policy)
-        .with_reduce(reduce.unwrap_or(o.reduce))
+    let mut rule = EinsumRule::new(o.name, plan)
+        .with_options(o.options)
         .with_never_sharded(never)
-        .with_reduce_overrides(&overrides)
-        .with_no_grad(o.no_grad)
-        .with_grad_ignores(o.grad_ignores)
-        .with_follows(o.follows)
-        .with_follows_outputs(o.follows_outputs)
-        .with_optional(o.optional)
-        .with_not_partial(o.not_partial)
-        .with_merged_first(o.merged_first)
-        .with_names(o.input_names, o.output_names)
-        .with_grad_signature(o.grad_signature);
+        .with_reduce_overrides(&overrides);
+    if let Some(reduce) = reduce {
+        rule.options.reduce = reduce;
+    }
     f(&rule)
 }
 

@@ -25,6 +25,86 @@ pub struct RuleResult {
     pub outputs: SmallVec<[DistAttr; 4]>,
 }
 
+/// What a rule declares besides its notation: the merge policy, the reduce
+/// type, which tensors take which part, the grad op's tensors and the
+/// tensors' names. None of it names a label, so `#[spmd_rule]` builds it as
+/// one constant, whether the rule's notation is literal, bound per call from
+/// a template or built at run time; the options that name labels
+/// (never-sharded axes, per-axis reduce types) are resolved against the
+/// notation and live on [`EinsumRule`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleOptions<'a> {
+    pub policy: Policy,
+    /// Reduce type of partial results over contracted axes (except those
+    /// [`EinsumRule::reduce_overrides`] names).
+    pub reduce: ReduceType,
+    /// Inputs (bit `i` = input `i`) that have no gradient: integer ids,
+    /// boolean conditions (`grad(none(..))`). Grad inference returns grads
+    /// for the others.
+    pub no_grad: TensorSet,
+    /// Inputs the gradient computation does not read (an embedding's table,
+    /// a sum's input; `grad(ignores(..))`): they take no part in the grad
+    /// op's merge, and are required laid out as their grads
+    /// (docs/semantics.md §4, "Grad").
+    pub grad_ignores: TensorSet,
+    /// Inputs that follow the others (bit `i` = input `i`;
+    /// `merge(follows(..))`): they take no part in the forward merge nor in
+    /// the grad op's, and their requirement is the merged layout (rotary
+    /// embedding's sin, cos and position ids follow q, k and v).
+    pub follows: TensorSet,
+    /// Outputs that follow (bit `o` = output `o`; `merge(follows(..))`):
+    /// backward leaves them out of its merge, and answers them as the others
+    /// settle (a debugging output whose given layout should not vote).
+    pub follows_outputs: TensorSet,
+    /// The tensors that may be absent (optional inputs, and outputs that
+    /// exist only with them; `optional(..)`); see [`Absent`].
+    pub optional: Absent,
+    /// Outputs (bit `o` = output `o`; `partial(none(..))`) that inference
+    /// never marks partial over the axes they lack: outputs that lack a
+    /// sharded contracted axis without being a sum over it (a loss the
+    /// kernel reduces across shards itself, a seed, a reserve buffer,
+    /// routing indices). Backward still returns the partial status they were
+    /// given, per [`BackwardPartial`](crate::BackwardPartial).
+    pub not_partial: TensorSet,
+    /// Outputs (bit `o` = output `o`; `merge(first(..))`) backward merges
+    /// before the others, in output order: where two outputs shard one axis
+    /// differently, or two axes claim one mesh dim, these win (Paddle's
+    /// reverse cross entropy merges the loss before the softmax).
+    pub merge_first: TensorSet,
+    /// The tensors the grad op takes (default: forward inputs, one grad per
+    /// output; `grad(inputs(..), of(..))`).
+    pub grad_signature: GradSignature<'a>,
+    /// The inputs' and outputs' names, when the rule declares them (for
+    /// messages: an arity error lists them).
+    pub input_names: &'static [&'static str],
+    pub output_names: &'static [&'static str],
+}
+
+impl RuleOptions<'_> {
+    /// The classic policy, `Sum` reductions, every tensor merged and
+    /// present, the derived grad signature, no names.
+    pub const DEFAULT: RuleOptions<'static> = RuleOptions {
+        policy: Policy::CLASSIC,
+        reduce: ReduceType::Sum,
+        no_grad: TensorSet::EMPTY,
+        grad_ignores: TensorSet::EMPTY,
+        follows: TensorSet::EMPTY,
+        follows_outputs: TensorSet::EMPTY,
+        optional: Absent::NONE,
+        not_partial: TensorSet::EMPTY,
+        merge_first: TensorSet::EMPTY,
+        grad_signature: GradSignature::DERIVED,
+        input_names: &[],
+        output_names: &[],
+    };
+}
+
+impl Default for RuleOptions<'_> {
+    fn default() -> Self {
+        RuleOptions::DEFAULT
+    }
+}
+
 /// A notation plus everything a rule decides about it. Const-constructible, so
 /// `#[spmd_rule]` emits one as a `const` and inference reads it directly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,52 +112,14 @@ pub struct EinsumRule<'a> {
     /// The registry name, used in error messages.
     pub name: &'static str,
     pub plan: Plan<'a>,
-    pub policy: Policy,
-    /// Reduce type of partial results over contracted axes...
-    pub reduce: ReduceType,
-    /// ...except for these axes.
+    /// Axes whose partial results reduce otherwise than
+    /// [`RuleOptions::reduce`].
     pub reduce_overrides: &'a [(AxisId, ReduceType)],
     /// Axes the rule declares never sharded (on top of `1` dims, diagonals and
     /// minor compound factors, which the notation itself declares).
     pub never_sharded: AxisSet,
-    /// Inputs (bit `i` = input `i`) that have no gradient: integer ids,
-    /// boolean conditions. Grad inference returns grads for the others.
-    pub no_grad: TensorSet,
-    /// Inputs the gradient computation does not read (an embedding's table,
-    /// a sum's input): they take no part in the grad op's merge, and are
-    /// required laid out as their grads (docs/semantics.md §4, "Grad").
-    pub grad_ignores: TensorSet,
-    /// Inputs that follow the others (bit `i` = input `i`): they take no
-    /// part in the forward merge nor in the grad op's, and their requirement
-    /// is the merged layout (rotary embedding's sin, cos and position ids
-    /// follow q, k and v).
-    pub follows: TensorSet,
-    /// Outputs that follow (bit `o` = output `o`): backward leaves them out
-    /// of its merge, and answers them as the others settle (a debugging
-    /// output whose given layout should not vote).
-    pub follows_outputs: TensorSet,
-    /// The tensors that may be absent (optional inputs, and outputs that
-    /// exist only with them); see [`Absent`].
-    pub optional: Absent,
-    /// Outputs (bit `o` = output `o`) that inference never marks partial
-    /// over the axes they lack: outputs that lack a sharded contracted axis
-    /// without being a sum over it (a loss the kernel reduces across shards
-    /// itself, a seed, a reserve buffer, routing indices). Backward still
-    /// returns the partial status they were given, per
-    /// [`BackwardPartial`](crate::BackwardPartial).
-    pub not_partial: TensorSet,
-    /// Outputs (bit `o` = output `o`) backward merges before the others, in
-    /// output order: where two outputs shard one axis differently, or two
-    /// axes claim one mesh dim, these win (Paddle's reverse cross entropy
-    /// merges the loss before the softmax).
-    pub merged_first: TensorSet,
-    /// The tensors the grad op takes (default: forward inputs, one grad per
-    /// output).
-    pub grad_signature: GradSignature<'a>,
-    /// The inputs' and outputs' names, when the rule declares them (for
-    /// messages: an arity error lists them).
-    pub input_names: &'static [&'static str],
-    pub output_names: &'static [&'static str],
+    /// Everything else the rule declares.
+    pub options: RuleOptions<'a>,
 }
 
 impl<'a> EinsumRule<'a> {
@@ -87,88 +129,39 @@ impl<'a> EinsumRule<'a> {
         EinsumRule {
             name,
             plan,
-            policy: Policy::CLASSIC,
-            reduce: ReduceType::Sum,
             reduce_overrides: &[],
             never_sharded: AxisSet::EMPTY,
-            no_grad: TensorSet::EMPTY,
-            grad_ignores: TensorSet::EMPTY,
-            follows: TensorSet::EMPTY,
-            follows_outputs: TensorSet::EMPTY,
-            optional: Absent::NONE,
-            not_partial: TensorSet::EMPTY,
-            merged_first: TensorSet::EMPTY,
-            grad_signature: GradSignature::DERIVED,
-            input_names: &[],
-            output_names: &[],
+            options: RuleOptions::DEFAULT,
         }
+    }
+
+    /// Replaces every option the rule declares (see [`RuleOptions`]).
+    pub const fn with_options(mut self, options: RuleOptions<'a>) -> Self {
+        self.options = options;
+        self
     }
 
     /// Declares the tensors the grad op takes (see [`GradSignature`]).
     pub const fn with_grad_signature(mut self, signature: GradSignature<'a>) -> Self {
-        self.grad_signature = signature;
+        self.options.grad_signature = signature;
         self
     }
 
     /// Declares which tensors may be absent (bit `i` of `optional.inputs` =
     /// input `i`, of `optional.outputs` = output `i`).
     pub const fn with_optional(mut self, optional: Absent) -> Self {
-        self.optional = optional;
+        self.options.optional = optional;
         self
     }
 
-    pub const fn with_no_grad(mut self, inputs: TensorSet) -> Self {
-        self.no_grad = inputs;
-        self
-    }
-    pub const fn with_grad_ignores(mut self, inputs: TensorSet) -> Self {
-        self.grad_ignores = inputs;
-        self
-    }
-    /// Declares the inputs that follow the others in forward (see
-    /// [`EinsumRule::follows`]).
-    pub const fn with_follows(mut self, inputs: TensorSet) -> Self {
-        self.follows = inputs;
-        self
-    }
-    /// Declares the outputs that follow the others in backward (see
-    /// [`EinsumRule::follows_outputs`]).
-    pub const fn with_follows_outputs(mut self, outputs: TensorSet) -> Self {
-        self.follows_outputs = outputs;
-        self
-    }
-
-    /// Declares the outputs forward never marks partial (see
-    /// [`EinsumRule::not_partial`]).
-    pub const fn with_not_partial(mut self, outputs: TensorSet) -> Self {
-        self.not_partial = outputs;
-        self
-    }
-
-    /// Names the inputs and outputs (for messages).
-    pub const fn with_names(
-        mut self,
-        inputs: &'static [&'static str],
-        outputs: &'static [&'static str],
-    ) -> Self {
-        self.input_names = inputs;
-        self.output_names = outputs;
-        self
-    }
-
-    /// Declares the outputs backward merges first (see
-    /// [`EinsumRule::merged_first`]).
-    pub const fn with_merged_first(mut self, outputs: TensorSet) -> Self {
-        self.merged_first = outputs;
-        self
-    }
-
+    /// Sets [`RuleOptions::policy`].
     pub const fn with_policy(mut self, policy: Policy) -> Self {
-        self.policy = policy;
+        self.options.policy = policy;
         self
     }
+    /// Sets [`RuleOptions::reduce`].
     pub const fn with_reduce(mut self, reduce: ReduceType) -> Self {
-        self.reduce = reduce;
+        self.options.reduce = reduce;
         self
     }
     pub const fn with_never_sharded(mut self, axes: AxisSet) -> Self {
@@ -184,12 +177,12 @@ impl<'a> EinsumRule<'a> {
     #[inline]
     pub fn reduce_of(&self, a: AxisId) -> ReduceType {
         if self.reduce_overrides.is_empty() {
-            return self.reduce;
+            return self.options.reduce;
         }
         self.reduce_overrides
             .iter()
             .find(|(x, _)| *x == a)
-            .map_or(self.reduce, |(_, r)| *r)
+            .map_or(self.options.reduce, |(_, r)| *r)
     }
 
     /// Answers a call in any direction (the engine's one entry point): the

@@ -1,13 +1,19 @@
 //! Parse and validate: the attribute's arguments and the struct it sits on become
 //! a typed [`Rule`], or every problem found, each spanned on the user's tokens.
+//!
+//! The options are darling structs, one per group of the rule language
+//! (docs/semantics.md §5): [`MergeArgs`], [`PartialArgs`], [`GradArgs`],
+//! [`BuildArgs`]; the policies are darling enums named as spmd-core names
+//! them. `#[spmd_rule(...)]` and `#[derive(SpmdRule)]`'s `#[spmd(...)]` are
+//! parsed by this one module.
 
 use std::collections::HashMap;
 
 use darling::ast::NestedMeta;
-use darling::util::Override;
+use darling::util::{Flag, Override, PathList, SpannedValue};
 use darling::{Error, FromMeta};
 use proc_macro2::{Span, TokenStream};
-use quote::ToTokens;
+use quote::{ToTokens, quote};
 use spmd_notation::{ErrorKind, Notation, NotationError, OwnedTemplate, Side};
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, ItemStruct, LitStr, Path};
@@ -15,50 +21,172 @@ use syn::{Expr, Ident, ItemStruct, LitStr, Path};
 /// The attribute's arguments as written.
 #[derive(FromMeta, Default)]
 struct RawArgs {
-    einsum: Option<LitStr>,
-    name: Option<LitStr>,
+    einsum: Option<Quoted>,
+    name: Option<Quoted>,
     #[darling(multiple, rename = "case")]
     cases: Vec<RawCase>,
-    build: Option<Path>,
+    build: Option<BuildArgs>,
     #[darling(default)]
-    cache: bool,
-    reduce: Option<ReduceArg>,
-    reduce_axes: Option<HashMap<Ident, LitStr>>,
-    never_sharded: Option<LitStr>,
-    conflicts: Option<LitStr>,
-    divisibility: Option<LitStr>,
-    missing_axis: Option<LitStr>,
-    backward_partial: Option<LitStr>,
-    partial_inputs: Option<LitStr>,
-    unsharded_claims: Option<LitStr>,
-    compounds: Option<LitStr>,
+    merge: MergeArgs,
+    #[darling(default)]
+    partial: PartialArgs,
+    #[darling(default)]
+    grad: GradArgs,
     validate: Option<Path>,
     adjust: Option<Path>,
-    inputs: Option<darling::util::PathList>,
-    outputs: Option<darling::util::PathList>,
-    no_grad: Option<darling::util::PathList>,
-    grad_ignores: Option<darling::util::PathList>,
-    follows: Option<darling::util::PathList>,
-    optional: Option<darling::util::PathList>,
-    not_partial: Option<darling::util::PathList>,
-    merge_first: Option<darling::util::PathList>,
-    grad_inputs: Option<darling::util::PathList>,
-    grads_for: Option<darling::util::PathList>,
-    #[darling(default)]
-    needs_output_shapes: bool,
+    inputs: Option<PathList>,
+    outputs: Option<PathList>,
+    optional: Option<PathList>,
     #[darling(rename = "crate")]
     krate: Option<Path>,
 }
 
-/// An expression kept as written: `reduce = "max"` or `reduce =
-/// Self::method`, `#[spmd(default = "none")]` (darling's own `Expr` would
-/// read a string's contents as an expression: `none`, an unknown value).
+/// `merge(...)`: how tensors take part in the merge.
+#[derive(FromMeta, Default)]
+struct MergeArgs {
+    follows: Option<PathList>,
+    first: Option<PathList>,
+    never_sharded: Option<Quoted>,
+    #[darling(default)]
+    unsharded_claims: UnshardedClaims,
+    #[darling(default)]
+    conflicts: Conflicts,
+    #[darling(default)]
+    compounds: Compounds,
+    #[darling(default)]
+    divisibility: Divisibility,
+    #[darling(default)]
+    missing_axis: MissingAxis,
+}
+
+/// `partial(...)`: what partial results are.
+#[derive(FromMeta, Default)]
+struct PartialArgs {
+    reduce: Option<SpannedValue<ReduceArg>>,
+    axes: Option<HashMap<Ident, SpannedValue<ReduceType>>>,
+    none: Option<PathList>,
+    #[darling(default)]
+    inputs: PartialInputs,
+    #[darling(default)]
+    backward: BackwardPartial,
+}
+
+/// `grad(...)`: which tensors the grad op takes and returns.
+#[derive(FromMeta, Default)]
+struct GradArgs {
+    none: Option<PathList>,
+    ignores: Option<PathList>,
+    inputs: Option<PathList>,
+    of: Option<PathList>,
+}
+
+/// `build(Self::notation, cache, output_shapes)`: the method that builds the
+/// notation at run time, written first, then flags.
+struct BuildArgs {
+    method: Option<Path>,
+    cache: Option<Span>,
+    output_shapes: bool,
+}
+
+/// `build(...)`'s flags.
+#[derive(FromMeta)]
+struct BuildFlags {
+    cache: Flag,
+    output_shapes: Flag,
+}
+
+impl FromMeta for BuildArgs {
+    fn from_list(items: &[NestedMeta]) -> darling::Result<Self> {
+        // The first item is the method unless it is one of the flags.
+        let (method, flags) = match items.split_first() {
+            Some((NestedMeta::Meta(syn::Meta::Path(p)), rest))
+                if BuildFlags::from_list(&items[..1]).is_err() =>
+            {
+                (Some(p.clone()), rest)
+            }
+            _ => (None, items),
+        };
+        let flags = BuildFlags::from_list(flags).map_err(|e| {
+            let span = e.span();
+            Error::custom(format!(
+                "{e}: `build(...)` takes the method that builds the notation, then the flags \
+                 `cache` and `output_shapes`, e.g. `build(Self::notation, cache)`"
+            ))
+            .with_span(&span)
+        })?;
+        Ok(BuildArgs {
+            method,
+            cache: flags.cache.is_present().then(|| flags.cache.span()),
+            output_shapes: flags.output_shapes.is_present(),
+        })
+    }
+
+    /// `build = Self::notation`, the method alone.
+    fn from_expr(expr: &Expr) -> darling::Result<Self> {
+        match ungroup(expr) {
+            Expr::Path(p) => Ok(BuildArgs {
+                method: Some(p.path.clone()),
+                cache: None,
+                output_shapes: false,
+            }),
+            e => Err(Error::custom(
+                "`build` names the method that builds the notation, e.g. `build = Self::notation` or `build(Self::notation, cache)`",
+            )
+            .with_span(e)),
+        }
+    }
+}
+
+/// A string literal (darling's own `LitStr` would say only "Unexpected
+/// literal type" of anything else).
 #[derive(Clone)]
-struct ReduceArg(Expr);
+struct Quoted(LitStr);
+
+impl FromMeta for Quoted {
+    fn from_expr(expr: &Expr) -> darling::Result<Self> {
+        match ungroup(expr) {
+            Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) => Ok(Quoted(s.clone())),
+            e => Err(Error::custom(
+                "expected a string literal in double quotes, e.g. `einsum = \"mk,kn->mn\"`",
+            )
+            .with_span(e)),
+        }
+    }
+}
+
+/// `partial(reduce = "max")`, or `partial(reduce = Self::method)` for a
+/// reduce type read from the attributes per call.
+enum ReduceArg {
+    Type(ReduceType),
+    Method(Path),
+}
 
 impl FromMeta for ReduceArg {
     fn from_expr(expr: &Expr) -> darling::Result<Self> {
-        Ok(ReduceArg(expr.clone()))
+        match ungroup(expr) {
+            Expr::Path(p) => Ok(ReduceArg::Method(p.path.clone())),
+            e if is_str(e) => ReduceType::from_expr(e).map(ReduceArg::Type),
+            e => Err(Error::custom(
+                "`partial(reduce = ...)` takes a reduce type in double quotes, e.g. `partial(reduce = \"max\")`, \
+                 or a method that reads it from the attributes, e.g. `partial(reduce = Self::reduce_type)`",
+            )
+            .with_span(e)),
+        }
+    }
+}
+
+/// An expression kept as written: `#[spmd(default = "none")]` (darling's
+/// own `Expr` would read a string's contents as an expression: `none`, an
+/// unknown value).
+#[derive(Clone)]
+struct AsWritten(Expr);
+
+impl FromMeta for AsWritten {
+    fn from_expr(expr: &Expr) -> darling::Result<Self> {
+        Ok(AsWritten(expr.clone()))
     }
 }
 
@@ -66,16 +194,86 @@ impl FromMeta for ReduceArg {
 #[derive(FromMeta)]
 struct RawCase {
     when: Expr,
-    einsum: LitStr,
+    einsum: Quoted,
 }
 
 /// `#[spmd(default, default = <expr>, rename = "...", skip)]` on a field.
 #[derive(FromMeta, Default)]
 struct RawField {
-    default: Option<Override<ReduceArg>>,
+    default: Option<Override<AsWritten>>,
     rename: Option<LitStr>,
     #[darling(default)]
     skip: bool,
+}
+
+/// One of spmd-core's policy enums as the attribute writes it: darling reads
+/// the snake_case value (`"first_wins"`), and the expansion names the
+/// variant of spmd-core's enum of the same name (`Conflicts::FirstWins`).
+macro_rules! policy {
+    ($name:ident { $default:ident $(, $other:ident)* }) => {
+        #[derive(FromMeta, Default, Clone, Copy, PartialEq)]
+        pub enum $name {
+            #[default]
+            $default,
+            $($other),*
+        }
+
+        impl $name {
+            /// The variant's name (`FirstWins`).
+            fn variant(self) -> &'static str {
+                match self {
+                    $name::$default => stringify!($default),
+                    $($name::$other => stringify!($other),)*
+                }
+            }
+        }
+
+        impl ToTokens for $name {
+            fn to_tokens(&self, tokens: &mut TokenStream) {
+                let ty = Ident::new(stringify!($name), Span::call_site());
+                let variant = Ident::new(self.variant(), Span::call_site());
+                tokens.extend(quote!(__spmd::#ty::#variant));
+            }
+        }
+    };
+}
+
+policy!(Conflicts {
+    FirstWins,
+    Strict,
+    RolePriority,
+    Align
+});
+policy!(Divisibility {
+    Uneven,
+    Drop,
+    DropDerived
+});
+policy!(MissingAxis { Replicate, Error });
+policy!(BackwardPartial { Explain, Reset });
+policy!(PartialInputs { Drop, Linear });
+policy!(UnshardedClaims { Count, Ignore });
+policy!(Compounds { MajorOnly, Absorb });
+policy!(ReduceType {
+    Sum,
+    Avg,
+    Max,
+    Min,
+    Prod,
+    Any,
+    All
+});
+
+/// The rule's merge and partial policies.
+#[derive(Default)]
+pub struct Policies {
+    pub conflicts: Conflicts,
+    pub divisibility: Divisibility,
+    pub missing_axis: MissingAxis,
+    pub backward_partial: BackwardPartial,
+    pub partial_inputs: PartialInputs,
+    pub unsharded_claims: UnshardedClaims,
+    pub compounds: Compounds,
 }
 
 /// A notation checked at macro time, with the literal it came from.
@@ -149,20 +347,14 @@ pub struct Rule {
     pub item: ItemStruct,
     pub fields: Vec<Field>,
     pub source: Source,
-    pub reduce: Ident,
+    pub reduce: ReduceType,
     /// `reduce = Self::method`: `fn(&Self) -> Result<ReduceType, SpmdError>`,
     /// the reduce type read from the attributes per call.
     pub reduce_fn: Option<Path>,
-    /// (label, reduce type variant), sorted by label.
-    pub reduce_axes: Vec<(char, Ident)>,
+    /// (label, reduce type), sorted by label.
+    pub reduce_axes: Vec<(char, ReduceType)>,
     pub never_sharded: String,
-    pub conflicts: Ident,
-    pub divisibility: Ident,
-    pub missing_axis: Ident,
-    pub backward_partial: Ident,
-    pub partial_inputs: Ident,
-    pub unsharded_claims: Ident,
-    pub compounds: Ident,
+    pub policies: Policies,
     pub validate: Option<Path>,
     pub adjust: Option<Path>,
     /// Tensor names from `inputs(..)` / `outputs(..)` (empty when not given).
@@ -178,7 +370,7 @@ pub struct Rule {
     /// Outputs forward never marks partial (`partial(none(..))`).
     pub not_partial: u64,
     /// Outputs backward merges first (`merge(first(..))`).
-    pub merged_first: u64,
+    pub merge_first: u64,
     /// Bit masks over inputs and outputs: tensors that may be absent.
     pub optional_inputs: u64,
     pub optional_outputs: u64,
@@ -215,7 +407,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
             .with_span(param),
         );
     }
-    let name = match &raw.name {
+    let name = match raw.name.as_ref().map(|n| &n.0) {
         Some(n) if n.value().is_empty() => {
             errors.push(Error::custom("the rule name must not be empty").with_span(n));
             String::new()
@@ -228,8 +420,10 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         raw.inputs.as_ref().map(|l| l.len()),
         raw.outputs.as_ref().map(|l| l.len()),
     );
+    let method = raw.build.as_ref().and_then(|b| b.method.as_ref());
+    let cache = raw.build.as_ref().and_then(|b| b.cache);
     let mut literals: Vec<&Literal> = Vec::new();
-    let source = match (&raw.einsum, &raw.build) {
+    let source = match (&raw.einsum, method) {
         (Some(_), Some(_)) => {
             errors.push(
                 Error::custom("give either `einsum = \"...\"` or `build = path`, not both")
@@ -240,33 +434,43 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         // Given but invalid, or possibly given under a misspelled key
         // (`einsun = "..."`, reported as unknown): "missing" would be a
         // follow-on error.
-        (None, None) if given.has("einsum") || given.has("build") || given.invalid => None,
+        (None, None) if given.has("einsum") || given.has("build") || given.invalid => {
+            if raw.build.is_some() {
+                errors.push(
+                    Error::custom(
+                        "`build(...)` names the method that builds the notation first, e.g. `build(Self::notation, cache)`",
+                    )
+                    .with_span(&given.span("build")),
+                );
+            }
+            None
+        }
         (None, None) => {
             errors.push(Error::custom(
                 "missing notation: add `einsum = \"...\"` (or `build = path` for a notation built at run time)",
             ));
             None
         }
-        (None, Some(b)) => {
+        (None, Some(method)) => {
             for c in &raw.cases {
                 errors.push(
                     Error::custom(
                         "`case(...)` picks among literal notations; it cannot go with `build`",
                     )
-                    .with_span(&c.einsum),
+                    .with_span(&c.einsum.0),
                 );
             }
             Some(Source::Build {
-                path: b.clone(),
-                cache: raw.cache.then(|| given.span("cache")),
+                path: method.clone(),
+                cache,
             })
         }
-        (Some(lit), None) => {
+        (Some(Quoted(lit)), None) => {
             let default = literal(&mut errors, lit, declared);
             let cases: Vec<(Expr, Option<Literal>)> = raw
                 .cases
                 .iter()
-                .map(|c| (c.when.clone(), literal(&mut errors, &c.einsum, declared)))
+                .map(|c| (c.when.clone(), literal(&mut errors, &c.einsum.0, declared)))
                 .collect();
             match default {
                 Some(default) => {
@@ -280,12 +484,12 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
             }
         }
     };
-    if raw.cache && raw.build.is_none() && raw.einsum.is_some() {
+    if let (Some(span), None, Some(_)) = (cache, method, &raw.einsum) {
         errors.push(
             Error::custom(
                 "`build(..., cache)` memoizes a notation built at run time; literal notations are already compiled once, at macro time",
             )
-            .with_span(&given.span("cache")),
+            .with_span(&span),
         );
     }
     if let Some(Source::Literal { default, cases }) = &source {
@@ -313,30 +517,21 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         }
     }
 
-    let never_sharded = raw.never_sharded.as_ref().map_or(String::new(), |lit| {
-        labels_in(&mut errors, lit, &literals);
-        lit.value()
+    let (merge, partial, grad) = (&raw.merge, &raw.partial, &raw.grad);
+    let never_sharded = merge.never_sharded.as_ref().map_or(String::new(), |q| {
+        labels_in(&mut errors, &q.0, &literals);
+        q.0.value()
             .chars()
             .filter(char::is_ascii_alphabetic)
             .collect()
     });
-    let (reduce_lit, reduce_fn) = match raw.reduce.as_ref().map(|r| ungroup(&r.0)) {
-        Some(Expr::Lit(syn::ExprLit {
-            lit: syn::Lit::Str(s),
-            ..
-        })) => (Some(s.clone()), None),
-        Some(Expr::Path(p)) => (None, Some(p.path.clone())),
-        _ => (None, None),
+    let (reduce, reduce_fn) = match partial.reduce.as_deref() {
+        Some(ReduceArg::Type(r)) => (*r, None),
+        Some(ReduceArg::Method(p)) => (ReduceType::Sum, Some(p.clone())),
+        None => (ReduceType::Sum, None),
     };
-    let reduce = choice(
-        &mut errors,
-        reduce_lit.as_ref(),
-        "reduce type",
-        REDUCE,
-        "Sum",
-    );
     let mut reduce_axes = Vec::new();
-    for (label, lit) in raw.reduce_axes.iter().flatten() {
+    for (label, r) in partial.axes.iter().flatten() {
         let text = label.to_string();
         let mut chars = text.chars();
         match (chars.next(), chars.next()) {
@@ -365,10 +560,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
                         .with_span(label),
                     );
                 }
-                reduce_axes.push((
-                    c,
-                    choice(&mut errors, Some(lit), "reduce type", REDUCE, "Sum"),
-                ));
+                reduce_axes.push((c, **r));
             }
             _ => errors.push(
                 Error::custom(
@@ -382,143 +574,74 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
     // An addend commutes with a Sum, Avg, Max or Min of partial results, but
     // not with a product or a logical reduction: `prod(p_i + b) != prod(p_i) + b`.
     if literals.iter().any(|l| l.has_addends()) {
-        let lits = reduce_lit
+        let reduce = partial.reduce.iter().filter_map(|r| match &**r {
+            ReduceArg::Type(t) => Some((*t, r.span())),
+            ReduceArg::Method(_) => None,
+        });
+        let axes = partial
+            .axes
             .iter()
-            .chain(raw.reduce_axes.iter().flat_map(|m| m.values()));
-        for lit in lits {
-            if matches!(lit.value().as_str(), "prod" | "any" | "all") {
+            .flat_map(|m| m.values())
+            .map(|r| (**r, r.span()));
+        for (r, span) in reduce.chain(axes) {
+            if matches!(r, ReduceType::Prod | ReduceType::Any | ReduceType::All) {
                 errors.push(
                     Error::custom(format!(
                         "reduce type {:?} with an addend (`+`): an added operand commutes only \
                          with \"sum\", \"avg\", \"max\" and \"min\" reductions",
-                        lit.value()
+                        snake_case(r.variant())
                     ))
-                    .with_span(lit),
+                    .with_span(&span),
                 );
             }
         }
     }
-    let conflicts = choice(
-        &mut errors,
-        raw.conflicts.as_ref(),
-        "`merge(conflicts = ...)` policy",
-        CONFLICTS,
-        "FirstWins",
-    );
-    let divisibility = choice(
-        &mut errors,
-        raw.divisibility.as_ref(),
-        "`merge(divisibility = ...)` policy",
-        DIVISIBILITY,
-        "Uneven",
-    );
-    let missing_axis = choice(
-        &mut errors,
-        raw.missing_axis.as_ref(),
-        "`merge(missing_axis = ...)` policy",
-        MISSING_AXIS,
-        "Replicate",
-    );
-    let backward_partial = choice(
-        &mut errors,
-        raw.backward_partial.as_ref(),
-        "`partial(backward = ...)` policy",
-        BACKWARD_PARTIAL,
-        "Explain",
-    );
-    let partial_inputs = choice(
-        &mut errors,
-        raw.partial_inputs.as_ref(),
-        "`partial(inputs = ...)` policy",
-        PARTIAL_INPUTS,
-        "Drop",
-    );
+    let policies = Policies {
+        conflicts: merge.conflicts,
+        divisibility: merge.divisibility,
+        missing_axis: merge.missing_axis,
+        backward_partial: partial.backward,
+        partial_inputs: partial.inputs,
+        unsharded_claims: merge.unsharded_claims,
+        compounds: merge.compounds,
+    };
 
-    let unsharded_claims = choice(
-        &mut errors,
-        raw.unsharded_claims.as_ref(),
-        "`merge(unsharded_claims = ...)` policy",
-        UNSHARDED_CLAIMS,
-        "Count",
-    );
-
-    let compounds = choice(
-        &mut errors,
-        raw.compounds.as_ref(),
-        "`merge(compounds = ...)` policy",
-        COMPOUNDS,
-        "MajorOnly",
-    );
-
-    let no_grad = input_mask(
-        &mut errors,
-        "no_grad",
-        raw.no_grad.as_ref(),
-        raw.inputs.as_ref(),
-    );
+    let inputs = raw.inputs.as_ref();
+    let outputs = raw.outputs.as_ref();
+    let no_grad = input_mask(&mut errors, "grad(none(...))", grad.none.as_ref(), inputs);
     let grad_ignores = input_mask(
         &mut errors,
-        "grad_ignores",
-        raw.grad_ignores.as_ref(),
-        raw.inputs.as_ref(),
+        "grad(ignores(...))",
+        grad.ignores.as_ref(),
+        inputs,
     );
-    let (follows, follows_outputs) = raw.follows.as_ref().map_or((0, 0), |names| {
-        tensor_positions(
+    let (follows, follows_outputs) = merge.follows.as_ref().map_or((0, 0), |names| {
+        masks(tensor_positions(
             &mut errors,
-            "follows",
+            "merge(follows(...))",
             names,
-            raw.inputs.as_ref(),
-            raw.outputs.as_ref(),
-        )
-        .into_iter()
-        .fold((0u64, 0u64), |(i, o), (is_output, k)| match is_output {
-            false => (i | 1 << k, o),
-            true => (i, o | 1 << k),
-        })
+            inputs,
+            outputs,
+        ))
     });
-
-    let not_partial = raw.not_partial.as_ref().map_or(0, |names| {
-        tensor_positions(
-            &mut errors,
-            "not_partial",
-            names,
-            None,
-            raw.outputs.as_ref(),
-        )
-        .into_iter()
-        .fold(0u64, |m, (_, o)| m | 1 << o)
-    });
-
-    let merged_first = raw.merge_first.as_ref().map_or(0, |names| {
-        tensor_positions(
-            &mut errors,
-            "merge_first",
-            names,
-            None,
-            raw.outputs.as_ref(),
-        )
-        .into_iter()
-        .fold(0u64, |m, (_, o)| m | 1 << o)
-    });
-
-    let (optional_inputs, optional_outputs) = optional_masks(
-        &mut errors,
-        raw.optional.as_ref(),
-        raw.inputs.as_ref(),
-        raw.outputs.as_ref(),
-    );
-
-    let grad_inputs = raw.grad_inputs.as_ref().map(|names| {
-        tensor_positions(
-            &mut errors,
-            "grad_inputs",
-            names,
-            raw.inputs.as_ref(),
-            raw.outputs.as_ref(),
-        )
-    });
-    let grads_for = raw.grads_for.as_ref().map(|names| {
-        tensor_positions(&mut errors, "grads_for", names, None, raw.outputs.as_ref())
+    let output_mask =
+        |errors: &mut darling::error::Accumulator, option, names: &Option<PathList>| {
+            names.as_ref().map_or(0, |names| {
+                tensor_positions(errors, option, names, None, outputs)
+                    .into_iter()
+                    .fold(0u64, |m, (_, o)| m | 1 << o)
+            })
+        };
+    let not_partial = output_mask(&mut errors, "partial(none(...))", &partial.none);
+    let merge_first = output_mask(&mut errors, "merge(first(...))", &merge.first);
+    let (optional_inputs, optional_outputs) =
+        optional_masks(&mut errors, raw.optional.as_ref(), inputs, outputs);
+    let grad_inputs = grad
+        .inputs
+        .as_ref()
+        .map(|names| tensor_positions(&mut errors, "grad(inputs(...))", names, inputs, outputs));
+    let grads_for = grad.of.as_ref().map(|names| {
+        tensor_positions(&mut errors, "grad(of(...))", names, None, outputs)
             .into_iter()
             .map(|(_, o)| o)
             .collect()
@@ -552,13 +675,7 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         reduce_fn,
         reduce_axes,
         never_sharded,
-        conflicts,
-        divisibility,
-        missing_axis,
-        backward_partial,
-        partial_inputs,
-        unsharded_claims,
-        compounds,
+        policies,
         validate: raw.validate,
         adjust: raw.adjust,
         input_names: names_of(raw.inputs.as_ref()),
@@ -568,18 +685,18 @@ pub fn parse(args: TokenStream, item: &mut ItemStruct) -> Result<Rule, Error> {
         follows,
         follows_outputs,
         not_partial,
-        merged_first,
+        merge_first,
         optional_inputs,
         optional_outputs,
-        needs_output_shapes: raw.needs_output_shapes || ones_in_output,
+        needs_output_shapes: raw.build.as_ref().is_some_and(|b| b.output_shapes) || ones_in_output,
         grad_inputs,
         grads_for,
     })
 }
 
-/// `grad_inputs(x, out)` / `grads_for(out)`: tensor names to (is an output,
-/// position), in the order written. `grads_for` passes no input list: it
-/// names outputs only.
+/// `grad(inputs(x, out))` / `grad(of(out))`: tensor names to (is an output,
+/// position), in the order written. An option that names outputs only
+/// passes no input list.
 fn tensor_positions(
     errors: &mut darling::error::Accumulator,
     option: &str,
@@ -587,15 +704,17 @@ fn tensor_positions(
     inputs: Option<&darling::util::PathList>,
     outputs: Option<&darling::util::PathList>,
 ) -> Vec<(bool, u8)> {
-    let outputs_only = matches!(option, "grads_for" | "not_partial" | "merge_first");
-    let option = shown(option);
+    let outputs_only = !matches!(
+        option,
+        "grad(inputs(...))" | "merge(follows(...))" | "optional(...)"
+    );
     let declare = if outputs_only {
         "`outputs(...)`"
     } else {
         "`inputs(...)` and `outputs(...)`"
     };
     if names.is_empty() {
-        // `grad_inputs()`: the grad op takes no forward tensor.
+        // `grad(inputs())`: the grad op takes no forward tensor.
         return Vec::new();
     }
     if inputs.is_none() && outputs.is_none() {
@@ -645,47 +764,28 @@ fn tensor_positions(
 /// `outputs(...)`, to bit masks over input and output positions.
 fn optional_masks(
     errors: &mut darling::error::Accumulator,
-    names: Option<&darling::util::PathList>,
-    inputs: Option<&darling::util::PathList>,
-    outputs: Option<&darling::util::PathList>,
+    names: Option<&PathList>,
+    inputs: Option<&PathList>,
+    outputs: Option<&PathList>,
 ) -> (u64, u64) {
     let Some(names) = names else { return (0, 0) };
-    if inputs.is_none() && outputs.is_none() {
-        errors.push(
-            Error::custom(
-                "`optional(...)` names tensors: declare them with `inputs(...)` and `outputs(...)`",
-            )
-            .with_span(&names.first().map_or_else(Span::call_site, |p| p.span())),
-        );
-        return (0, 0);
-    }
-    let position = |list: Option<&darling::util::PathList>, name: &Path| {
-        list.and_then(|l| l.iter().position(|p| p == name))
-    };
-    let (mut ins, mut outs) = (0u64, 0u64);
-    for name in names.iter() {
-        match (position(inputs, name), position(outputs, name)) {
-            (Some(i), _) => ins |= 1 << i,
-            (None, Some(o)) => outs |= 1 << o,
-            (None, None) => {
-                let declared: Vec<String> = inputs
-                    .into_iter()
-                    .chain(outputs)
-                    .flat_map(|l| l.iter())
-                    .map(|p| p.to_token_stream().to_string())
-                    .collect();
-                errors.push(
-                    Error::custom(format!(
-                        "`optional` names `{}`, which is not among the inputs or outputs ({})",
-                        name.to_token_stream(),
-                        declared.join(", ")
-                    ))
-                    .with_span(name),
-                );
-            }
-        }
-    }
-    (ins, outs)
+    masks(tensor_positions(
+        errors,
+        "optional(...)",
+        names,
+        inputs,
+        outputs,
+    ))
+}
+
+/// (is an output, position) pairs to bit masks over inputs and outputs.
+fn masks(positions: Vec<(bool, u8)>) -> (u64, u64) {
+    positions
+        .into_iter()
+        .fold((0, 0), |(i, o), (is_output, k)| match is_output {
+            false => (i | 1 << k, o),
+            true => (i, o | 1 << k),
+        })
 }
 
 fn names_of(list: Option<&darling::util::PathList>) -> Vec<String> {
@@ -694,7 +794,7 @@ fn names_of(list: Option<&darling::util::PathList>) -> Vec<String> {
     })
 }
 
-/// `no_grad(ids)` / `grad_ignores(weight)`: input names, as declared in
+/// `grad(none(ids))` / `grad(ignores(weight))`: input names, as declared in
 /// `inputs(...)`, to a bit mask over input positions.
 fn input_mask(
     errors: &mut darling::error::Accumulator,
@@ -703,7 +803,6 @@ fn input_mask(
     inputs: Option<&darling::util::PathList>,
 ) -> u64 {
     let Some(names) = names else { return 0 };
-    let option = shown(option);
     let Some(inputs) = inputs else {
         errors.push(
             Error::custom(format!(
@@ -737,6 +836,7 @@ fn input_mask(
 }
 
 /// The options written in the attribute, valid or not.
+#[derive(Default)]
 struct Given {
     /// Each key with its span.
     keys: Vec<(String, Span)>,
@@ -757,256 +857,67 @@ impl Given {
     }
 }
 
-/// The options a user writes at the top level of `#[spmd_rule(...)]`.
-const TOP_LEVEL: &[&str] = &[
-    "einsum", "case", "build", "name", "inputs", "outputs", "optional", "merge", "partial", "grad",
-    "validate", "adjust", "crate",
+/// A group of options (docs/semantics.md §5): its key, an example for
+/// messages, and its parser.
+struct Group {
+    key: &'static str,
+    example: &'static str,
+    parse: fn(&[NestedMeta]) -> darling::Result<()>,
+    /// Each item is an option of its own (`build`'s first item is not).
+    itemwise: bool,
+}
+
+fn parses<T: FromMeta>(items: &[NestedMeta]) -> darling::Result<()> {
+    T::from_list(items).map(drop)
+}
+
+const GROUPS: [Group; 4] = [
+    Group {
+        key: "merge",
+        example: "merge(follows(positions), never_sharded = \"k\")",
+        parse: parses::<MergeArgs>,
+        itemwise: true,
+    },
+    Group {
+        key: "partial",
+        example: "partial(reduce = \"max\", none(loss))",
+        parse: parses::<PartialArgs>,
+        itemwise: true,
+    },
+    Group {
+        key: "grad",
+        example: "grad(none(ids), ignores(table))",
+        parse: parses::<GradArgs>,
+        itemwise: true,
+    },
+    Group {
+        key: "build",
+        example: "build(Self::notation, cache)",
+        parse: parses::<BuildArgs>,
+        itemwise: false,
+    },
 ];
 
-/// The grouped options: `(group, key inside it, the field it fills)`. A group
-/// is one concept of the rule language (docs/semantics.md §5): how operands
-/// take part in the merge, what partial results are, what the grad op takes,
-/// how a run-time plan is built.
-const GROUPED: &[(&str, &str, &str)] = &[
-    ("merge", "follows", "follows"),
-    ("merge", "first", "merge_first"),
-    ("merge", "never_sharded", "never_sharded"),
-    ("merge", "unsharded_claims", "unsharded_claims"),
-    ("merge", "conflicts", "conflicts"),
-    ("merge", "compounds", "compounds"),
-    ("merge", "divisibility", "divisibility"),
-    ("merge", "missing_axis", "missing_axis"),
-    ("partial", "reduce", "reduce"),
-    ("partial", "axes", "reduce_axes"),
-    ("partial", "none", "not_partial"),
-    ("partial", "inputs", "partial_inputs"),
-    ("partial", "backward", "backward_partial"),
-    ("grad", "none", "no_grad"),
-    ("grad", "ignores", "grad_ignores"),
-    ("grad", "inputs", "grad_inputs"),
-    ("grad", "of", "grads_for"),
-    ("build", "cache", "cache"),
-    ("build", "output_shapes", "needs_output_shapes"),
-];
-
-/// How a field is written, for messages: `grad(none(...))`, `partial(axes(...))`.
-fn shown(field: &str) -> String {
-    // A key written `key = value` (a string, or `reduce`'s path).
-    let valued = STRING_OPTIONS.iter().any(|(k, _)| *k == field) || field == "reduce";
-    match GROUPED.iter().find(|(_, _, f)| *f == field) {
-        Some((group, key, _)) if valued => format!("{group}({key} = ...)"),
-        Some(("build", key, _)) => format!("build(..., {key})"),
-        Some((group, key, _)) => format!("{group}({key}(...))"),
-        None if valued => field.to_string(),
-        None => format!("{field}(...)"),
-    }
-}
-
-/// `merge(follows(x), never_sharded = "k")` and the other groups, spread
-/// into the flat fields [`RawArgs`] parses (each inner option keeps its own
-/// span, so every message still points at what the user wrote); a flat
-/// field written at the top level is an error that names its group.
-fn ungroup_options(
-    errors: &mut darling::error::Accumulator,
-    metas: &[NestedMeta],
-) -> (Vec<NestedMeta>, bool) {
-    let mut failed = false;
-    let mut out = Vec::new();
-    for m in metas {
-        let NestedMeta::Meta(meta) = m else {
-            out.push(m.clone());
-            continue;
-        };
-        let key = darling::util::path_to_string(meta.path());
-        if let Some((group, inner, _)) = GROUPED.iter().find(|(_, _, f)| *f == key) {
-            let example = match meta {
-                syn::Meta::Path(_) => format!("{group}(..., {inner})"),
-                syn::Meta::List(l) => format!("{group}({inner}({}))", l.tokens),
-                // The value as written when it is one the key takes; a
-                // hint that copied a bad value would mislead twice.
-                syn::Meta::NameValue(nv)
-                    if is_str(&nv.value)
-                        || (key == "reduce" && matches!(ungroup(&nv.value), Expr::Path(_))) =>
-                {
-                    format!("{group}({inner} = {})", nv.value.to_token_stream())
-                }
-                syn::Meta::NameValue(_) => match STRING_OPTIONS.iter().find(|(k, _)| *k == key) {
-                    Some((_, example)) => (*example).to_string(),
-                    None if key == "reduce" => "partial(reduce = \"max\")".to_string(),
-                    None => format!("{group}({inner} = ...)"),
-                },
-            };
-            failed = true;
-            errors.push(
-                Error::custom(format!(
-                    "`{key}` is part of `{group}(...)`: write `{example}`"
-                ))
-                .with_span(meta.path()),
-            );
-            continue;
-        }
-        let is_group = GROUPED.iter().any(|(g, _, _)| *g == key);
-        let syn::Meta::List(list) = meta else {
-            if !TOP_LEVEL.contains(&key.as_str()) {
-                failed = true;
-                errors.push(unknown_option(&key, TOP_LEVEL, None).with_span(meta.path()));
-            } else if is_group && key != "build" {
-                failed = true;
-                errors.push(
-                    Error::custom(format!(
-                        "`{key}` groups options in parentheses, e.g. `{}`",
-                        group_example(&key)
-                    ))
-                    .with_span(meta),
-                );
-            } else {
-                out.push(m.clone());
-            }
-            continue;
-        };
-        if !is_group {
-            if TOP_LEVEL.contains(&key.as_str()) {
-                out.push(m.clone());
-            } else {
-                failed = true;
-                errors.push(unknown_option(&key, TOP_LEVEL, None).with_span(meta.path()));
-            }
-            continue;
-        }
-        let Some(inner) =
-            errors.handle(NestedMeta::parse_meta_list(list.tokens.clone()).map_err(Error::from))
-        else {
-            failed = true;
-            continue;
-        };
-        for (k, im) in inner.iter().enumerate() {
-            // `build(Self::plan, cache)`: the builder is the first item.
-            if key == "build"
-                && k == 0
-                && let NestedMeta::Meta(syn::Meta::Path(path)) = im
-                && !GROUPED
-                    .iter()
-                    .any(|(g, i, _)| *g == "build" && path.is_ident(i))
-            {
-                out.push(NestedMeta::Meta(syn::Meta::NameValue(syn::MetaNameValue {
-                    path: syn::parse_quote_spanned!(path.span()=> build),
-                    eq_token: Default::default(),
-                    value: syn::Expr::Path(syn::ExprPath {
-                        attrs: Vec::new(),
-                        qself: None,
-                        path: path.clone(),
-                    }),
-                })));
-                continue;
-            }
-            let NestedMeta::Meta(im) = im else {
-                failed = true;
-                errors.push(
-                    Error::custom(format!("`{key}(...)` takes options, not a literal"))
-                        .with_span(im),
-                );
-                continue;
-            };
-            let ik = darling::util::path_to_string(im.path());
-            let Some((_, _, field)) = GROUPED.iter().find(|(g, i, _)| *g == key && *i == ik) else {
-                let keys: Vec<&str> = GROUPED
-                    .iter()
-                    .filter(|(g, _, _)| *g == key)
-                    .map(|(_, i, _)| *i)
-                    .collect();
-                failed = true;
-                errors.push(unknown_option(&ik, &keys, Some(&key)).with_span(im.path()));
-                continue;
-            };
-            let path: Path = {
-                let ident = Ident::new(field, im.path().span());
-                ident.into()
-            };
-            let renamed = match im.clone() {
-                syn::Meta::Path(_) => syn::Meta::Path(path),
-                syn::Meta::List(mut l) => {
-                    l.path = path;
-                    syn::Meta::List(l)
-                }
-                syn::Meta::NameValue(mut nv) => {
-                    nv.path = path;
-                    syn::Meta::NameValue(nv)
-                }
-            };
-            out.push(NestedMeta::Meta(renamed));
-        }
-    }
-    (out, failed)
-}
-
-/// An example of a group, for messages.
-fn group_example(group: &str) -> &'static str {
-    match group {
-        "merge" => "merge(follows(positions), never_sharded = \"k\")",
-        "partial" => "partial(reduce = \"max\", none(loss))",
-        "grad" => "grad(none(ids), ignores(table))",
-        _ => "build(Self::plan, cache)",
-    }
-}
-
-/// An unknown option, with the nearest known one when a typo is likely.
-fn unknown_option(key: &str, known: &[&str], group: Option<&str>) -> Error {
-    let near = known
+/// The group other than `except` that takes `item` as it is written, for a
+/// hint: `follows(pos)` at the top level is `merge(follows(pos))`.
+fn home_of(item: &NestedMeta, except: &str) -> Option<&'static Group> {
+    GROUPS
         .iter()
-        .map(|k| (spmd_notation::edit_distance(key, k), *k))
-        .filter(|&(d, k)| d <= 2 && d < k.len())
-        .min_by_key(|&(d, _)| d)
-        .map(|(_, k)| format!(" (did you mean `{k}`?)"));
-    // A key of another group, as written or nearly (`conflict` for
-    // `merge(conflicts = ...)`).
-    let home = GROUPED
-        .iter()
-        .filter(|(g, _, _)| group != Some(*g))
-        .map(|&(g, i, f)| (spmd_notation::edit_distance(key, i), g, i, f))
-        .filter(|&(d, _, i, _)| d <= 2 && d < i.len())
-        .min_by_key(|&(d, ..)| d)
-        .map(|(d, g, i, f)| {
-            let valued = STRING_OPTIONS.iter().any(|(k, _)| *k == f) || f == "reduce";
-            let shown = if valued {
-                format!("{g}({i} = ...)")
-            } else {
-                format!("{g}({i}(...))")
-            };
-            if d == 0 {
-                format!(" (`{i}` is a key of `{g}(...)`: write `{shown}`)")
-            } else {
-                format!(" (did you mean `{shown}`?)")
-            }
-        });
-    let list = known
-        .iter()
-        .map(|k| format!("`{k}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let what = match group {
-        None => format!("option `{key}`"),
-        Some(g) => format!("key `{key}` in `{g}(...)`"),
-    };
-    Error::custom(format!(
-        "unknown {what}{}; expected one of {list}",
-        near.or(home).unwrap_or_default()
-    ))
+        .filter(|g| g.key != except && g.itemwise)
+        .find(|g| (g.parse)(std::slice::from_ref(item)).is_ok())
 }
 
-/// Parses the arguments one option at a time. darling rejects the whole list
-/// on its first unknown, duplicated or mistyped option, which would hide every
-/// notation error behind a typo in another option; here each bad option is
-/// reported and left out, and the rest are still parsed and checked.
+/// Parses the arguments leniently. darling rejects a whole list on its first
+/// unknown, duplicated or mistyped option, which would hide every notation
+/// error behind a typo in another option; here each option, and each option
+/// inside a group, is parsed alone first: the bad ones are reported and left
+/// out, and the rest are parsed together.
 fn raw_args(errors: &mut darling::error::Accumulator, metas: &[NestedMeta]) -> (RawArgs, Given) {
-    let mut given = Given {
-        keys: Vec::new(),
-        invalid: false,
-    };
+    let mut given = Given::default();
     let mut good = Vec::new();
-    let (metas, ungroup_failed) = ungroup_options(errors, metas);
-    given.invalid |= ungroup_failed;
-    for m in &metas {
-        if let NestedMeta::Meta(meta) = m {
+    for m in metas {
+        let mut m = m.clone();
+        if let NestedMeta::Meta(meta) = &m {
             let path = meta.path();
             let key = darling::util::path_to_string(path);
             // `case` is the one option that may repeat.
@@ -1014,18 +925,58 @@ fn raw_args(errors: &mut darling::error::Accumulator, metas: &[NestedMeta]) -> (
                 errors.push(Error::duplicate_field_path(path).with_span(path));
                 continue;
             }
-            given.keys.push((key, path.span()));
+            given.keys.push((key.clone(), path.span()));
+            let group = GROUPS.iter().find(|g| g.key == key);
+            match (group, meta) {
+                (Some(group), syn::Meta::List(list)) if group.itemwise => {
+                    let Some(items) = errors.handle(
+                        NestedMeta::parse_meta_list(list.tokens.clone()).map_err(Error::from),
+                    ) else {
+                        given.invalid = true;
+                        continue;
+                    };
+                    let (kept, invalid) = group_items(errors, group, &items);
+                    given.invalid |= invalid;
+                    let mut list = list.clone();
+                    list.tokens = quote!(#(#kept),*);
+                    m = NestedMeta::Meta(syn::Meta::List(list));
+                }
+                // `build = Self::notation`: the method alone.
+                (Some(group), syn::Meta::NameValue(_)) if !group.itemwise => {}
+                (Some(group), syn::Meta::Path(_) | syn::Meta::NameValue(_)) => {
+                    errors.push(
+                        Error::custom(format!(
+                            "`{key}` groups options in parentheses, e.g. `{}`",
+                            group.example
+                        ))
+                        .with_span(meta),
+                    );
+                    given.invalid = true;
+                    continue;
+                }
+                _ => {}
+            }
         }
-        if let Some(e) = string_expected(m) {
-            errors.push(e);
-            given.invalid = true;
-        } else if errors
-            .handle(RawArgs::from_list(std::slice::from_ref(m)))
-            .is_some()
-        {
-            good.push(m.clone());
-        } else {
-            given.invalid = true;
+        match RawArgs::from_list(std::slice::from_ref(&m)) {
+            Ok(_) => good.push(m),
+            Err(e) => {
+                given.invalid = true;
+                let hint = home_of(&m, "").zip(match &m {
+                    NestedMeta::Meta(meta) => Some(meta),
+                    _ => None,
+                });
+                errors.push(match hint {
+                    Some((group, meta)) => Error::custom(format!(
+                        "`{}` is part of `{}(...)`: write `{}({})`",
+                        darling::util::path_to_string(meta.path()),
+                        group.key,
+                        group.key,
+                        meta.to_token_stream()
+                    ))
+                    .with_span(meta.path()),
+                    None => e,
+                });
+            }
         }
     }
     // Each option parsed on its own and none repeats, so this cannot fail.
@@ -1033,79 +984,44 @@ fn raw_args(errors: &mut darling::error::Accumulator, metas: &[NestedMeta]) -> (
     (raw, given)
 }
 
-/// Options that take a string literal, with an example for the error message.
-const STRING_OPTIONS: &[(&str, &str)] = &[
-    ("einsum", "einsum = \"mk,kn->mn\""),
-    ("name", "name = \"matmul\""),
-    ("never_sharded", "merge(never_sharded = \"k\")"),
-    ("conflicts", "merge(conflicts = \"strict\")"),
-    ("divisibility", "merge(divisibility = \"drop\")"),
-    ("missing_axis", "merge(missing_axis = \"error\")"),
-    ("backward_partial", "partial(backward = \"reset\")"),
-    ("partial_inputs", "partial(inputs = \"linear\")"),
-    ("unsharded_claims", "merge(unsharded_claims = \"ignore\")"),
-    ("compounds", "merge(compounds = \"absorb\")"),
-];
-
-/// `einsum = 3` and the like: darling would say only "Unexpected type `int`".
-/// Also looks inside `case(...)`.
-fn string_expected(m: &NestedMeta) -> Option<Error> {
-    match m {
-        // A flag given a value: darling would say only "Unknown value".
-        NestedMeta::Meta(meta @ (syn::Meta::NameValue(_) | syn::Meta::List(_)))
-            if meta.path().is_ident("needs_output_shapes") =>
-        {
-            Some(
-                Error::custom(
-                    "`output_shapes` is a flag of `build(...)`: write `build(Self::plan, output_shapes)`",
-                )
-                .with_span(meta),
-            )
+/// The items of a group that parse, each alone; the others are reported.
+/// Returns the kept items and whether any was left out.
+fn group_items(
+    errors: &mut darling::error::Accumulator,
+    group: &Group,
+    items: &[NestedMeta],
+) -> (Vec<NestedMeta>, bool) {
+    let (mut kept, mut seen, mut invalid) = (Vec::new(), Vec::new(), false);
+    for item in items {
+        if let NestedMeta::Meta(meta) = item {
+            let key = darling::util::path_to_string(meta.path());
+            if seen.contains(&key) {
+                errors.push(Error::duplicate_field_path(meta.path()).with_span(meta.path()));
+                invalid = true;
+                continue;
+            }
+            seen.push(key);
         }
-        // `reduce = "max"`, or `reduce = Self::method` for a type read from
-        // the attributes.
-        NestedMeta::Meta(syn::Meta::NameValue(nv)) if nv.path.is_ident("reduce") => {
-            (!is_str(&nv.value) && !matches!(ungroup(&nv.value), Expr::Path(_))).then(|| {
-                Error::custom(
-                    "`partial(reduce = ...)` takes a reduce type in double quotes, e.g. `partial(reduce = \"max\")`, \
-                     or a method that reads it from the attributes, e.g. `partial(reduce = Self::reduce_type)`",
-                )
-                .with_span(&nv.value)
-            })
+        match (group.parse)(std::slice::from_ref(item)) {
+            Ok(()) => kept.push(item.clone()),
+            Err(e) => {
+                invalid = true;
+                errors.push(match (home_of(item, group.key), item) {
+                    (Some(home), NestedMeta::Meta(meta)) => Error::custom(format!(
+                        "`{}` is a key of `{}(...)`, not of `{}(...)`: write `{}({})`",
+                        darling::util::path_to_string(meta.path()),
+                        home.key,
+                        group.key,
+                        home.key,
+                        meta.to_token_stream()
+                    ))
+                    .with_span(meta.path()),
+                    _ => e.at(group.key),
+                });
+            }
         }
-        NestedMeta::Meta(syn::Meta::NameValue(nv)) => {
-            let key = nv.path.get_ident()?.to_string();
-            let (_, example) = STRING_OPTIONS.iter().find(|(k, _)| *k == key)?;
-            (!is_str(&nv.value)).then(|| {
-                Error::custom(format!(
-                    "`{}` takes a string literal in double quotes, e.g. `{example}`",
-                    shown(&key)
-                ))
-                .with_span(&nv.value)
-            })
-        }
-        // `reduce_axes(k = 4)`: darling would say "Unexpected type `int`".
-        NestedMeta::Meta(syn::Meta::List(list)) if list.path.is_ident("reduce_axes") => {
-            let inner = NestedMeta::parse_meta_list(list.tokens.clone()).ok()?;
-            inner.iter().find_map(|m| match m {
-                NestedMeta::Meta(syn::Meta::NameValue(nv)) if !is_str(&nv.value) => Some(
-                    Error::custom(
-                        "`partial(axes(...))` gives each label a reduce type in double quotes, e.g. `partial(axes(k = \"max\"))`",
-                    )
-                    .with_span(&nv.value),
-                ),
-                _ => None,
-            })
-        }
-        NestedMeta::Meta(syn::Meta::List(list)) if list.path.is_ident("case") => {
-            let inner = NestedMeta::parse_meta_list(list.tokens.clone()).ok()?;
-            inner
-                .iter()
-                .filter(|m| matches!(m, NestedMeta::Meta(m) if m.path().is_ident("einsum")))
-                .find_map(string_expected)
-        }
-        _ => None,
     }
+    (kept, invalid)
 }
 
 /// `value` without the invisible groups `macro_rules!` wraps fragments in.
@@ -1118,71 +1034,14 @@ fn ungroup(mut value: &Expr) -> &Expr {
 
 /// A string literal, possibly in the invisible group a `$x:literal` of a
 /// `macro_rules!` arrives in.
-fn is_str(mut value: &Expr) -> bool {
-    while let Expr::Group(g) = value {
-        value = &g.expr;
-    }
+fn is_str(value: &Expr) -> bool {
     matches!(
-        value,
+        ungroup(value),
         Expr::Lit(syn::ExprLit {
             lit: syn::Lit::Str(_),
             ..
         })
     )
-}
-
-const REDUCE: &[(&str, &str)] = &[
-    ("sum", "Sum"),
-    ("avg", "Avg"),
-    ("max", "Max"),
-    ("min", "Min"),
-    ("prod", "Prod"),
-    ("any", "Any"),
-    ("all", "All"),
-];
-const CONFLICTS: &[(&str, &str)] = &[
-    ("first_wins", "FirstWins"),
-    ("strict", "Strict"),
-    ("role_priority", "RolePriority"),
-    ("align", "Align"),
-];
-const DIVISIBILITY: &[(&str, &str)] = &[
-    ("uneven", "Uneven"),
-    ("drop", "Drop"),
-    ("drop_derived", "DropDerived"),
-];
-const MISSING_AXIS: &[(&str, &str)] = &[("replicate", "Replicate"), ("error", "Error")];
-const BACKWARD_PARTIAL: &[(&str, &str)] = &[("explain", "Explain"), ("reset", "Reset")];
-const PARTIAL_INPUTS: &[(&str, &str)] = &[("drop", "Drop"), ("linear", "Linear")];
-const UNSHARDED_CLAIMS: &[(&str, &str)] = &[("count", "Count"), ("ignore", "Ignore")];
-const COMPOUNDS: &[(&str, &str)] = &[("major_only", "MajorOnly"), ("absorb", "Absorb")];
-
-/// A string option with a fixed set of values, as the variant's identifier.
-fn choice(
-    errors: &mut darling::error::Accumulator,
-    lit: Option<&LitStr>,
-    what: &str,
-    table: &[(&str, &str)],
-    default: &str,
-) -> Ident {
-    let Some(lit) = lit else {
-        return Ident::new(default, Span::call_site());
-    };
-    let value = lit.value();
-    match table.iter().find(|(k, _)| *k == value) {
-        Some((_, variant)) => Ident::new(variant, lit.span()),
-        None => {
-            let allowed: Vec<String> = table.iter().map(|(k, _)| format!("\"{k}\"")).collect();
-            errors.push(
-                Error::custom(format!(
-                    "unknown {what} {value:?}; expected one of {}",
-                    allowed.join(", ")
-                ))
-                .with_span(lit),
-            );
-            Ident::new(default, Span::call_site())
-        }
-    }
 }
 
 /// Checks and parses one notation literal, pushing every problem.
@@ -1442,7 +1301,7 @@ fn fields(item: &mut ItemStruct) -> Result<Vec<Field>, Error> {
         f.attrs = keep;
         // The default as the user wrote it, for `spmd ops NAME`.
         let default_text = match &raw.default {
-            Some(Override::Explicit(ReduceArg(e))) => Some(e.to_token_stream().to_string()),
+            Some(Override::Explicit(AsWritten(e))) => Some(e.to_token_stream().to_string()),
             _ => None,
         };
         let ty = f.ty.clone();
@@ -1451,7 +1310,7 @@ fn fields(item: &mut ItemStruct) -> Result<Vec<Field>, Error> {
             (false, Some(Override::Inherit)) => FieldSource::Default,
             // A string literal default is the attribute's text: `"none"`
             // for a `String` field (converted as the field's type asks).
-            (false, Some(Override::Explicit(ReduceArg(e)))) => match ungroup(&e) {
+            (false, Some(Override::Explicit(AsWritten(e)))) => match ungroup(&e) {
                 Expr::Lit(syn::ExprLit {
                     lit: syn::Lit::Str(lit),
                     ..

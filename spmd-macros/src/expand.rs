@@ -8,7 +8,7 @@ use spmd_notation::{Dim, Fate, Notation, OwnedTemplate, Select};
 use syn::spanned::Spanned;
 use syn::{Expr, Item, ItemStruct, LitByteStr, LitStr, Path};
 
-use crate::args::{self, FieldSource, Form, Rule, Source};
+use crate::args::{self, FieldSource, Form, Policies, Rule, Source};
 
 /// Which form declared the rule: the attribute re-emits the struct (its
 /// `#[spmd(..)]` field attributes taken off), the derive leaves it where it
@@ -123,23 +123,6 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
     let krate = &rule.krate;
     let name = &rule.name;
 
-    let policy = {
-        let (c, d, m) = (&rule.conflicts, &rule.divisibility, &rule.missing_axis);
-        let b = &rule.backward_partial;
-        let pi = &rule.partial_inputs;
-        let uc = &rule.unsharded_claims;
-        let cp = &rule.compounds;
-        quote! {
-            __spmd::Policy::CLASSIC
-                .with_conflicts(__spmd::Conflicts::#c)
-                .with_divisibility(__spmd::Divisibility::#d)
-                .with_missing_axis(__spmd::MissingAxis::#m)
-                .with_backward_partial(__spmd::BackwardPartial::#b)
-                .with_partial_inputs(__spmd::PartialInputs::#pi)
-                .with_unsharded_claims(__spmd::UnshardedClaims::#uc)
-                .with_compounds(__spmd::Compounds::#cp)
-        }
-    };
     // `case`: which notation the call chooses, as an expression (`None`
     // for a plan built at run time, which is not prepared).
     let (consts, notations, with_rule, case): (
@@ -158,7 +141,7 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                     Form::Notation(n) => {
                         let c = syn::Ident::new(&format!("__RULE_{i}"), Span::call_site());
                         let k = syn::Ident::new(&format!("__KEY_{i}"), Span::call_site());
-                        let expr = literal_rule(rule, n, l.lit.span(), &policy);
+                        let expr = literal_rule(rule, n, l.lit.span());
                         // The key that names this notation's compiled calls.
                         consts.extend(quote! {
                             const #c: __spmd::EinsumRule<'static> = #expr;
@@ -177,8 +160,10 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                 }
             }
             if any_template {
-                let base = base_rule(rule, &policy);
-                consts.extend(quote!(const __RULE_BASE: __spmd::EinsumRule<'static> = #base;));
+                consts.extend(quote! {
+                    const __RULE_BASE: __spmd::EinsumRule<'static> =
+                        __spmd::EinsumRule::new(__NAME, __spmd::Plan::EMPTY).with_options(__OPTIONS);
+                });
             }
             let notations = literals.iter().map(|l| l.lit.clone()).collect();
             let whens: Vec<Expr> = cases.iter().map(|(when, _)| when.clone()).collect();
@@ -194,10 +179,7 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                 Some(f) => quote!(__spmd::Option::Some(#f(self)?)),
                 None => quote!(__spmd::Option::None),
             };
-            let overrides = rule
-                .reduce_axes
-                .iter()
-                .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
+            let overrides = rule.reduce_axes.iter().map(|(c, r)| quote!((#c, #r)));
             let reduce_axes = quote!(&[#(#overrides),*]);
             let forms: Vec<(usize, Option<Vec<TokenStream>>)> = literals
                 .iter()
@@ -264,10 +246,14 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
             (consts, notations, with, Some(case))
         }
         Source::Build { path, cache } => {
-            let options = runtime_options(rule, &policy);
-            let options = match &rule.reduce_fn {
-                Some(f) => quote!(__spmd::RuntimeOptions { reduce: #f(self)?, ..#options }),
-                None => options,
+            let options = runtime_options(rule);
+            let reduce_now = rule
+                .reduce_fn
+                .as_ref()
+                .map(|f| quote!(__options.options.reduce = #f(self)?;));
+            let options_now = match reduce_now {
+                Some(set) => quote!(let mut __options = #options; #set),
+                None => quote!(let __options = #options;),
             };
             let path = path.clone();
             let ident = &rule.item.ident;
@@ -310,7 +296,8 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                 Box::new(move |call: TokenStream| {
                     quote! {{
                         #einsum
-                        __spmd::runtime_rule(&#options, &einsum, #keyed, |rule, __key| rule.#call)
+                        #options_now
+                        __spmd::runtime_rule(&__options, &einsum, #keyed, |rule, __key| rule.#call)
                     }}
                 }),
                 None,
@@ -325,6 +312,7 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
         .map(|p| quote!(#p(self, &call, result)?;));
     let (attr_names, from_attrs) = from_attrs(rule);
     let grad_signature = grad_signature(rule);
+    let options = rule_options(rule);
     let (input_names, output_names) = (&rule.input_names, &rule.output_names);
     let no_grad_mask = rule.no_grad;
     let (optional_in, optional_out) = (rule.optional_inputs, rule.optional_outputs);
@@ -461,6 +449,7 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
             use #krate::__private as __spmd;
             const __NAME: &'static str = #name;
             #grad_signature
+            #options
             #consts
             #op_impl
             #rule_impl
@@ -592,7 +581,7 @@ fn from_attrs(rule: &Rule) -> (Vec<String>, TokenStream) {
 }
 
 /// `EinsumRule::new(..)` with every option, over the literal's plan.
-fn literal_rule(rule: &Rule, n: &Notation, span: Span, policy: &TokenStream) -> TokenStream {
+fn literal_rule(rule: &Rule, n: &Notation, span: Span) -> TokenStream {
     let plan_expr = plan(n, span);
     let plan = n.plan();
     // Labels were checked against every literal in `args`; a missing one here
@@ -605,78 +594,71 @@ fn literal_rule(rule: &Rule, n: &Notation, span: Span, policy: &TokenStream) -> 
     let overrides = rule
         .reduce_axes
         .iter()
-        .filter_map(|(c, r)| plan.axis(*c).map(|a| quote!((#a, __spmd::ReduceType::#r))));
-    let options = options(rule, policy);
+        .filter_map(|(c, r)| plan.axis(*c).map(|a| quote!((#a, #r))));
     quote! {
         __spmd::EinsumRule::new(__NAME, #plan_expr)
+            .with_options(__OPTIONS)
             .with_reduce_overrides(&[#(#overrides),*])
             .with_never_sharded(__spmd::AxisSet(#never))
-            #options
     }
 }
 
-/// The options every rule carries whatever its plan (policy, reduce type,
-/// tensor masks, grad signature), as a chain of `with_*` calls.
-fn options(rule: &Rule, policy: &TokenStream) -> TokenStream {
-    let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
-    let (follows, not_partial) = (rule.follows, rule.not_partial);
-    let (merged_first, follows_outputs) = (rule.merged_first, rule.follows_outputs);
+/// The rule's `RuleOptions` as a `const`: every option that names no label,
+/// the same whatever the rule's notation is (literal, a template bound per
+/// call, or built at run time).
+fn rule_options(rule: &Rule) -> TokenStream {
+    let Policies {
+        conflicts,
+        divisibility,
+        missing_axis,
+        backward_partial,
+        partial_inputs,
+        unsharded_claims,
+        compounds,
+    } = &rule.policies;
+    let set = |bits: u64| quote!(__spmd::TensorSet::from_bits(#bits));
+    let (no_grad, grad_ignores) = (set(rule.no_grad), set(rule.grad_ignores));
+    let (follows, follows_outputs) = (set(rule.follows), set(rule.follows_outputs));
+    let (not_partial, merge_first) = (set(rule.not_partial), set(rule.merge_first));
     let (input_names, output_names) = (&rule.input_names, &rule.output_names);
     let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
     let reduce = &rule.reduce;
     quote! {
-        .with_policy(#policy)
-        .with_reduce(__spmd::ReduceType::#reduce)
-        .with_no_grad(__spmd::TensorSet::from_bits(#no_grad))
-        .with_grad_ignores(__spmd::TensorSet::from_bits(#grad_ignores))
-        .with_follows(__spmd::TensorSet::from_bits(#follows))
-        .with_follows_outputs(__spmd::TensorSet::from_bits(#follows_outputs))
-        .with_optional(__spmd::Absent::new(#oi, #oo))
-        .with_not_partial(__spmd::TensorSet::from_bits(#not_partial))
-        .with_merged_first(__spmd::TensorSet::from_bits(#merged_first))
-        .with_names(&[#(#input_names),*], &[#(#output_names),*])
-        .with_grad_signature(__GRAD_SIGNATURE)
-    }
-}
-
-/// Every option of a rule whose plan is bound per call, over an empty plan
-/// (labels are resolved while binding).
-fn base_rule(rule: &Rule, policy: &TokenStream) -> TokenStream {
-    let options = options(rule, policy);
-    quote!(__spmd::EinsumRule::new(__NAME, __spmd::Plan::EMPTY) #options)
-}
-
-/// The options of a rule whose plan exists only at run time (bound from a
-/// template, or built), with labels resolved against each plan.
-fn runtime_options(rule: &Rule, policy: &TokenStream) -> TokenStream {
-    let (no_grad, grad_ignores) = (rule.no_grad, rule.grad_ignores);
-    let (follows, not_partial) = (rule.follows, rule.not_partial);
-    let (merged_first, follows_outputs) = (rule.merged_first, rule.follows_outputs);
-    let (input_names, output_names) = (&rule.input_names, &rule.output_names);
-    let (oi, oo) = (rule.optional_inputs, rule.optional_outputs);
-    let never = &rule.never_sharded;
-    let reduce = &rule.reduce;
-    let overrides = rule
-        .reduce_axes
-        .iter()
-        .map(|(c, r)| quote!((#c, __spmd::ReduceType::#r)));
-    quote! {
-        __spmd::RuntimeOptions {
-            name: __NAME,
-            policy: #policy,
-            reduce: __spmd::ReduceType::#reduce,
-            never_sharded: #never,
-            reduce_axes: &[#(#overrides),*],
-            no_grad: __spmd::TensorSet::from_bits(#no_grad),
-            grad_ignores: __spmd::TensorSet::from_bits(#grad_ignores),
-            follows: __spmd::TensorSet::from_bits(#follows),
-            follows_outputs: __spmd::TensorSet::from_bits(#follows_outputs),
+        const __OPTIONS: __spmd::RuleOptions<'static> = __spmd::RuleOptions {
+            policy: __spmd::Policy::CLASSIC
+                .with_conflicts(#conflicts)
+                .with_divisibility(#divisibility)
+                .with_missing_axis(#missing_axis)
+                .with_backward_partial(#backward_partial)
+                .with_partial_inputs(#partial_inputs)
+                .with_unsharded_claims(#unsharded_claims)
+                .with_compounds(#compounds),
+            reduce: #reduce,
+            no_grad: #no_grad,
+            grad_ignores: #grad_ignores,
+            follows: #follows,
+            follows_outputs: #follows_outputs,
             optional: __spmd::Absent::new(#oi, #oo),
-            not_partial: __spmd::TensorSet::from_bits(#not_partial),
-            merged_first: __spmd::TensorSet::from_bits(#merged_first),
+            not_partial: #not_partial,
+            merge_first: #merge_first,
             grad_signature: __GRAD_SIGNATURE,
             input_names: &[#(#input_names),*],
             output_names: &[#(#output_names),*],
+        };
+    }
+}
+
+/// The options of a rule whose plan exists only at run time (built), with
+/// labels resolved against each plan.
+fn runtime_options(rule: &Rule) -> TokenStream {
+    let never = &rule.never_sharded;
+    let overrides = rule.reduce_axes.iter().map(|(c, r)| quote!((#c, #r)));
+    quote! {
+        __spmd::RuntimeOptions {
+            name: __NAME,
+            options: __OPTIONS,
+            never_sharded: #never,
+            reduce_axes: &[#(#overrides),*],
         }
     }
 }

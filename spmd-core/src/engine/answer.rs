@@ -160,7 +160,7 @@ impl Run<'_, '_, '_> {
         // PartialInputs::Linear: the first input with a Sum partial keeps
         // it (on mesh dims no axis took) and passes it on to every output.
         let mut passed_on = aligned_partial;
-        if rule.policy.partial_inputs == PartialInputs::Linear {
+        if rule.options.policy.partial_inputs == PartialInputs::Linear {
             let taken = given[..usize::from(prog.n_axes)]
                 .iter()
                 .fold(MeshSet::EMPTY, |m, s| m.union(s.mesh_set()));
@@ -192,7 +192,7 @@ impl Run<'_, '_, '_> {
             let (dims, partial) = sink.tensor(s, rank);
             self.project(s, false, derived, dims);
             *partial = Partial::NONE;
-            if rule.not_partial.contains(o) {
+            if rule.options.not_partial.contains(o) {
                 continue;
             }
             for a in input_axes.minus(self.slots[s].axes).iter() {
@@ -239,7 +239,7 @@ impl Run<'_, '_, '_> {
         // A partial explained by the inputs goes on the first present input
         // (linear in each operand) or on every one (aligned), as forward
         // keeps it.
-        let aligned = rule.policy.conflicts == Conflicts::Align;
+        let aligned = rule.options.policy.conflicts == Conflicts::Align;
         let first_present = (0..n_in).find(|&i| self.slots[i].present && !rule.plan.is_addend(i));
         for i in 0..n_in {
             let slot = &self.slots[i];
@@ -274,7 +274,7 @@ impl Run<'_, '_, '_> {
             // (contracted ones, or with several outputs an axis another
             // output carries), and over what partial inputs pass on; never
             // "as given".
-            if rule.not_partial.contains(o) {
+            if rule.options.not_partial.contains(o) {
                 continue;
             }
             for a in input_axes.minus(slot.axes).iter() {
@@ -311,13 +311,15 @@ impl Run<'_, '_, '_> {
         }
         let given = &self.map.sharding;
         let read = |input: Option<u8>| {
-            input.is_none_or(|i| !rule.grad_ignores.contains(i.into()) && !plan.is_addend(i.into()))
+            input.is_none_or(|i| {
+                !rule.options.grad_ignores.contains(i.into()) && !plan.is_addend(i.into())
+            })
         };
         // Whose values a grad reads: an input's own grad does not read it
         // (the derivative of a product by one factor is the others), so in
         // an op linear in each input, an input no other input's grad reads
         // is read for its layout only (a reshape's `x`).
-        let linear = rule.policy.partial_inputs == PartialInputs::Linear;
+        let linear = rule.options.policy.partial_inputs == PartialInputs::Linear;
         let factors = (0..plan.n_inputs())
             .filter(|&i| read(Some(i as u8)) && !prog.absent.input(i))
             .count();

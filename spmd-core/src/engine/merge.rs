@@ -85,7 +85,7 @@ impl Run<'_, '_, '_> {
         given: Sharding,
         trace: &mut T,
     ) {
-        if self.rule.policy.unsharded_claims == UnshardedClaims::Count {
+        if self.rule.options.policy.unsharded_claims == UnshardedClaims::Count {
             self.map.claim_unsharded(given);
         }
         trace.unsharded(self.tensor(s), dim, given);
@@ -106,7 +106,7 @@ impl Run<'_, '_, '_> {
     ) -> Result<(), SpmdError> {
         let fitted = self.fit_one(a, given, trace);
         if fitted != given {
-            if self.rule.policy.unsharded_claims == UnshardedClaims::Count {
+            if self.rule.options.policy.unsharded_claims == UnshardedClaims::Count {
                 let mut dropped = Sharding::REPLICATED;
                 for m in given.iter().skip(fitted.len()) {
                     dropped.push(m);
@@ -169,7 +169,7 @@ impl Run<'_, '_, '_> {
         let name = move |a: u8| super::state::axis_name(rule, prog, a);
         // Operands that nothing made agree (a grad's) settle first-wins even
         // under a strict policy: a sound answer exists, their reshards.
-        let policy = match rule.policy.conflicts {
+        let policy = match rule.options.policy.conflicts {
             Conflicts::Strict if self.settle_clashes => Conflicts::FirstWins,
             p => p,
         };
@@ -212,11 +212,11 @@ impl Run<'_, '_, '_> {
         let rule = self.rule;
         // The common case: uneven shards allowed, and no axis that must
         // divide or must leave every block nonempty.
-        if rule.policy.divisibility == Divisibility::Uneven
+        if rule.options.policy.divisibility == Divisibility::Uneven
             && rule.plan.compound_major.is_empty()
-            && rule.reduce == ReduceType::Sum
+            && rule.options.reduce == ReduceType::Sum
             && rule.reduce_overrides.is_empty()
-            && rule.policy.conflicts != Conflicts::RolePriority
+            && rule.options.policy.conflicts != Conflicts::RolePriority
         {
             return None;
         }
@@ -225,13 +225,13 @@ impl Run<'_, '_, '_> {
 
     fn fit_all<T: Trace + ?Sized>(&mut self, trace: &mut T) -> Option<Table> {
         let rule = self.rule;
-        let policy = rule.policy.divisibility;
+        let policy = rule.options.policy.divisibility;
         // A compound's major factor must divide (else the reshape could
         // not carry it), and so must a contracted axis averaged over:
         // devices holding blocks of different sizes cannot average their
         // averages.
         let mut always = rule.plan.compound_major;
-        if rule.reduce == ReduceType::Avg {
+        if rule.options.reduce == ReduceType::Avg {
             always = always.union(rule.plan.contracted());
         }
         for &(a, r) in rule.reduce_overrides {
@@ -242,14 +242,14 @@ impl Run<'_, '_, '_> {
         // Role priority settles divisibility by role in every direction,
         // as its forward merge does: batch axes must divide, free axes
         // need not.
-        if rule.policy.conflicts == Conflicts::RolePriority {
+        if rule.options.policy.conflicts == Conflicts::RolePriority {
             always = always.union(self.batch_axes());
         }
         // A contracted axis reduced by a max or a min must leave no device
         // an empty block: its kernel has no value to give for one, so such
         // an axis keeps only the mesh dims it outnumbers.
         let mut nonempty = AxisSet::EMPTY;
-        if rule.reduce != ReduceType::Sum || !rule.reduce_overrides.is_empty() {
+        if rule.options.reduce != ReduceType::Sum || !rule.reduce_overrides.is_empty() {
             for a in rule.plan.contracted().iter() {
                 if matches!(rule.reduce_of(a), ReduceType::Max | ReduceType::Min) {
                     nonempty = nonempty.with(a);

@@ -94,7 +94,7 @@ pub(crate) struct Compiled {
     pub(crate) prog: Program,
     pub(crate) extent: Extents,
     /// The call it was compiled for: its direction, absent tensors, and
-    /// the shapes it gives (see [`shape_key`]).
+    /// the shapes it gives (see `Call::push_shapes`).
     direction: Direction,
     absent: crate::optional::Absent,
     shapes: SmallVec<[usize; 16]>,
@@ -154,7 +154,7 @@ impl Compiled {
         self.direction = self.prog.direction;
         self.absent = call.absent();
         self.shapes.clear();
-        shape_key(call, &mut self.shapes);
+        call.push_shapes(&mut self.shapes);
         Ok(())
     }
 
@@ -199,15 +199,15 @@ impl Compiled {
         // tensor in the order they are checked; otherwise they are checked
         // first.
         // (Absorbing compounds reads the layouts before they merge.)
-        let absorbs =
-            rule.policy.compounds == Compounds::Absorb && !rule.plan.compound_minor.is_empty();
+        let absorbs = rule.options.policy.compounds == Compounds::Absorb
+            && !rule.plan.compound_minor.is_empty();
         let rule_merges_in_order = !absorbs
             && match self.prog.direction {
                 Direction::Forward => matches!(
-                    rule.policy.conflicts,
+                    rule.options.policy.conflicts,
                     Conflicts::FirstWins | Conflicts::Strict
                 ),
-                Direction::Backward => rule.merged_first.is_empty(),
+                Direction::Backward => rule.options.merge_first.is_empty(),
                 Direction::Grad => false,
             };
         if !rule_merges_in_order {
@@ -225,50 +225,7 @@ impl Compiled {
     }
 }
 
-/// The shapes a call gives, flattened: the count of each list, then each
-/// shape's rank and dims (forward: inputs, declared outputs; backward:
-/// inputs, outputs; grad: the grad op's tensors, output grads).
-fn shape_key(call: &Call<'_>, key: &mut SmallVec<[usize; 16]>) {
-    let mut push = |shapes: &mut dyn Iterator<Item = &[usize]>| {
-        let at = key.len();
-        key.push(0);
-        let mut n = 0;
-        for shape in shapes {
-            n += 1;
-            key.push(shape.len());
-            key.extend_from_slice(shape);
-        }
-        key[at] = n;
-    };
-    match *call {
-        Call::Forward {
-            inputs,
-            output_shapes,
-            ..
-        } => {
-            push(&mut inputs.iter().map(|s| s.shape));
-            push(&mut output_shapes.iter().copied());
-        }
-        Call::Backward {
-            input_shapes,
-            outputs,
-            ..
-        } => {
-            push(&mut input_shapes.iter().copied());
-            push(&mut outputs.iter().map(|s| s.shape));
-        }
-        Call::Grad {
-            inputs,
-            output_grads,
-            ..
-        } => {
-            push(&mut inputs.iter().map(|s| s.shape));
-            push(&mut output_grads.iter().map(|s| s.shape));
-        }
-    }
-}
-
-/// Whether `call`'s shapes are `key`'s (see [`shape_key`]). Dim by dim,
+/// Whether `call`'s shapes are `key`'s (see `Call::push_shapes`). Dim by dim,
 /// by index: shapes are short, and a slice compare calls `memcmp`.
 #[inline]
 fn same_shapes(call: &Call<'_>, key: &[usize]) -> bool {
@@ -421,7 +378,7 @@ fn absorbing(
     prog: &Program,
     call: &Call<'_>,
 ) -> Option<core::ops::Range<usize>> {
-    if rule.policy.compounds != Compounds::Absorb || rule.plan.compound_minor.is_empty() {
+    if rule.options.policy.compounds != Compounds::Absorb || rule.plan.compound_minor.is_empty() {
         return None;
     }
     let n_in = usize::from(prog.n_inputs);
@@ -554,6 +511,38 @@ impl<'c> Run<'_, '_, 'c> {
         }
     }
 
+    /// Merges the present slots of `slots`, in order, that `merges`
+    /// accepts; the other present ones are only checked (unless
+    /// `checked`). Each unchecked layout is checked before any merge error
+    /// a later one could hide.
+    #[inline(always)]
+    fn merge_in_order<T: Trace + ?Sized>(
+        &mut self,
+        slots: core::ops::Range<usize>,
+        merges: impl Fn(usize) -> bool,
+        checked: bool,
+        trace: &mut T,
+    ) -> Result<(), SpmdError> {
+        let all = self.slots;
+        let present = |s: &usize| all[*s].present;
+        for s in slots.clone().filter(present) {
+            let merged = if merges(s) {
+                self.merge(s, !checked, trace)
+            } else if !checked {
+                self.check_layout(s)
+            } else {
+                Ok(())
+            };
+            if merged.is_err() && !checked {
+                for t in (s + 1..slots.end).filter(present) {
+                    self.check_layout(t)?;
+                }
+            }
+            merged?;
+        }
+        Ok(())
+    }
+
     #[inline(never)]
     fn go_forward<T: Trace + ?Sized, S: Sink>(
         &mut self,
@@ -569,12 +558,12 @@ impl<'c> Run<'_, '_, 'c> {
         // First-wins settles an axis given two shardings as it settles a
         // mesh dim two axes claim: the first claim stays, the later input
         // is resharded (Paddle's elementwise merge answers these too).
-        self.settle_clashes = rule.policy.conflicts == Conflicts::FirstWins;
+        self.settle_clashes = rule.options.policy.conflicts == Conflicts::FirstWins;
         // What the merge reads: present inputs that do not follow
         // the others.
-        let merged = |i: usize| present(i) && !rule.follows.contains(i);
+        let merged = |i: usize| present(i) && !rule.options.follows.contains(i);
         let mut aligned_partial = Partial::NONE;
-        let derived = match rule.policy.conflicts {
+        let derived = match rule.options.policy.conflicts {
             Conflicts::RolePriority => {
                 self.merge_by_role(merged, trace);
                 None
@@ -585,24 +574,7 @@ impl<'c> Run<'_, '_, 'c> {
                 None
             }
             _ => {
-                // Unchecked layouts are checked in input order,
-                // each before any merge error a later one could
-                // hide.
-                for i in (0..n_in).filter(|&i| present(i)) {
-                    let merged = if merged(i) {
-                        self.merge(i, !checked, trace)
-                    } else if !checked {
-                        self.check_layout(i)
-                    } else {
-                        Ok(())
-                    };
-                    if merged.is_err() && !checked {
-                        for j in (i + 1..n_in).filter(|&j| present(j)) {
-                            self.check_layout(j)?;
-                        }
-                    }
-                    merged?;
-                }
+                self.merge_in_order(0..n_in, merged, checked, trace)?;
                 self.resolve(trace)?;
                 // Given side: the inputs; derived side: the outputs.
                 self.fit(trace)
@@ -627,29 +599,13 @@ impl<'c> Run<'_, '_, 'c> {
         let outputs = n_in..usize::from(prog.n_given);
         // As forward: first-wins keeps an axis's first claim among the
         // given outputs, and the later output is resharded.
-        self.settle_clashes = rule.policy.conflicts == Conflicts::FirstWins;
-        // The outputs declared `merged_first`, then the others, each
+        self.settle_clashes = rule.options.policy.conflicts == Conflicts::FirstWins;
+        // The outputs declared `merge(first(..))`, then the others, each
         // in order; outputs that follow take no part.
-        let merges = |s: usize| present(s) && !rule.follows_outputs.contains(s - n_in);
-        let first = |s: usize| rule.merged_first.contains(s - n_in);
-        if rule.merged_first.is_empty() {
-            // In order: unchecked layouts are checked each before
-            // any merge error a later one could hide.
-            for s in outputs.clone().filter(|&s| present(s)) {
-                let merged = if merges(s) {
-                    self.merge(s, !checked, trace)
-                } else if !checked {
-                    self.check_layout(s)
-                } else {
-                    Ok(())
-                };
-                if merged.is_err() && !checked {
-                    for t in (s + 1..outputs.end).filter(|&t| present(t)) {
-                        self.check_layout(t)?;
-                    }
-                }
-                merged?;
-            }
+        let merges = |s: usize| present(s) && !rule.options.follows_outputs.contains(s - n_in);
+        let first = |s: usize| rule.options.merge_first.contains(s - n_in);
+        if rule.options.merge_first.is_empty() {
+            self.merge_in_order(outputs.clone(), merges, checked, trace)?;
         } else {
             for s in outputs.clone().filter(|&s| merges(s) && first(s)) {
                 self.merge(s, false, trace)?;
@@ -663,12 +619,12 @@ impl<'c> Run<'_, '_, 'c> {
         let mut derived = self.fit(trace);
         // Partial Stage-II: what explains the given outputs'
         // partial status.
-        let by_inputs = if rule.policy.backward_partial == BackwardPartial::Explain {
+        let by_inputs = if rule.options.policy.backward_partial == BackwardPartial::Explain {
             self.explain_partials(&mut derived, trace)
         } else {
             Partial::NONE
         };
-        if rule.policy.missing_axis == MissingAxis::Error {
+        if rule.options.policy.missing_axis == MissingAxis::Error {
             self.check_no_missing_axis()?;
         }
         if trace.enabled() {
@@ -697,9 +653,9 @@ impl<'c> Run<'_, '_, 'c> {
             present(s)
                 && self.slots[s].input.is_none_or(|i| {
                     let i = usize::from(i);
-                    !rule.grad_ignores.contains(i)
+                    !rule.options.grad_ignores.contains(i)
                         && !plan.is_addend(i)
-                        && !rule.follows.contains(i)
+                        && !rule.options.follows.contains(i)
                 })
         };
         let operands = 0..usize::from(prog.n_given);
@@ -710,7 +666,7 @@ impl<'c> Run<'_, '_, 'c> {
         // have answered the call. Mesh dims claimed twice still settle by
         // the rule's policy.
         self.settle_clashes = true;
-        if rule.policy.conflicts == Conflicts::Align {
+        if rule.options.policy.conflicts == Conflicts::Align {
             let ops: SmallVec<[usize; 8]> = operands.filter(|&s| merges(s)).collect();
             // The grads come back whole: a shared partial is not kept here.
             self.merge_aligned(&ops);
@@ -742,7 +698,7 @@ impl<'c> Run<'_, '_, 'c> {
             self.slots[s].present
                 && self.slots[s]
                     .input
-                    .is_some_and(|i| rule.grad_ignores.contains(usize::from(i)))
+                    .is_some_and(|i| rule.options.grad_ignores.contains(usize::from(i)))
         };
         if !(0..given).any(ignored) {
             return;

@@ -139,10 +139,10 @@ impl Run<'_, '_, '_> {
             .chain(&self.map.sharding[..n_axes])
             .fold(MeshSet::EMPTY, |m, s| m.union(s.mesh_set()));
         let rule = self.rule;
-        let linear = rule.policy.partial_inputs == PartialInputs::Linear;
+        let linear = rule.options.policy.partial_inputs == PartialInputs::Linear;
         // Aligned operands keep a partial in forward only when some operand
         // has elements (see `merge_aligned`).
-        let aligned = rule.policy.conflicts == Conflicts::Align
+        let aligned = rule.options.policy.conflicts == Conflicts::Align
             && (0..n_in).any(|i| {
                 self.slots[i].present && self.specs[i].shape.first().is_some_and(|&d| d != 0)
             });
@@ -150,7 +150,7 @@ impl Run<'_, '_, '_> {
         for s in outputs {
             // An output that is no sum (`not_partial`) explains nothing.
             let o = s - n_in;
-            if !self.slots[s].present || rule.not_partial.contains(o) {
+            if !self.slots[s].present || rule.options.not_partial.contains(o) {
                 continue;
             }
             for (d, r) in self.attr(s).partial.iter() {

@@ -336,7 +336,7 @@ impl Program {
     ) -> Result<(), SpmdError> {
         let plan = &rule.plan;
         arity(rule, Role::Input, plan.n_inputs(), inputs.len())?;
-        absent.within(rule.name, rule.optional)?;
+        absent.within(rule.name, rule.options.optional)?;
         let p = self;
         p.start(rule, Direction::Forward, absent);
         let mut width = 0;
@@ -397,7 +397,7 @@ impl Program {
         let plan = &rule.plan;
         arity(rule, Role::Input, plan.n_inputs(), input_shapes.len())?;
         arity(rule, Role::Output, plan.n_outputs(), outputs.len())?;
-        absent.within(rule.name, rule.optional)?;
+        absent.within(rule.name, rule.options.optional)?;
         let p = self;
         p.start(rule, Direction::Backward, absent);
         let mut width = 0;
@@ -507,7 +507,7 @@ impl Program {
                 forward.outputs |= bit(sig.grad_of(g));
             }
         }
-        forward.within(rule.name, rule.optional)?;
+        forward.within(rule.name, rule.options.optional)?;
         let p = self;
         p.start(rule, Direction::Grad, absent);
         // Each tensor of the grad op: its term and the forward input it is.
@@ -600,7 +600,7 @@ impl Program {
         // The answers: one input grad per forward input with a gradient,
         // of its input's rank where the grad op takes the input.
         for j in 0..plan.n_inputs() {
-            if rule.no_grad.contains(j) {
+            if rule.options.no_grad.contains(j) {
                 continue;
             }
             let term = plan.input(j);
@@ -754,7 +754,7 @@ impl Program {
                 inputs,
                 output_grads,
                 absent,
-                rule.grad_signature,
+                rule.options.grad_signature,
             ),
         }
     }
@@ -828,8 +828,8 @@ fn arity(
             expected,
             found,
             names: match role {
-                Role::Input => rule.input_names,
-                Role::Output => rule.output_names,
+                Role::Input => rule.options.input_names,
+                Role::Output => rule.options.output_names,
             },
         })
     }
