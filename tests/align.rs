@@ -1,5 +1,6 @@
 //! `Conflicts::Align` (Paddle's `AlignDimsSharding`), worked by hand.
 
+use spmd_core::SpmdRuleExt;
 use spmd_core::{Conflicts, DistAttr, Einsum, Mesh, MeshSet, Partial, Policy, ReduceType, Spec};
 
 fn attr(m: &[i64]) -> DistAttr {

@@ -5,6 +5,7 @@
 //! off the implementation. Mesh dims are written in Paddle's form (`-1` =
 //! replicated) via `to_paddle`; co-sharded dims are compared as `Sharding`s.
 
+use spmd_core::SpmdRuleExt;
 use spmd_core::notation::{Notation, parse};
 use spmd_core::{
     AxisName, AxisSet, BackwardPartial, Conflicts, DimsMapping, DistAttr, Divisibility, Einsum,

@@ -7,6 +7,7 @@
 //! once per tensor, sometimes co-sharded) and partial sets.
 
 use proptest::prelude::*;
+use spmd_core::SpmdRuleExt;
 
 use spmd_core::notation::parse;
 use spmd_core::{

@@ -9,6 +9,7 @@ mod common;
 
 use proptest::prelude::*;
 use spmd_check::{EinsumCheck, Report, RuleRef};
+use spmd_core::SpmdRuleExt;
 use spmd_core::notation::parse;
 use spmd_core::{
     BackwardPartial, Conflicts, DistAttr, Divisibility, EinsumRule, Mesh, Policy, ReduceType, Spec,

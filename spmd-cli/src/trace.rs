@@ -356,7 +356,7 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spmd_core::{DistAttr, Einsum, Mesh, Spec};
+    use spmd_core::{DistAttr, Einsum, Mesh, Spec, SpmdRuleExt};
 
     #[test]
     fn records_a_matmul() {

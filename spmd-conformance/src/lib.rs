@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use spmd_conformance::{Agreement, parse_cases, run_case, Status};
-//! use spmd_core::{Einsum, Mesh, Spec};
+//! use spmd_core::{Einsum, Mesh, Spec, SpmdRuleExt};
 //!
 //! let text = r#"[{"id": "dot", "op": "einsum", "attrs": {"equation": "ij,ij->i"},
 //!   "mesh_shape": [2, 2], "direction": "forward",

@@ -1,5 +1,6 @@
 //! The schema's cases parsed, run and compared.
 
+use spmd_core::SpmdRuleExt;
 use spmd_core::json::{Expect, JsonError, Outcome};
 use spmd_core::{DimsMapping, DistAttr, Einsum, Mesh, RuleResult, Sharding, Spec, SpmdError};
 

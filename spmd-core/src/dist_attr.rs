@@ -342,6 +342,7 @@ impl DimsMapping {
 
 impl core::ops::Index<usize> for DimsMapping {
     type Output = Sharding;
+    #[inline]
     fn index(&self, i: usize) -> &Sharding {
         &self.0[i]
     }

@@ -1,14 +1,13 @@
 //! Paddle's `einsum` op: a rule whose notation is the `equation` attribute,
 //! parsed once when the op is built.
 
-use spmd_notation::Notation;
+use spmd_notation::{AxisSet, Notation};
 
-use crate::dist_attr::{ReduceType, Spec};
+use crate::dist_attr::ReduceType;
 use crate::engine::cache::RuleKey;
 use crate::error::SpmdError;
-use crate::mesh::Mesh;
 use crate::policy::Policy;
-use crate::rule::{EinsumRule, RuleResult, SpmdRule};
+use crate::rule::{EinsumRule, RuleOptions, RuleResult, SpmdRule};
 use crate::trace::Trace;
 
 /// A rule built at run time from a notation string.
@@ -41,7 +40,7 @@ impl Einsum {
     /// as an empty operand list.
     ///
     /// ```
-    /// use spmd_core::{DistAttr, Einsum, Mesh, Spec};
+    /// use spmd_core::{DistAttr, Einsum, Mesh, Spec, SpmdRuleExt};
     ///
     /// // unsqueeze of a 0-d x to [1, 1], in reverse.
     /// let e = Einsum::from_terms(&[""], &["11"])?;
@@ -66,7 +65,7 @@ impl Einsum {
     ///
     /// ```
     /// use spmd_core::notation::PlanBuilder;
-    /// use spmd_core::{DistAttr, Einsum, Mesh, Spec};
+    /// use spmd_core::{DistAttr, Einsum, Mesh, Spec, SpmdRuleExt};
     ///
     /// // reshape [4, 6] -> [24]: the major factor keeps its sharding.
     /// let mut b = PlanBuilder::new("reshape");
@@ -104,7 +103,7 @@ impl Einsum {
     /// answer).
     ///
     /// ```
-    /// use spmd_core::{DistAttr, Einsum, Mesh, ReduceType, Spec};
+    /// use spmd_core::{DistAttr, Einsum, Mesh, ReduceType, Spec, SpmdRuleExt};
     ///
     /// let e = Einsum::new("ab->a")?.with_reduce(ReduceType::Max);
     /// let x = DistAttr::from_paddle(&[-1, 0]).unwrap();
@@ -133,44 +132,21 @@ impl Einsum {
     }
 
     /// The compiled rule, borrowing this op's notation.
+    #[inline]
     pub fn rule(&self) -> EinsumRule<'_> {
-        let rule = EinsumRule::new("einsum", self.notation.plan()).with_policy(self.policy);
-        match self.reduce {
-            Some(r) => rule.with_reduce(r),
-            None => rule,
+        // Field by field: a chain of `with_*` copies the whole rule at
+        // each step, which the optimiser leaves as `memcpy` calls.
+        EinsumRule {
+            name: "einsum",
+            plan: self.notation.plan(),
+            reduce_overrides: &[],
+            never_sharded: AxisSet::EMPTY,
+            options: RuleOptions {
+                policy: self.policy,
+                reduce: self.reduce.unwrap_or(ReduceType::Sum),
+                ..RuleOptions::DEFAULT
+            },
         }
-    }
-
-    pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        self.rule().forward(mesh, inputs)
-    }
-
-    pub fn backward(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        self.rule().backward(mesh, input_shapes, outputs)
-    }
-
-    pub fn grad(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        self.rule().grad(mesh, inputs, output_grads)
-    }
-
-    /// Forward inference reporting each step to `trace`.
-    pub fn forward_traced<T: Trace + ?Sized>(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        trace: &mut T,
-    ) -> Result<RuleResult, SpmdError> {
-        self.rule().forward_traced(mesh, inputs, trace)
     }
 }
 

@@ -6,7 +6,7 @@
 //! sharded axis; backward inference does the reverse from the outputs.
 //!
 //! ```
-//! use spmd_core::{DistAttr, Einsum, Mesh, Spec};
+//! use spmd_core::{DistAttr, Einsum, Mesh, Spec, SpmdRuleExt};
 //!
 //! let mesh = Mesh::new(&[2, 3])?;
 //! let matmul = Einsum::new("mk,kn->mn")?;

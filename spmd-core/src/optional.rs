@@ -13,7 +13,7 @@
 //! absent `scale`.
 //!
 //! ```
-//! use spmd_core::{Absent, DistAttr, Einsum, Mesh, Spec, SpmdError};
+//! use spmd_core::{Absent, DistAttr, Einsum, Mesh, Spec, SpmdError, SpmdRuleExt};
 //!
 //! // out = x * y, where y may be absent (then out = x).
 //! let e = Einsum::new("ab,ab->ab")?;

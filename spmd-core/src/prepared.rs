@@ -364,7 +364,7 @@ impl PreparedForward<'_> {
 
     /// Forward inference with input `i` laid out as `inputs[i]`, into
     /// `result` (cleared first): the answer, and the errors, of
-    /// [`EinsumRule::forward`] on the prepared shapes. A call with another
+    /// [`SpmdRuleExt::forward`](crate::SpmdRuleExt::forward) on the prepared shapes. A call with another
     /// number of layouts than of prepared shapes is an arity error.
     #[inline]
     pub fn forward_into(
@@ -424,6 +424,7 @@ mod tests {
     use super::*;
     use crate::dist_attr::ReduceType;
     use crate::einsum::Einsum;
+    use crate::rule::SpmdRuleExt;
 
     fn attr(dims: &[i64]) -> DistAttr {
         DistAttr::from_paddle(dims).unwrap()

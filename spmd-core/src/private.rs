@@ -28,7 +28,11 @@ pub use crate::{
 /// resolved once the notation exists.
 pub struct RuntimeOptions<'o> {
     pub name: &'static str,
-    pub options: RuleOptions<'static>,
+    /// Borrowed: the rule's `const`, not copied per call.
+    pub options: &'o RuleOptions<'static>,
+    /// A reduce type read from the attributes for this call
+    /// (`partial(reduce = Self::method)`), over `options.reduce`.
+    pub reduce: Option<ReduceType>,
     pub never_sharded: &'o str,
     pub reduce_axes: &'o [(char, ReduceType)],
 }
@@ -83,16 +87,17 @@ pub fn bound_rule<R>(
                 overrides.push((a, r));
             }
         }
-        let mut rule = EinsumRule {
+        let rule = EinsumRule {
+            name: base.name,
             plan,
             // The never-sharded labels were resolved while binding.
             never_sharded: bound.never(),
             reduce_overrides: &overrides,
-            ..*base
+            options: RuleOptions {
+                reduce: reduce.unwrap_or(base.options.reduce),
+                ..base.options
+            },
         };
-        if let Some(reduce) = reduce {
-            rule.options.reduce = reduce;
-        }
         f(&rule, key)
     })
 }
@@ -119,13 +124,18 @@ fn rule_over<R>(
     for &(c, r) in o.reduce_axes {
         overrides.push((plan.axis(c).ok_or_else(|| missing(c))?, r));
     }
-    let mut rule = EinsumRule::new(o.name, plan)
-        .with_options(o.options)
-        .with_never_sharded(never)
-        .with_reduce_overrides(&overrides);
-    if let Some(reduce) = reduce {
-        rule.options.reduce = reduce;
-    }
+    // Field by field: a chain of `with_*` copies the whole rule at each
+    // step, which the optimiser leaves as `memcpy` calls.
+    let rule = EinsumRule {
+        name: o.name,
+        plan,
+        reduce_overrides: &overrides,
+        never_sharded: never,
+        options: RuleOptions {
+            reduce: reduce.or(o.reduce).unwrap_or(o.options.reduce),
+            ..*o.options
+        },
+    };
     f(&rule)
 }
 

@@ -222,162 +222,6 @@ impl<'a> EinsumRule<'a> {
     ) -> Result<RuleResult, SpmdError> {
         answer(|r| self.run_into(call, trace, r))
     }
-
-    /// Forward inference: the inputs' specs give the requirements and outputs.
-    pub fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
-        self.run(&Call::forward(mesh, inputs), &mut crate::trace::NoTrace)
-    }
-
-    /// Forward inference where the tensors `absent` names are absent: their
-    /// slots hold placeholders ([`Spec::absent`]) that inference ignores.
-    /// Each must be declared optional ([`EinsumRule::with_optional`]).
-    pub fn forward_absent(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        absent: Absent,
-    ) -> Result<RuleResult, SpmdError> {
-        let call = Call::forward(mesh, inputs).with_absent(absent);
-        self.run(&call, &mut crate::trace::NoTrace)
-    }
-
-    /// Forward inference with absent optional inputs as `None` (see
-    /// [`EinsumRule::forward_absent`]).
-    ///
-    /// ```
-    /// use spmd_core::{Absent, DistAttr, Einsum, Mesh, Spec};
-    ///
-    /// let e = Einsum::new("ab,b->ab")?;
-    /// let rule = e.rule().with_optional(Absent::new(0b10, 0)); // the bias may be absent
-    /// let x = DistAttr::from_paddle(&[0, 1]).unwrap();
-    /// let r = rule.forward_optional(&Mesh::new(&[2, 2])?, &[Some(Spec::new(&[4, 8], &x)), None])?;
-    /// assert_eq!(r.inputs[1].to_string(), "[-1]");
-    /// assert_eq!(r.outputs[0].to_string(), "[0, 1]");
-    /// # Ok::<(), spmd_core::SpmdError>(())
-    /// ```
-    pub fn forward_optional(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Option<Spec<'_>>],
-    ) -> Result<RuleResult, SpmdError> {
-        let (specs, absent) = fill_specs(inputs);
-        self.forward_absent(mesh, &specs, Absent::new(absent, 0))
-    }
-
-    /// Backward (reverse) inference: the outputs' specs and the inputs' shapes
-    /// give the inputs' requirements and the (possibly corrected) outputs.
-    pub fn backward(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        self.run(
-            &Call::backward(mesh, input_shapes, outputs),
-            &mut crate::trace::NoTrace,
-        )
-    }
-
-    /// Backward inference with absent tensors (see [`EinsumRule::forward_absent`]).
-    pub fn backward_absent(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
-        absent: Absent,
-    ) -> Result<RuleResult, SpmdError> {
-        let call = Call::backward(mesh, input_shapes, outputs).with_absent(absent);
-        self.run(&call, &mut crate::trace::NoTrace)
-    }
-
-    /// Backward inference with absent optional tensors as `None`.
-    pub fn backward_optional(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[Option<&[usize]>],
-        outputs: &[Option<Spec<'_>>],
-    ) -> Result<RuleResult, SpmdError> {
-        let (shapes, a_in) = fill_shapes(input_shapes);
-        let (specs, a_out) = fill_specs(outputs);
-        self.backward_absent(mesh, &shapes, &specs, Absent::new(a_in, a_out))
-    }
-}
-
-impl EinsumRule<'_> {
-    /// Grad inference, derived from the notation (docs/semantics.md §4): `inputs` are the
-    /// forward inputs, `output_grads` one grad per output. The result's
-    /// `inputs` are the requirements of (inputs..., output grads...) and its
-    /// `outputs` the grads of the inputs that have one (see `no_grad`), each
-    /// partial (`Sum`) over the mesh dims of sharded axes it lacks.
-    pub fn grad(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-    ) -> Result<RuleResult, SpmdError> {
-        self.run(
-            &Call::grad(mesh, inputs, output_grads),
-            &mut crate::trace::NoTrace,
-        )
-    }
-
-    /// Grad inference with absent tensors (see [`EinsumRule::forward_absent`]):
-    /// an absent input gets no partial grad, its grad's answer is its
-    /// placeholder's.
-    pub fn grad_absent(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-        absent: Absent,
-    ) -> Result<RuleResult, SpmdError> {
-        let call = Call::grad(mesh, inputs, output_grads).with_absent(absent);
-        self.run(&call, &mut crate::trace::NoTrace)
-    }
-
-    /// Grad inference with absent optional tensors as `None`.
-    pub fn grad_optional(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Option<Spec<'_>>],
-        output_grads: &[Option<Spec<'_>>],
-    ) -> Result<RuleResult, SpmdError> {
-        let (ins, a_in) = fill_specs(inputs);
-        let (grads, a_out) = fill_specs(output_grads);
-        self.grad_absent(mesh, &ins, &grads, Absent::new(a_in, a_out))
-    }
-
-    /// [`EinsumRule::forward`], reporting each step to `trace`.
-    pub fn forward_traced<T: Trace + ?Sized>(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        trace: &mut T,
-    ) -> Result<RuleResult, SpmdError> {
-        self.run(&Call::forward(mesh, inputs), trace)
-    }
-
-    /// [`EinsumRule::backward`], reporting each step to `trace`.
-    pub fn backward_traced<T: Trace + ?Sized>(
-        &self,
-        mesh: &Mesh,
-        input_shapes: &[&[usize]],
-        outputs: &[Spec<'_>],
-        trace: &mut T,
-    ) -> Result<RuleResult, SpmdError> {
-        self.run(&Call::backward(mesh, input_shapes, outputs), trace)
-    }
-
-    /// [`EinsumRule::grad`], reporting each step to `trace`.
-    pub fn grad_traced<T: Trace + ?Sized>(
-        &self,
-        mesh: &Mesh,
-        inputs: &[Spec<'_>],
-        output_grads: &[Spec<'_>],
-        trace: &mut T,
-    ) -> Result<RuleResult, SpmdError> {
-        self.run(&Call::grad(mesh, inputs, output_grads), trace)
-    }
 }
 
 /// Runs `f` on a fresh result and returns it: the by-value form of the
@@ -475,7 +319,8 @@ pub trait SpmdRuleExt: SpmdRule {
         answer(|r| self.infer_into(call, trace, r))
     }
 
-    /// Forward inference (see [`EinsumRule::forward`]).
+    /// Forward inference: the inputs' specs give the inputs' requirements
+    /// and the outputs.
     #[inline]
     fn forward(&self, mesh: &Mesh, inputs: &[Spec<'_>]) -> Result<RuleResult, SpmdError> {
         answer(|r| self.infer_into(&Call::forward(mesh, inputs), None, r))
@@ -493,7 +338,9 @@ pub trait SpmdRuleExt: SpmdRule {
         self.infer_into(&Call::forward(mesh, inputs), None, result)
     }
 
-    /// Backward inference (see [`EinsumRule::backward`]).
+    /// Backward (reverse) inference: the outputs' specs and the inputs'
+    /// shapes give the inputs' requirements and the (possibly corrected)
+    /// outputs.
     #[inline]
     fn backward(
         &self,
@@ -504,8 +351,11 @@ pub trait SpmdRuleExt: SpmdRule {
         answer(|r| self.infer_into(&Call::backward(mesh, input_shapes, outputs), None, r))
     }
 
-    /// Grad inference (see [`EinsumRule::grad`]): the tensors in the rule's
-    /// grad op's signature.
+    /// Grad inference (docs/semantics.md §4): the tensors of the rule's grad
+    /// op's signature (by default the forward inputs, then one grad per
+    /// output). The result's `inputs` are their requirements, its `outputs`
+    /// the grads of the inputs that have one, each partial over the mesh
+    /// dims of sharded axes it lacks.
     #[inline]
     fn grad(
         &self,
@@ -606,7 +456,7 @@ pub trait SpmdRuleExt: SpmdRule {
 
 impl<R: SpmdRule + ?Sized> SpmdRuleExt for R {}
 
-impl SpmdRule for EinsumRule<'static> {
+impl SpmdRule for EinsumRule<'_> {
     fn name(&self) -> &'static str {
         self.name
     }

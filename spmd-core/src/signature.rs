@@ -16,7 +16,7 @@
 //! each op's signature ([`GradSignature::for_call`]).
 //!
 //! ```
-//! use spmd_core::{DistAttr, Einsum, GradSignature, GradTensor, Mesh, Spec};
+//! use spmd_core::{DistAttr, Einsum, GradSignature, GradTensor, Mesh, Spec, SpmdRuleExt};
 //!
 //! // out = x^T; its grad op reads only out_grad.
 //! let e = Einsum::new("ab->ba")?;

@@ -247,14 +247,6 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
         }
         Source::Build { path, cache } => {
             let options = runtime_options(rule);
-            let reduce_now = rule
-                .reduce_fn
-                .as_ref()
-                .map(|f| quote!(__options.options.reduce = #f(self)?;));
-            let options_now = match reduce_now {
-                Some(set) => quote!(let mut __options = #options; #set),
-                None => quote!(let __options = #options;),
-            };
             let path = path.clone();
             let ident = &rule.item.ident;
             // With `cache`: one `NotationCache` per rule type and thread
@@ -296,8 +288,7 @@ fn rule_impls(rule: &Rule, form: Declared) -> TokenStream {
                 Box::new(move |call: TokenStream| {
                     quote! {{
                         #einsum
-                        #options_now
-                        __spmd::runtime_rule(&__options, &einsum, #keyed, |rule, __key| rule.#call)
+                        __spmd::runtime_rule(&#options, &einsum, #keyed, |rule, __key| rule.#call)
                     }}
                 }),
                 None,
@@ -653,10 +644,15 @@ fn rule_options(rule: &Rule) -> TokenStream {
 fn runtime_options(rule: &Rule) -> TokenStream {
     let never = &rule.never_sharded;
     let overrides = rule.reduce_axes.iter().map(|(c, r)| quote!((#c, #r)));
+    let reduce = match &rule.reduce_fn {
+        Some(f) => quote!(__spmd::Option::Some(#f(self)?)),
+        None => quote!(__spmd::Option::None),
+    };
     quote! {
         __spmd::RuntimeOptions {
             name: __NAME,
-            options: __OPTIONS,
+            options: &__OPTIONS,
+            reduce: #reduce,
             never_sharded: #never,
             reduce_axes: &[#(#overrides),*],
         }

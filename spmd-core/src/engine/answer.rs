@@ -224,6 +224,8 @@ impl Run<'_, '_, '_> {
     /// The backward answer: each input's requirement under the derived
     /// side's table, each output under the given side's, partial as
     /// forward computes it from those requirements.
+    // Called once, from `go_backward`: inlined there, as forward's is.
+    #[inline(always)]
     pub(crate) fn answer_backward<S: Sink>(
         &self,
         derived: &Table,
