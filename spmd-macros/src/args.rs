@@ -209,6 +209,9 @@ struct RawField {
 /// One of spmd-core's policy enums as the attribute writes it: darling reads
 /// the snake_case value (`"first_wins"`), and the expansion names the
 /// variant of spmd-core's enum of the same name (`Conflicts::FirstWins`).
+/// The variants mirror spmd-core's (a proc macro cannot depend on the crate
+/// that re-exports it); a variant spmd-core lacks fails to compile in every
+/// expansion that names it, so the ui and expansion tests catch a drift.
 macro_rules! policy {
     ($name:ident { $default:ident $(, $other:ident)* }) => {
         #[derive(FromMeta, Default, Clone, Copy, PartialEq)]

@@ -130,6 +130,28 @@ fn too_large(rule: &EinsumRule<'_>, prog: &Program, n: usize) -> SpmdError {
 }
 
 impl Run<'_, '_, '_> {
+    /// Writes each input's requirement, projected through `table`, with
+    /// the partial status `partial(i)`; an absent input gets its
+    /// placeholder.
+    #[inline(always)]
+    fn write_inputs<S: Sink>(
+        &self,
+        sink: &mut S,
+        table: &Table,
+        partial: impl Fn(usize) -> Partial,
+    ) {
+        for i in 0..usize::from(self.prog.n_inputs) {
+            let slot = &self.slots[i];
+            if !slot.present {
+                write_absent(sink, i, slot.term.len as usize);
+                continue;
+            }
+            let (dims, p) = sink.tensor(i, self.specs[i].shape.len());
+            self.project(i, true, table, dims);
+            *p = partial(i);
+        }
+    }
+
     /// The forward answer: each present input's requirement under the
     /// given side's table, each output under the derived side's, partial
     /// over the mesh dims of the sharded input axes it lacks.
@@ -146,17 +168,7 @@ impl Run<'_, '_, '_> {
             return Err(too_large(rule, prog, n_in + n_out));
         }
         let given = &self.map.sharding;
-        for i in 0..n_in {
-            let slot = &self.slots[i];
-            if !slot.present {
-                write_absent(sink, i, slot.term.len as usize);
-                continue;
-            }
-            let shape = self.specs[i].shape;
-            let (dims, partial) = sink.tensor(i, shape.len());
-            self.project(i, true, given, dims);
-            *partial = aligned_partial;
-        }
+        self.write_inputs(sink, given, |_| aligned_partial);
         // PartialInputs::Linear: the first input with a Sum partial keeps
         // it (on mesh dims no axis took) and passes it on to every output.
         let mut passed_on = aligned_partial;
@@ -243,21 +255,13 @@ impl Run<'_, '_, '_> {
         // keeps it.
         let aligned = rule.options.policy.conflicts == Conflicts::Align;
         let first_present = (0..n_in).find(|&i| self.slots[i].present && !rule.plan.is_addend(i));
-        for i in 0..n_in {
-            let slot = &self.slots[i];
-            if !slot.present {
-                write_absent(sink, i, slot.term.len as usize);
-                continue;
-            }
-            let shape = self.specs[i].shape;
-            let (dims, partial) = sink.tensor(i, shape.len());
-            self.project(i, true, derived, dims);
-            *partial = if aligned || first_present == Some(i) {
+        self.write_inputs(sink, derived, |i| {
+            if aligned || first_present == Some(i) {
                 by_inputs
             } else {
                 Partial::NONE
-            };
-        }
+            }
+        });
         let input_axes = prog.input_axes;
         for o in 0..n_out {
             let s = n_in + o;
