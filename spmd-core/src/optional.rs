@@ -111,26 +111,18 @@ impl Spec<'static> {
 /// The specs of a call with placeholders in the absent slots, and which
 /// slots those are. Inline (no heap allocation) up to 8 tensors.
 pub fn fill_specs<'a>(given: &[Option<Spec<'a>>]) -> (SmallVec<[Spec<'a>; 8]>, u64) {
-    let mut mask = 0u64;
-    let specs = given
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            s.unwrap_or_else(|| {
-                if i < 64 {
-                    mask |= 1 << i;
-                }
-                Spec::absent()
-            })
-        })
-        .collect();
-    (specs, mask)
+    fill(given, Spec::absent())
 }
 
 /// As [`fill_specs`], for backward's input shapes (an absent one is `[]`).
 pub fn fill_shapes<'a>(given: &[Option<&'a [usize]>]) -> (SmallVec<[&'a [usize]; 8]>, u64) {
+    fill(given, &[])
+}
+
+/// `given` with `placeholder` in its `None` slots, and the mask of those.
+fn fill<T: Copy>(given: &[Option<T>], placeholder: T) -> (SmallVec<[T; 8]>, u64) {
     let mut mask = 0u64;
-    let shapes = given
+    let filled = given
         .iter()
         .enumerate()
         .map(|(i, s)| {
@@ -138,9 +130,9 @@ pub fn fill_shapes<'a>(given: &[Option<&'a [usize]>]) -> (SmallVec<[&'a [usize];
                 if i < 64 {
                     mask |= 1 << i;
                 }
-                &[]
+                placeholder
             })
         })
         .collect();
-    (shapes, mask)
+    (filled, mask)
 }
