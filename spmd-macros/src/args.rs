@@ -865,10 +865,13 @@ impl Given {
 struct Group {
     key: &'static str,
     example: &'static str,
-    parse: fn(&[NestedMeta]) -> darling::Result<()>,
-    /// Each item is an option of its own (`build`'s first item is not).
-    itemwise: bool,
+    /// Parses the group's items, each an option of its own; `None` for
+    /// `build`, whose first item is its method.
+    parse: Option<ParseItems>,
 }
+
+/// A group's parser, asked whether items are options of it.
+type ParseItems = fn(&[NestedMeta]) -> darling::Result<()>;
 
 fn parses<T: FromMeta>(items: &[NestedMeta]) -> darling::Result<()> {
     T::from_list(items).map(drop)
@@ -878,36 +881,32 @@ const GROUPS: [Group; 4] = [
     Group {
         key: "merge",
         example: "merge(follows(positions), never_sharded = \"k\")",
-        parse: parses::<MergeArgs>,
-        itemwise: true,
+        parse: Some(parses::<MergeArgs>),
     },
     Group {
         key: "partial",
         example: "partial(reduce = \"max\", none(loss))",
-        parse: parses::<PartialArgs>,
-        itemwise: true,
+        parse: Some(parses::<PartialArgs>),
     },
     Group {
         key: "grad",
         example: "grad(none(ids), ignores(table))",
-        parse: parses::<GradArgs>,
-        itemwise: true,
+        parse: Some(parses::<GradArgs>),
     },
     Group {
         key: "build",
         example: "build(Self::notation, cache)",
-        parse: parses::<BuildArgs>,
-        itemwise: false,
+        parse: None,
     },
 ];
 
 /// The group other than `except` that takes `item` as it is written, for a
 /// hint: `follows(pos)` at the top level is `merge(follows(pos))`.
 fn home_of(item: &NestedMeta, except: &str) -> Option<&'static Group> {
-    GROUPS
-        .iter()
-        .filter(|g| g.key != except && g.itemwise)
-        .find(|g| (g.parse)(std::slice::from_ref(item)).is_ok())
+    GROUPS.iter().filter(|g| g.key != except).find(|g| {
+        g.parse
+            .is_some_and(|parse| parse(std::slice::from_ref(item)).is_ok())
+    })
 }
 
 /// Parses the arguments leniently. darling rejects a whole list on its first
@@ -931,21 +930,28 @@ fn raw_args(errors: &mut darling::error::Accumulator, metas: &[NestedMeta]) -> (
             given.keys.push((key.clone(), path.span()));
             let group = GROUPS.iter().find(|g| g.key == key);
             match (group, meta) {
-                (Some(group), syn::Meta::List(list)) if group.itemwise => {
+                (
+                    Some(
+                        group @ Group {
+                            parse: Some(parse), ..
+                        },
+                    ),
+                    syn::Meta::List(list),
+                ) => {
                     let Some(items) = errors.handle(
                         NestedMeta::parse_meta_list(list.tokens.clone()).map_err(Error::from),
                     ) else {
                         given.invalid = true;
                         continue;
                     };
-                    let (kept, invalid) = group_items(errors, group, &items);
+                    let (kept, invalid) = group_items(errors, group.key, *parse, &items);
                     given.invalid |= invalid;
                     let mut list = list.clone();
                     list.tokens = quote!(#(#kept),*);
                     m = NestedMeta::Meta(syn::Meta::List(list));
                 }
                 // `build = Self::notation`: the method alone.
-                (Some(group), syn::Meta::NameValue(_)) if !group.itemwise => {}
+                (Some(Group { parse: None, .. }), syn::Meta::NameValue(_)) => {}
                 (Some(group), syn::Meta::Path(_) | syn::Meta::NameValue(_)) => {
                     errors.push(
                         Error::custom(format!(
@@ -991,7 +997,8 @@ fn raw_args(errors: &mut darling::error::Accumulator, metas: &[NestedMeta]) -> (
 /// Returns the kept items and whether any was left out.
 fn group_items(
     errors: &mut darling::error::Accumulator,
-    group: &Group,
+    group: &str,
+    parse: ParseItems,
     items: &[NestedMeta],
 ) -> (Vec<NestedMeta>, bool) {
     let (mut kept, mut seen, mut invalid) = (Vec::new(), Vec::new(), false);
@@ -1005,21 +1012,21 @@ fn group_items(
             }
             seen.push(key);
         }
-        match (group.parse)(std::slice::from_ref(item)) {
+        match parse(std::slice::from_ref(item)) {
             Ok(()) => kept.push(item.clone()),
             Err(e) => {
                 invalid = true;
-                errors.push(match (home_of(item, group.key), item) {
+                errors.push(match (home_of(item, group), item) {
                     (Some(home), NestedMeta::Meta(meta)) => Error::custom(format!(
                         "`{}` is a key of `{}(...)`, not of `{}(...)`: write `{}({})`",
                         darling::util::path_to_string(meta.path()),
                         home.key,
-                        group.key,
+                        group,
                         home.key,
                         meta.to_token_stream()
                     ))
                     .with_span(meta.path()),
-                    _ => e.at(group.key),
+                    _ => e.at(group),
                 });
             }
         }
