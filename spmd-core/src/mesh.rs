@@ -22,14 +22,14 @@ pub struct Mesh {
 }
 
 impl Mesh {
-    /// A mesh of this shape; every extent must be at least 1 and the rank at
-    /// most [`MAX_MESH_RANK`].
     /// The mesh's dims as a bit set (bit `d` for mesh dim `d`).
     #[inline(always)]
     pub(crate) fn on_mesh_bits(&self) -> u8 {
         ((1u32 << self.rank().min(MAX_MESH_RANK)) - 1) as u8
     }
 
+    /// A mesh of this shape; every extent must be at least 1 and the rank at
+    /// most [`MAX_MESH_RANK`].
     pub fn new(shape: &[usize]) -> Result<Mesh, SpmdError> {
         // The device count must be representable: products of extents are
         // taken freely later (divisibility, process ids).

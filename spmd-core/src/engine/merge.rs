@@ -301,14 +301,18 @@ impl Run<'_, '_, '_> {
         mut s: Sharding,
         trace: &mut T,
     ) -> Sharding {
+        if s.is_replicated() {
+            return s;
+        }
         let extent = self.extent[a as usize];
+        // Mesh::new guarantees the whole mesh's product fits in a usize.
+        let mut product: usize = s.iter().map(|m| self.mesh.dim(m)).product();
         while let Some(last) = s.last() {
-            // Mesh::new guarantees the whole mesh's product fits in a usize.
-            let product: usize = s.iter().map(|m| self.mesh.dim(m)).product();
             if extent != UNKNOWN && extent.is_multiple_of(product) {
                 break;
             }
             trace.not_divisible(self.axis_name(a), extent, last);
+            product /= self.mesh.dim(last);
             s = s.without_last();
         }
         s

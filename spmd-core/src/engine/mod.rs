@@ -339,6 +339,12 @@ pub(crate) fn run<T: Trace + ?Sized, S: Sink>(
     // Compounds::Absorb: the given side's layouts with minor factors' mesh
     // dims moved onto their majors; they are what the run reads.
     let absorbing = absorbing(rule, prog, call);
+    // A forward run reads only its inputs' specs: the call's own, unless
+    // absorbing rewrites some.
+    if let (Call::Forward { inputs, .. }, None) = (call, &absorbing) {
+        let mut run = Run::new(rule, prog, mesh, inputs, extent);
+        return run.go(checked, trace, sink);
+    }
     let absorbed: SmallVec<[Option<DistAttr>; 2]> = match &absorbing {
         Some(range) => range
             .clone()
@@ -351,12 +357,6 @@ pub(crate) fn run<T: Trace + ?Sized, S: Sink>(
             .collect(),
         None => SmallVec::new(),
     };
-    // A forward run reads only its inputs' specs: the call's own, unless
-    // absorbing rewrote some.
-    if let (Call::Forward { inputs, .. }, None) = (call, &absorbing) {
-        let mut run = Run::new(rule, prog, mesh, inputs, extent);
-        return run.go(checked, trace, sink);
-    }
     let mut specs = Specs::of(prog, call);
     let specs = specs.as_mut_slice();
     if let Some(range) = absorbing {
