@@ -250,10 +250,10 @@ fn backward_program(
             let mut v = json!({
                 "name": op.name,
                 "rule": op.rule,
-                "inputs": op.inputs.iter().map(|&t| name(t)).collect::<Vec<_>>(),
-                "outputs": op.outputs.iter().map(|&t| name(t)).collect::<Vec<_>>(),
+                "inputs": bg.inputs(o).iter().map(|&t| name(t)).collect::<Vec<_>>(),
+                "outputs": bg.outputs(o).iter().map(|&t| name(t)).collect::<Vec<_>>(),
             });
-            if let OpKind::Grad { forward_inputs } = op.kind {
+            if let OpKind::Grad { forward_inputs } = bg.kind(o) {
                 let fwd = op.name.strip_suffix("_grad").unwrap_or(&op.name);
                 let no_grad = registry
                     .get(&op.rule)

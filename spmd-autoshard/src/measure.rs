@@ -167,32 +167,25 @@ impl<'r> Measurer<'r> {
         let mut flops = Vec::with_capacity(graph.ops().len());
         let mut step_flops = 0.0;
         let mut grad_flops = 0.0;
-        for op in graph.ops() {
-            let on_path = op.inputs.iter().any(|t| grad[t.index()]);
+        for o in graph.op_ids() {
+            let (op, inputs, outputs) = (graph.op(o), graph.inputs(o), graph.outputs(o));
+            let on_path = inputs.iter().any(|t| grad[t.index()]);
             if on_path {
-                for &t in &op.inputs {
+                for &t in inputs {
                     saved[t.index()] |= !graph.tensor(t).param;
                 }
-                for &t in &op.outputs {
+                for &t in outputs {
                     grad[t.index()] = true;
                 }
             }
             if VIEWS.contains(&op.rule.as_str())
-                && let (Some(&base), Some(&out)) = (op.inputs.first(), op.outputs.first())
+                && let (Some(&base), Some(&out)) = (inputs.first(), outputs.first())
             {
                 storage[out.index()] = storage[base.index()];
             }
-            let shapes = |ts: &[TensorId]| -> Vec<&[usize]> {
-                ts.iter()
-                    .map(|&t| graph.tensor(t).shape.as_slice())
-                    .collect()
-            };
-            let f = op_flops(
-                &op.rule,
-                &op.attrs,
-                &shapes(&op.inputs),
-                &shapes(&op.outputs),
-            );
+            let shapes =
+                |ts: &[TensorId]| -> Vec<&[usize]> { ts.iter().map(|&t| graph.shape(t)).collect() };
+            let f = op_flops(&op.rule, &op.attrs, &shapes(inputs), &shapes(outputs));
             step_flops += f;
             if on_path {
                 grad_flops += 2.0 * f;
@@ -254,8 +247,7 @@ impl<'r> Measurer<'r> {
         let mesh = self.graph.mesh();
         let mut compute = 0.0;
         for o in self.graph.op_ids() {
-            let op = self.graph.op(o);
-            compute += self.flops[o.index()] / split(mesh, &p, &op.outputs) as f64;
+            compute += self.flops[o.index()] / split(mesh, &p, self.graph.outputs(o)) as f64;
         }
         let mut collectives = BTreeMap::new();
         // (The plan reduces a result left partial: its collective is in it.)
@@ -292,26 +284,22 @@ impl<'r> Measurer<'r> {
         let mut shapes: Vec<&[usize]> = Vec::new();
         for o in bw.graph.op_ids() {
             let op = bw.graph.op(o);
-            let fwd = match op.kind {
+            let fwd = match bw.graph.kind(o) {
                 // A grad op reads the forward inputs, then one grad per
                 // forward output (shaped like it).
                 OpKind::Grad { forward_inputs } => {
-                    let at = forward_inputs.min(op.inputs.len());
+                    let at = forward_inputs.min(bw.graph.inputs(o).len());
                     shapes.clear();
-                    shapes.extend(
-                        op.inputs
-                            .iter()
-                            .map(|&t| bw.graph.tensor(t).shape.as_slice()),
-                    );
+                    shapes.extend(bw.graph.inputs(o).iter().map(|&t| bw.graph.shape(t)));
                     let (ins, outs) = shapes.split_at(at);
                     2.0 * op_flops(&op.rule, &op.attrs, ins, outs)
                 }
                 OpKind::Forward => {
-                    let numel = |t: &TensorId| bw.graph.tensor(*t).shape.iter().product::<usize>();
-                    op.outputs.iter().map(numel).sum::<usize>() as f64
+                    let numel = |t: &TensorId| bw.graph.shape(*t).iter().product::<usize>();
+                    bw.graph.outputs(o).iter().map(numel).sum::<usize>() as f64
                 }
             };
-            compute += fwd / split(mesh, &bp, &op.outputs) as f64;
+            compute += fwd / split(mesh, &bp, bw.graph.outputs(o)) as f64;
         }
         let compute_time = self.model.compute_time(compute, self.dtype);
         self.add_collectives(&mut collectives, "backward", &backward);
@@ -374,8 +362,7 @@ impl<'r> Measurer<'r> {
         let mesh = self.mesh();
         let bytes = self.dtype.bytes();
         let local = |t: TensorId| -> u64 {
-            let info = self.graph.tensor(t);
-            local_shape(&info.shape, p.attr(t), mesh)
+            local_shape(self.graph.shape(t), p.attr(t), mesh)
                 .iter()
                 .product::<usize>() as u64
         };

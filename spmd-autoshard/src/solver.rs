@@ -145,19 +145,10 @@ impl Strategy {
 
 /// Every distinct answer of op `o`'s rule to its inputs' even splits.
 fn strategies(graph: &Graph, o: OpId) -> Vec<Strategy> {
-    let op = graph.op(o);
     let mesh = graph.mesh();
     let m = mesh.rank();
-    let shapes: Vec<&[usize]> = op
-        .inputs
-        .iter()
-        .map(|&t| graph.tensor(t).shape.as_slice())
-        .collect();
-    let out_shapes: Vec<&[usize]> = op
-        .outputs
-        .iter()
-        .map(|&t| graph.tensor(t).shape.as_slice())
-        .collect();
+    let shapes: Vec<&[usize]> = graph.inputs(o).iter().map(|&t| graph.shape(t)).collect();
+    let out_shapes: Vec<&[usize]> = graph.outputs(o).iter().map(|&t| graph.shape(t)).collect();
     // Every (input, dim) a mesh dim may split.
     let slots: Vec<(usize, usize)> = shapes
         .iter()
@@ -278,7 +269,7 @@ fn fold(graph: &Graph) -> Folding {
     let mut layers: Vec<Vec<OpId>> = Vec::new();
     let mut current = None;
     for o in graph.op_ids() {
-        let i = graph.op(o).inputs.iter().find_map(|&t| layer_of(t));
+        let i = graph.inputs(o).iter().find_map(|&t| layer_of(t));
         if i.is_some() && i != current {
             current = i;
             layers.push(Vec::new());
@@ -300,21 +291,15 @@ fn fold(graph: &Graph) -> Folding {
         layers[l]
             .iter()
             .map(|&o| {
-                let op = graph.op(o);
-                let wires = op
-                    .inputs
+                let wires = graph
+                    .inputs(o)
                     .iter()
                     .map(|&t| {
                         let info = graph.tensor(t);
                         let Some(p) = info.producer else {
                             return Wire::Leaf(crate::space::pattern_of(&info.name));
                         };
-                        let out = graph
-                            .op(p)
-                            .outputs
-                            .iter()
-                            .position(|&x| x == t)
-                            .unwrap_or(0);
+                        let out = graph.outputs(p).iter().position(|&x| x == t).unwrap_or(0);
                         match place[p.index()] {
                             Some((pl, j)) if pl == l => Wire::Same(j, out),
                             Some((pl, j)) if pl + 1 == l => Wire::Previous(j, out),
@@ -333,11 +318,10 @@ fn fold(graph: &Graph) -> Folding {
         }
         for (&copy, &kept) in layers[l].iter().zip(&layers[1]) {
             folding.op[copy.index()] = kept;
-            let (a, b) = (graph.op(copy), graph.op(kept));
-            for (&x, &y) in a.outputs.iter().zip(&b.outputs) {
+            for (&x, &y) in graph.outputs(copy).iter().zip(graph.outputs(kept)) {
                 folding.tensor[x.index()] = y;
             }
-            for (&x, &y) in a.inputs.iter().zip(&b.inputs) {
+            for (&x, &y) in graph.inputs(copy).iter().zip(graph.inputs(kept)) {
                 if graph.tensor(x).producer.is_none() && x != y {
                     folding.tensor[x.index()] = y;
                 }
@@ -532,7 +516,7 @@ pub fn lower_bound(
         seen: HashMap::new(),
     };
     let local = |t: TensorId, a: &DistAttr| -> u64 {
-        local_shape(&graph.tensor(t).shape, a, mesh)
+        local_shape(graph.shape(t), a, mesh)
             .iter()
             .product::<usize>() as u64
     };
@@ -569,10 +553,10 @@ pub fn lower_bound(
         }
         let options: Vec<DistAttr> = match &info.annotation {
             Some(a) => vec![a.clone()],
-            None if info.consumers.is_empty() || info.shape.is_empty() => {
-                vec![DistAttr::replicated(info.shape.len())]
+            None if info.consumers.is_empty() || graph.shape(t).is_empty() => {
+                vec![DistAttr::replicated(graph.shape(t).len())]
             }
-            None => layouts(&info.shape, mesh.shape(), false)
+            None => layouts(graph.shape(t), mesh.shape(), false)
                 .into_iter()
                 .filter_map(|l| match l {
                     Layout::Fixed { attr, .. } => Some(attr),
@@ -617,7 +601,7 @@ pub fn lower_bound(
                 op: op.name.clone(),
             });
         }
-        let on_path = op.inputs.iter().any(|t| m.grad[t.index()]);
+        let on_path = graph.inputs(o).iter().any(|t| m.grad[t.index()]);
         let flops = m.flops[o.index()] * if on_path { 3.0 } else { 1.0 };
         let cols = p.choice(list.len());
         let mut here = Vec::with_capacity(list.len());
@@ -625,12 +609,12 @@ pub fn lower_bound(
             let mut cost = m
                 .model
                 .compute_time(flops / s.divide(graph) as f64, m.dtype());
-            for (&t, made) in op.outputs.iter().zip(&s.made) {
+            for (&t, made) in graph.outputs(o).iter().zip(&s.made) {
                 layout_of[t.index()].add(made, c);
                 if made.partial.is_partial() && graph.result_wanted_whole(t) {
                     let mut whole = made.clone();
                     whole.partial = Partial::NONE;
-                    cost += reshards.time(made, &whole, &graph.tensor(t).shape);
+                    cost += reshards.time(made, &whole, graph.shape(t));
                 }
                 if saved_base[t.index()] {
                     let n = copies[t.index()] as u64;
@@ -651,7 +635,7 @@ pub fn lower_bound(
     let mut edges: Vec<Edge> = Vec::new();
     let mut seen_edges: HashMap<Edge, ()> = HashMap::new();
     for o in graph.op_ids() {
-        for (k, &t) in graph.op(o).inputs.iter().enumerate() {
+        for (k, &t) in graph.inputs(o).iter().enumerate() {
             let e = edge_of(o, k, t);
             if seen_edges.insert(e, ()).is_none() {
                 edges.push(e);
@@ -706,7 +690,7 @@ pub fn lower_bound(
             }
         }
         let from = &layout_of[t.index()];
-        let shape = &info.shape;
+        let shape = graph.shape(t);
         let (f, _) = edge_costs(&mut p, from, &need, |a, b| {
             (reshards.time(a, b, shape), 0.0)
         });
@@ -730,7 +714,7 @@ pub fn lower_bound(
     for t in graph.tensor_ids() {
         let mut key: Vec<Edge> = Vec::new();
         for &o in &graph.tensor(t).consumers {
-            for (k, &x) in graph.op(o).inputs.iter().enumerate() {
+            for (k, &x) in graph.inputs(o).iter().enumerate() {
                 let e = edge_of(o, k, x);
                 if x == t && !key.contains(&e) {
                     key.push(e);
@@ -783,11 +767,10 @@ pub fn lower_bound(
             continue;
         };
         let read_otherwise = graph.tensor(t).consumers.iter().any(|&o| {
-            let op = graph.op(o);
             chosen[folding.op[o.index()].index()].iter().any(|(s, c)| {
                 set(*c)
-                    && op
-                        .inputs
+                    && graph
+                        .inputs(o)
                         .iter()
                         .zip(&s.needs)
                         .any(|(&i, need)| i == t && need != attr)

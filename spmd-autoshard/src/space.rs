@@ -77,20 +77,19 @@ impl Space {
             if info.producer.is_some()
                 || info.annotation.is_some()
                 || info.consumers.is_empty()
-                || info.shape.is_empty()
+                || graph.shape(t).is_empty()
             {
                 continue;
             }
             let pattern = pattern_of(&info.name);
-            match groups
-                .iter_mut()
-                .find(|g| g.pattern == pattern && g.shape == info.shape && g.param == info.param)
-            {
+            match groups.iter_mut().find(|g| {
+                g.pattern == pattern && g.shape == graph.shape(t) && g.param == info.param
+            }) {
                 Some(g) => g.tensors.push(t),
                 None => groups.push(Group {
                     pattern,
                     tensors: vec![t],
-                    shape: info.shape.clone(),
+                    shape: graph.shape(t).to_vec(),
                     param: info.param,
                 }),
             }

@@ -207,9 +207,8 @@ fn memory_matches_an_independent_count() {
         let p = propagate(&g).unwrap();
         let mesh = Mesh::new(&[2, 2]).unwrap();
         let local = |t: spmd_graph::TensorId| -> u64 {
-            let info = g.tensor(t);
             let a = p.attr(t);
-            info.shape
+            g.shape(t)
                 .iter()
                 .enumerate()
                 .map(|(d, &e)| {
@@ -236,12 +235,12 @@ fn memory_matches_an_independent_count() {
         let mut on_path = vec![false; g.tensors().len()];
         loop {
             let mut grew = false;
-            for op in g.ops() {
-                let reads = op
-                    .inputs
+            for op in g.op_ids() {
+                let reads = g
+                    .inputs(op)
                     .iter()
                     .any(|t| on_path[t.index()] || g.tensor(*t).param);
-                for t in &op.outputs {
+                for t in g.outputs(op) {
                     if reads && !on_path[t.index()] {
                         on_path[t.index()] = true;
                         grew = true;
@@ -255,22 +254,20 @@ fn memory_matches_an_independent_count() {
         let base = |mut t: spmd_graph::TensorId| {
             while let Some(o) = g.tensor(t).producer {
                 let op = g.op(o);
-
                 if !spmd_autoshard::measure::VIEWS.contains(&op.rule.as_str()) {
                     break;
                 }
-                t = op.inputs[0];
+                t = g.inputs(o)[0];
             }
             t
         };
         let mut saved = std::collections::BTreeSet::new();
-        for op in g.ops() {
-            if op
-                .inputs
+        for op in g.op_ids() {
+            if g.inputs(op)
                 .iter()
                 .any(|t| on_path[t.index()] || g.tensor(*t).param)
             {
-                for &t in op.inputs.iter().filter(|&&t| !g.tensor(t).param) {
+                for &t in g.inputs(op).iter().filter(|&&t| !g.tensor(t).param) {
                     saved.insert(base(t));
                 }
             }

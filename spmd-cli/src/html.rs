@@ -20,7 +20,7 @@ pub fn section(graph: &Graph, prop: &Propagation, plan: &ReshardPlan) -> Value {
             let op = graph.op(o);
             let names =
                 |ts: &[_]| -> Vec<String> { ts.iter().map(|&t| graph.tensor(t).name.clone()).collect() };
-            json!({ "name": op.name, "rule": op.rule, "inputs": names(&op.inputs), "outputs": names(&op.outputs) })
+            json!({ "name": op.name, "rule": op.rule, "inputs": names(graph.inputs(o)), "outputs": names(graph.outputs(o)) })
         })
         .collect();
     if let Value::Object(m) = &mut v {

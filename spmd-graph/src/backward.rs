@@ -164,9 +164,8 @@ pub fn backward_graph(
     // gradient flows through (in graph order).
     let mut needs_grad: Vec<bool> = forward.tensors().iter().map(|t| t.param).collect();
     for o in forward.op_ids() {
-        let op = forward.op(o);
-        if op.inputs.iter().any(|t| needs_grad[t.index()]) {
-            for t in &op.outputs {
+        if forward.inputs(o).iter().any(|t| needs_grad[t.index()]) {
+            for t in forward.outputs(o) {
                 needs_grad[t.index()] = forward.tensor(*t).differentiable;
             }
         }
@@ -181,23 +180,23 @@ pub fn backward_graph(
         if !contributions[t.index()].is_empty() {
             continue;
         }
-        let seed = fresh(&mut b, join(&["d", &info.name]), &info.shape)?;
+        let seed = fresh(&mut b, join(&["d", &info.name]), forward.shape(t))?;
         b.annotate(seed, complete(prop.attr(t)))?;
         sources.push((seed, Source::Complete(t)));
         contributions[t.index()].push(seed);
     }
     for o in forward.op_ids().rev() {
         let op = forward.op(o);
-        if op.kind != OpKind::Forward {
+        if forward.kind(o) != OpKind::Forward {
             return Err(GraphError::GradOfGrad {
                 op: op.name.clone(),
             });
         }
-        if op
-            .outputs
+        if forward
+            .outputs(o)
             .iter()
             .all(|t| contributions[t.index()].is_empty())
-            || !op.inputs.iter().any(|t| needs_grad[t.index()])
+            || !forward.inputs(o).iter().any(|t| needs_grad[t.index()])
         {
             // Nothing downstream needs a gradient from this op, or nothing
             // upstream takes one.
@@ -207,14 +206,14 @@ pub fn backward_graph(
         let mut called = spmd_core::RuleResult::default();
         let needs = requirements(forward, prop, o, &mut called)?;
         grad_inputs.clear();
-        for (i, (&t, need)) in op.inputs.iter().zip(needs).enumerate() {
+        for (i, (&t, need)) in forward.inputs(o).iter().zip(needs).enumerate() {
             let info = forward.tensor(t);
-            let saved = fresh(&mut b, join(&[&info.name, "@", &op.name]), &info.shape)?;
+            let saved = fresh(&mut b, join(&[&info.name, "@", &op.name]), forward.shape(t))?;
             b.annotate(saved, need.clone())?;
             sources.push((saved, Source::Required { op: o, input: i }));
             grad_inputs.push(saved);
         }
-        for &t in &op.outputs {
+        for &t in forward.outputs(o) {
             grad_inputs.push(accumulate(
                 &mut b,
                 &add,
@@ -231,12 +230,16 @@ pub fn backward_graph(
             })?
             .no_grad;
         grad_outputs.clear();
-        for (i, &t) in op.inputs.iter().enumerate() {
+        for (i, &t) in forward.inputs(o).iter().enumerate() {
             if no_grad.contains(op.slot(i)) {
                 continue;
             }
             let info = forward.tensor(t);
-            let g = fresh(&mut b, join(&["d", &info.name, "@", &op.name]), &info.shape)?;
+            let g = fresh(
+                &mut b,
+                join(&["d", &info.name, "@", &op.name]),
+                forward.shape(t),
+            )?;
             if needs_grad[t.index()] {
                 contributions[t.index()].push(g);
             }
@@ -248,7 +251,7 @@ pub fn backward_graph(
             &op.rule,
             op.attrs.clone(),
             OpKind::Grad {
-                forward_inputs: op.inputs.len(),
+                forward_inputs: forward.inputs(o).len(),
             },
             &grad_inputs,
             &grad_outputs,
@@ -319,7 +322,7 @@ fn accumulate(
     let info = forward.tensor(t);
     match parts.len() {
         0 => {
-            let zero = b.tensor(&join(&["d", &info.name, "@zero"]), &info.shape)?;
+            let zero = b.tensor(&join(&["d", &info.name, "@zero"]), forward.shape(t))?;
             parts.push(zero);
             Ok(zero)
         }
@@ -334,7 +337,7 @@ fn accumulate(
                 };
                 // `fresh`: a result the user reads whole is seeded as
                 // `d<name>` already, and its sum takes the next free name.
-                let out = fresh(b, out, &info.shape)?;
+                let out = fresh(b, out, forward.shape(t))?;
                 b.op_with(
                     format!("d{}_acc{k}", info.name),
                     "add",
@@ -417,12 +420,17 @@ mod tests {
         let g = b.build(&registry).unwrap();
         let p = propagate(&g).unwrap();
         let bw = backward_graph(&g, &p, &registry, &[z, y]).unwrap();
-        let acc = bw.graph.ops().iter().find(|o| o.name == "dy_acc1").unwrap();
-        let sum = bw.graph.tensor(acc.outputs[0]).name.as_str();
+        let acc = bw
+            .graph
+            .op_ids()
+            .find(|&o| bw.graph.op(o).name == "dy_acc1")
+            .unwrap();
+        let sum = bw.graph.tensor(bw.graph.outputs(acc)[0]).name.as_str();
         assert_eq!(sum, "dy~2");
         // The seed and z's contribution are what it adds.
-        let parts: Vec<&str> = acc
-            .inputs
+        let parts: Vec<&str> = bw
+            .graph
+            .inputs(acc)
             .iter()
             .map(|&t| bw.graph.tensor(t).name.as_str())
             .collect();

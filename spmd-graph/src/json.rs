@@ -310,11 +310,11 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
         mesh: graph.mesh().shape().to_vec(),
         dtype,
         tensors: graph
-            .tensors()
-            .iter()
-            .map(|t| TensorEntry {
+            .tensor_ids()
+            .map(|id| (id, graph.tensor(id)))
+            .map(|(id, t)| TensorEntry {
                 name: t.name.clone(),
-                shape: t.shape.clone(),
+                shape: graph.shape(id).to_vec(),
                 dims_mapping: t
                     .annotation
                     .as_ref()
@@ -332,15 +332,15 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
             })
             .collect(),
         ops: graph
-            .ops()
-            .iter()
-            .map(|op| OpEntry {
+            .op_ids()
+            .map(|o| (o, graph.op(o)))
+            .map(|(o, op)| OpEntry {
                 name: op.name.clone(),
                 op: op.rule.clone(),
                 attrs: attrs_json(&op.attrs),
                 inputs: {
-                    let mut present = op.inputs.iter();
-                    let slots = op.inputs.len() + op.absent.bits().count_ones() as usize;
+                    let mut present = graph.inputs(o).iter();
+                    let slots = graph.inputs(o).len() + op.absent.bits().count_ones() as usize;
                     (0..slots)
                         .map(|i| match op.absent.contains(i) {
                             true => None,
@@ -348,12 +348,12 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
                         })
                         .collect()
                 },
-                outputs: op
-                    .outputs
+                outputs: graph
+                    .outputs(o)
                     .iter()
                     .map(|&t| graph.tensor(t).name.clone())
                     .collect(),
-                forward_inputs: match op.kind {
+                forward_inputs: match graph.kind(o) {
                     OpKind::Grad { forward_inputs } => {
                         Some(forward_inputs + op.absent.bits().count_ones() as usize)
                     }

@@ -217,9 +217,8 @@ impl<'g> Propagator<'g> {
             graph,
             // Annotations are revealed by priority (`reveal`).
             attrs: graph
-                .tensors()
-                .iter()
-                .map(|t| DistAttr::replicated(t.shape.len()))
+                .tensor_ids()
+                .map(|t| DistAttr::replicated(graph.rank(t)))
                 .collect(),
             known: vec![false; n],
             fixed: graph
@@ -379,7 +378,7 @@ impl<'g> Propagator<'g> {
     fn backward(&mut self, o: OpId) -> Result<bool, GraphError> {
         let graph = self.graph;
         let outputs = graph.io(o).1;
-        if graph.op(o).kind != OpKind::Forward || self.check_done(o) || !self.any_known(outputs) {
+        if graph.kind(o) != OpKind::Forward || self.check_done(o) || !self.any_known(outputs) {
             return Ok(false);
         }
         self.stats.rule_calls += 1;

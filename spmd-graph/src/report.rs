@@ -247,7 +247,7 @@ pub fn text(graph: &Graph, prop: &Propagation, plan: &ReshardPlan) -> String {
             let info = graph.tensor(t);
             [
                 info.name.clone(),
-                shape_text(&info.shape),
+                shape_text(graph.shape(t)),
                 prop.attr(t).to_string(),
                 origin_text(graph, prop.origin(t)),
             ]
@@ -278,8 +278,8 @@ pub fn uneven_shards(graph: &Graph, prop: &Propagation) -> Vec<String> {
     let mut out = Vec::new();
     for t in graph.tensor_ids() {
         let info = graph.tensor(t);
-        for (d, (&extent, sharding)) in info
-            .shape
+        for (d, (&extent, sharding)) in graph
+            .shape(t)
             .iter()
             .zip(prop.attr(t).dims_mapping.as_slice())
             .enumerate()
@@ -328,7 +328,7 @@ pub fn json(graph: &Graph, prop: &Propagation, plan: &ReshardPlan) -> Value {
             let mut v = attr_json(a);
             if let Value::Object(m) = &mut v {
                 m.insert("name".into(), json!(info.name));
-                m.insert("shape".into(), json!(info.shape));
+                m.insert("shape".into(), json!(graph.shape(t)));
                 m.insert("origin".into(), json!(origin_text(graph, prop.origin(t))));
             }
             v

@@ -244,7 +244,7 @@ pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPl
             if !seen.insert((t, from.clone(), to.clone())) {
                 return;
             }
-            let shape = &graph.tensor(t).shape;
+            let shape = graph.shape(t);
             let steps = classify_sized(from, to, shape, graph.mesh().shape());
             let bytes = volumes(&steps, from, shape, graph.mesh(), dtype);
             reshards.push(Reshard {
@@ -256,15 +256,15 @@ pub fn plan(graph: &Graph, prop: &Propagation, dtype: DType) -> Result<ReshardPl
                 steps: steps.into_iter().zip(bytes).collect(),
             });
         };
-        for (i, (&t, need)) in op.inputs.iter().zip(needs).enumerate() {
+        for (i, (&t, need)) in graph.inputs(o).iter().zip(needs).enumerate() {
             add(Edge::Input(i), t, prop.attr(t), need);
         }
-        for (i, (&t, made)) in op.outputs.iter().zip(made).enumerate() {
+        for (i, (&t, made)) in graph.outputs(o).iter().zip(made).enumerate() {
             add(Edge::Output(i), t, made, prop.attr(t));
         }
         // A result the user reads partial would be read wrong: it is
         // reduced, in its layout otherwise.
-        for (i, &t) in op.outputs.iter().enumerate() {
+        for (i, &t) in graph.outputs(o).iter().enumerate() {
             let attr = prop.attr(t);
             if attr.partial.is_partial() && graph.result_wanted_whole(t) {
                 let mut whole = attr.clone();

@@ -78,12 +78,13 @@ fn weight_of_gradient(forward: &Graph, name: &str) -> Option<String> {
         if info.param {
             return Some(info.name.clone());
         }
-        let op = forward.op(info.producer?);
+        let producer = info.producer?;
+        let op = forward.op(producer);
         let views = ["aten.permute", "aten.view", "aten.t", "aten._to_copy"];
         if !views.contains(&op.rule.as_str()) {
             return None;
         }
-        t = op.inputs[0];
+        t = forward.inputs(producer)[0];
     }
     None
 }

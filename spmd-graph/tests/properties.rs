@@ -185,7 +185,7 @@ fn interleaved(a: &Spec, b_spec: &Spec, order: &[bool]) -> Graph {
 }
 
 fn valid(graph: &Graph, t: TensorId, a: &DistAttr) -> Result<(), String> {
-    let shape = &graph.tensor(t).shape;
+    let shape = graph.shape(t);
     if a.dims_mapping.rank() != shape.len() {
         return Err(format!(
             "rank {} for shape {shape:?}",

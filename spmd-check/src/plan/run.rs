@@ -54,7 +54,7 @@ pub fn check_plan(
     for t in graph.tensor_ids() {
         if graph.tensor(t).producer.is_none() {
             let dense = match inputs.constants.get(&graph.tensor(t).name) {
-                Some(&init) => constant(&graph.tensor(t).shape, init),
+                Some(&init) => constant(graph.shape(t), init),
                 None => input_value(graph, t, fwd.elems[t.index()]),
             };
             fwd.set_input(&sim, t, dense);
@@ -70,10 +70,10 @@ pub fn check_plan(
     let elems = vec![Elem::Float; bg.tensors().len()];
     let mut back = State::new(bg, bw.prop, bw.plan, elems, Phase::Backward);
     for (t, given) in bw.backward.given() {
-        let shape = &bg.tensor(t).shape;
+        let shape = bg.shape(t);
         match given {
             Given::Saved { op, input } => {
-                let ft = graph.op(op).inputs[input];
+                let ft = graph.inputs(op)[input];
                 back.elems[t.index()] = fwd.elems[ft.index()];
                 back.dense[t.index()] = fwd.dense[ft.index()].clone();
                 // The blocks the forward op read: what it saved.
@@ -105,7 +105,7 @@ pub fn footprint(graph: &Graph, prop: &Propagation, backward: Option<BackwardPla
         graph
             .tensor_ids()
             .map(|t| {
-                let shape = &graph.tensor(t).shape;
+                let shape = graph.shape(t);
                 let numel = |s: &[usize]| s.iter().product::<usize>() as u64;
                 let blocks: u64 = devices
                     .iter()
@@ -125,7 +125,7 @@ pub fn footprint(graph: &Graph, prop: &Propagation, backward: Option<BackwardPla
 /// magnitude, distinct; an embedding's ids below its table's rows; other
 /// integers counting up from 0 (positions); booleans true.
 fn input_value(graph: &Graph, t: TensorId, elem: Elem) -> Tensor {
-    let shape = &graph.tensor(t).shape;
+    let shape = graph.shape(t);
     match elem {
         Elem::Float => Tensor::probe(shape, 1 + t.0 as u64, Values::NearOne).map(|v| v * 0.5),
         Elem::Bool => Tensor::full(shape, 1.0),
@@ -171,8 +171,8 @@ fn id_rows(graph: &Graph, t: TensorId) -> Option<usize> {
             "embedding" | "lookup_table_v2" => (0, 1),
             _ => continue,
         };
-        if op.inputs.get(ids) == Some(&t) {
-            return op.inputs.get(table).map(|&w| graph.tensor(w).shape[0]);
+        if graph.inputs(o).get(ids) == Some(&t) {
+            return graph.inputs(o).get(table).map(|&w| graph.shape(w)[0]);
         }
     }
     None
@@ -337,7 +337,7 @@ impl Sim<'_> {
         r: &Reshard,
         value: &Dist,
     ) -> Result<Dist, Divergence> {
-        let shape = &state.graph.tensor(r.tensor).shape;
+        let shape = state.graph.shape(r.tensor);
         let mut v = value.clone();
         for (step, _) in &r.steps {
             v = v
@@ -378,8 +378,8 @@ impl Sim<'_> {
             return Err(at(state, o, None, None, None, Finding::NoKernel));
         };
         // The op's inputs as it reads them.
-        let mut used: Vec<Dist> = Vec::with_capacity(op.inputs.len());
-        for (i, &t) in op.inputs.iter().enumerate() {
+        let mut used: Vec<Dist> = Vec::with_capacity(graph.inputs(o).len());
+        for (i, &t) in graph.inputs(o).iter().enumerate() {
             let current = state.dist[t.index()]
                 .clone()
                 .expect("an op's inputs exist before it runs");
@@ -410,7 +410,7 @@ impl Sim<'_> {
         }
         let outputs = self.compute(state, o, kernel, &used, &answer.outputs)?;
         self.summary.ops += 1;
-        for (k, (&t, (dense, value))) in op.outputs.iter().zip(outputs).enumerate() {
+        for (k, (&t, (dense, value))) in graph.outputs(o).iter().zip(outputs).enumerate() {
             state.dense[t.index()] = Some(dense);
             self.verify(state, o, t, Moment::Computed(k), &value)?;
             let target = state.prop.attr(t).clone();
@@ -463,11 +463,13 @@ impl Sim<'_> {
     ) -> Result<Vec<(Tensor, Dist)>, Divergence> {
         let graph = state.graph;
         let op = graph.op(o);
-        let shape = |t: TensorId| graph.tensor(t).shape.as_slice();
+        let shape = |t: TensorId| graph.shape(t);
         // The op's input slots: the absent ones empty.
-        let (n_forward, grads) = match op.kind {
-            OpKind::Forward => (op.inputs.len(), 0),
-            OpKind::Grad { forward_inputs } => (forward_inputs, op.inputs.len() - forward_inputs),
+        let (n_forward, grads) = match graph.kind(o) {
+            OpKind::Forward => (graph.inputs(o).len(), 0),
+            OpKind::Grad { forward_inputs } => {
+                (forward_inputs, graph.inputs(o).len() - forward_inputs)
+            }
         };
         let slots = n_forward + op.absent.bits().count_ones() as usize;
         let mut slot_of = Vec::with_capacity(n_forward);
@@ -476,7 +478,7 @@ impl Sim<'_> {
                 slot_of.push(j);
             }
         }
-        let no_grad = match op.kind {
+        let no_grad = match graph.kind(o) {
             OpKind::Forward => TensorSet::EMPTY,
             OpKind::Grad { .. } => {
                 self.registry
@@ -487,23 +489,23 @@ impl Sim<'_> {
         };
         // The grad op's outputs, by the slot whose gradient each is.
         let mut grad_slot = Vec::new();
-        if grads > 0 || matches!(op.kind, OpKind::Grad { .. }) {
+        if grads > 0 || matches!(graph.kind(o), OpKind::Grad { .. }) {
             for j in 0..slots {
                 if !no_grad.contains(j) && !op.absent.contains(j) {
                     grad_slot.push(j);
                 }
             }
             // A grad op may list fewer outputs (the tail of its slots).
-            grad_slot.truncate(op.outputs.len());
+            grad_slot.truncate(graph.outputs(o).len());
         }
         let run = |blocks: &dyn Fn(usize) -> Vec<Range<usize>>,
                    values: &dyn Fn(usize) -> Tensor,
                    outs: &dyn Fn(usize) -> Vec<Range<usize>>|
          -> Result<Vec<Tensor>, String> {
-            let vals: Vec<Tensor> = (0..op.inputs.len()).map(values).collect();
-            let bls: Vec<Vec<Range<usize>>> = (0..op.inputs.len()).map(blocks).collect();
-            let args: Vec<Arg<'_>> = op
-                .inputs
+            let vals: Vec<Tensor> = (0..graph.inputs(o).len()).map(values).collect();
+            let bls: Vec<Vec<Range<usize>>> = (0..graph.inputs(o).len()).map(blocks).collect();
+            let args: Vec<Arg<'_>> = graph
+                .inputs(o)
                 .iter()
                 .enumerate()
                 .map(|(i, &t)| Arg {
@@ -513,9 +515,10 @@ impl Sim<'_> {
                     elem: state.elems[t.index()],
                 })
                 .collect();
-            let out_blocks: Vec<Vec<Range<usize>>> = (0..op.outputs.len()).map(outs).collect();
-            let wants: Vec<Want<'_>> = op
-                .outputs
+            let out_blocks: Vec<Vec<Range<usize>>> =
+                (0..graph.outputs(o).len()).map(outs).collect();
+            let wants: Vec<Want<'_>> = graph
+                .outputs(o)
                 .iter()
                 .zip(&out_blocks)
                 .map(|(&t, b)| Want {
@@ -527,7 +530,7 @@ impl Sim<'_> {
             for (k, &j) in slot_of.iter().enumerate() {
                 inputs[j] = Some(args[k]);
             }
-            let outputs = match op.kind {
+            let outputs = match graph.kind(o) {
                 OpKind::Forward => (kernel.forward)(&Call {
                     op: &op.rule,
                     attrs: &op.attrs,
@@ -578,13 +581,13 @@ impl Sim<'_> {
         };
         // Dense: whole tensors.
         let dense = run(
-            &|i| whole_block(shape(op.inputs[i])),
+            &|i| whole_block(shape(graph.inputs(o)[i])),
             &|i| {
-                state.dense[op.inputs[i].index()]
+                state.dense[graph.inputs(o)[i].index()]
                     .clone()
                     .expect("inputs have dense values")
             },
-            &|k| whole_block(shape(op.outputs[k])),
+            &|k| whole_block(shape(graph.outputs(o)[k])),
         )
         .map_err(|message| {
             at(
@@ -601,19 +604,26 @@ impl Sim<'_> {
         })?;
         // Every device: its blocks.
         let mut blocks: Vec<Vec<Tensor>> =
-            vec![Vec::with_capacity(self.devices.len()); op.outputs.len()];
+            vec![Vec::with_capacity(self.devices.len()); graph.outputs(o).len()];
         for d in self.devices {
             let out = run(
                 &|i| {
                     ranges(
-                        shape(op.inputs[i]),
+                        shape(graph.inputs(o)[i]),
                         &used[i].attr.dims_mapping,
                         self.mesh,
                         d,
                     )
                 },
                 &|i| used[i].blocks[d.rank].clone(),
-                &|k| ranges(shape(op.outputs[k]), &made[k].dims_mapping, self.mesh, d),
+                &|k| {
+                    ranges(
+                        shape(graph.outputs(o)[k]),
+                        &made[k].dims_mapping,
+                        self.mesh,
+                        d,
+                    )
+                },
             )
             .map_err(|message| {
                 at(

@@ -9,7 +9,7 @@ use spmd_core::{
     Attrs, DistAttr, Mesh, Registry, Spec, SpmdError, SpmdRule, SpmdRuleExt, TensorSet,
 };
 
-use super::{Graph, OpId, OpInfo, OpKind, Stage, TensorId, TensorInfo};
+use super::{Graph, OpId, OpInfo, OpKind, Stage, Structure, TensorId, TensorInfo};
 use crate::error::{GraphError, MissingRule};
 
 /// Builds a [`Graph`] op by op. Ops must be added in a topological order
@@ -23,6 +23,9 @@ pub struct GraphBuilder {
     /// tensor); the names themselves live in `tensors`, not again as keys.
     names: hashbrown::HashTable<TensorId>,
     ops: Vec<OpInfo>,
+    /// Every op's tensors and kind, every tensor's shape: what the graph
+    /// keeps as built.
+    structure: Structure,
     /// Per op: its rule when the caller built it already (a derived graph
     /// reusing a built graph's rules); `build` builds the others.
     prebuilt: Vec<Option<Prebuilt>>,
@@ -51,23 +54,20 @@ impl GraphBuilder {
     /// A forward op's declared output shapes must be what its inputs give:
     /// its rule runs once on replicated inputs with the outputs' shapes, and
     /// a disagreement names the op and the tensor.
-    fn check_declared_shapes(&self, op: &OpInfo, rule: &dyn SpmdRule) -> Result<(), GraphError> {
-        let replicated: Vec<DistAttr> = op
-            .inputs
+    fn check_declared_shapes(&self, o: OpId, rule: &dyn SpmdRule) -> Result<(), GraphError> {
+        let op = &self.ops[o.index()];
+        let structure = &self.structure;
+        let (op_inputs, op_outputs) = structure.io(o);
+        let replicated: Vec<DistAttr> = op_inputs
             .iter()
-            .map(|t| DistAttr::replicated(self.tensors[t.index()].shape.len()))
+            .map(|&t| DistAttr::replicated(structure.rank(t)))
             .collect();
-        let inputs: Vec<Spec<'_>> = op
-            .inputs
+        let inputs: Vec<Spec<'_>> = op_inputs
             .iter()
             .zip(&replicated)
-            .map(|(t, a)| Spec::new(&self.tensors[t.index()].shape, a))
+            .map(|(&t, a)| Spec::new(structure.shape(t), a))
             .collect();
-        let output_shapes: Vec<&[usize]> = op
-            .outputs
-            .iter()
-            .map(|t| self.tensors[t.index()].shape.as_slice())
-            .collect();
+        let output_shapes: Vec<&[usize]> = op_outputs.iter().map(|&t| structure.shape(t)).collect();
         let call = spmd_core::Call::forward_with_output_shapes(&self.mesh, &inputs, &output_shapes);
         let Err(source) = rule.infer(&call, None) else {
             return Ok(());
@@ -78,7 +78,7 @@ impl GraphBuilder {
             | SpmdError::CompoundExtent { tensor, .. }
                 if tensor.role == spmd_core::Role::Output =>
             {
-                op.outputs.get(tensor.index)
+                op_outputs.get(tensor.index)
             }
             _ => None,
         };
@@ -101,6 +101,7 @@ impl GraphBuilder {
             tensors: Vec::new(),
             names: hashbrown::HashTable::new(),
             ops: Vec::new(),
+            structure: Structure::default(),
             prebuilt: Vec::new(),
         }
     }
@@ -151,9 +152,9 @@ impl GraphBuilder {
             return Ok(Err(name));
         };
         slot.insert(id);
+        self.structure.push_tensor(shape);
         self.tensors.push(TensorInfo {
             name,
-            shape: shape.to_vec(),
             annotation: None,
             priority: 0,
             param: false,
@@ -189,7 +190,7 @@ impl GraphBuilder {
     ) -> Result<(), GraphError> {
         self.check_ids("annotate", &[t])?;
         let info = &self.tensors[t.index()];
-        check_attr(&self.mesh, &info.name, &info.shape, &attr)?;
+        check_attr(&self.mesh, &info.name, self.structure.shape(t), &attr)?;
         let info = &mut self.tensors[t.index()];
         info.annotation = Some(attr);
         info.priority = priority;
@@ -277,7 +278,7 @@ impl GraphBuilder {
     ///     &[Some(x), None, None], &[y, mean, rstd],
     /// )?;
     /// let graph = b.build(&spmd_ops::builtins())?;
-    /// assert_eq!(graph.op(norm).inputs, [x]);
+    /// assert_eq!(graph.inputs(norm), [x]);
     /// assert!(graph.op(norm).absent.contains(2));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -355,11 +356,9 @@ impl GraphBuilder {
             name,
             rule: rule.into(),
             attrs,
-            kind,
-            inputs: inputs.to_vec(),
             absent: TensorSet::EMPTY,
-            outputs: outputs.to_vec(),
         });
+        self.structure.push_op(kind, inputs, outputs);
         self.prebuilt.push(prebuilt);
         Ok(id)
     }
@@ -440,7 +439,8 @@ impl GraphBuilder {
         let mut stages = Vec::with_capacity(self.ops.len());
         let mut prebuilt = std::mem::take(&mut self.prebuilt);
         for (i, op) in self.ops.iter().enumerate() {
-            for &t in &op.inputs {
+            let o = OpId(i as u32);
+            for &t in self.structure.io(o).0 {
                 if let Some(p) = self.tensors[t.index()].producer
                     && p.index() >= i
                 {
@@ -461,7 +461,7 @@ impl GraphBuilder {
                                 op: op.name.clone(),
                                 source,
                             })?;
-                    let stage = match op.kind {
+                    let stage = match self.structure.kind(o) {
                         OpKind::Forward => registry.get(&op.rule).map_or(Stage::Other, Stage::of),
                         OpKind::Grad { .. } => Stage::Other,
                     };
@@ -479,32 +479,13 @@ impl GraphBuilder {
                     (rule, stage)
                 }
             };
-            if check_calls && op.kind == OpKind::Forward {
-                self.check_declared_shapes(op, &*rule)?;
+            if check_calls && self.structure.kind(o) == OpKind::Forward {
+                self.check_declared_shapes(o, &*rule)?;
             }
             stages.push(stage);
             rules.push(rule);
         }
-        let (signatures, shared) = super::signature::signatures(&self.ops, &self.tensors);
-        let mut flat = Vec::new();
-        let mut spans = Vec::with_capacity(self.ops.len());
-        for op in &self.ops {
-            spans.push((
-                flat.len() as u32,
-                op.inputs.len() as u32,
-                op.outputs.len() as u32,
-            ));
-            flat.extend_from_slice(&op.inputs);
-            flat.extend_from_slice(&op.outputs);
-        }
-        let ranks = self.tensors.iter().map(|t| t.shape.len() as u32).collect();
-        let mut dims = Vec::with_capacity(self.tensors.iter().map(|t| t.shape.len()).sum());
-        let mut dims_at = Vec::with_capacity(self.tensors.len());
-        for t in &self.tensors {
-            dims_at.push(dims.len() as u32);
-            dims.extend_from_slice(&t.shape);
-        }
-        let kinds = self.ops.iter().map(|op| op.kind).collect();
+        let (signatures, shared) = super::signature::signatures(&self.ops, &self.structure);
         let n_tensors = self.tensors.len();
         let graph = Graph {
             mesh: self.mesh,
@@ -514,12 +495,7 @@ impl GraphBuilder {
             stages,
             signatures,
             shared,
-            flat,
-            spans,
-            ranks,
-            dims,
-            dims_at,
-            kinds,
+            structure: self.structure,
             prepared: Vec::new(),
             results: vec![false; n_tensors],
         };
@@ -529,9 +505,8 @@ impl GraphBuilder {
             return Ok(graph);
         }
         let replicated: Vec<DistAttr> = graph
-            .tensors
-            .iter()
-            .map(|t| DistAttr::replicated(t.shape.len()))
+            .tensor_ids()
+            .map(|t| DistAttr::replicated(graph.rank(t)))
             .collect();
         for o in graph.op_ids() {
             let op = graph.op(o);
@@ -541,22 +516,22 @@ impl GraphBuilder {
                     op: op.name.clone(),
                     source,
                 })?;
-            if r.outputs.len() != op.outputs.len() {
+            let outputs = graph.outputs(o);
+            if r.outputs.len() != outputs.len() {
                 return Err(GraphError::Arity {
                     op: op.name.clone(),
                     rule: op.rule.clone(),
                     what: "outputs",
-                    found: op.outputs.len(),
+                    found: outputs.len(),
                     expected: format!("gives {}", r.outputs.len()),
                 });
             }
-            for (&t, a) in op.outputs.iter().zip(&r.outputs) {
-                let info = graph.tensor(t);
-                if a.dims_mapping.rank() != info.shape.len() {
+            for (&t, a) in outputs.iter().zip(&r.outputs) {
+                if a.dims_mapping.rank() != graph.rank(t) {
                     return Err(GraphError::RankMismatch {
                         op: op.name.clone(),
-                        tensor: info.name.clone(),
-                        expected: info.shape.len(),
+                        tensor: graph.tensor(t).name.clone(),
+                        expected: graph.rank(t),
                         found: a.dims_mapping.rank(),
                     });
                 }

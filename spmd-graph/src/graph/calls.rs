@@ -62,7 +62,7 @@ impl Graph {
 
     /// Op `o`'s forward calls prepared (see `prepared`).
     pub(super) fn prepare(&self, o: OpId) -> Prepared {
-        if self.kinds[o.index()] != OpKind::Forward || self.shared[o.index()] {
+        if self.kind(o) != OpKind::Forward || self.shared[o.index()] {
             return Prepared::NONE;
         }
         let (inputs, outputs) = self.io(o);
@@ -111,7 +111,7 @@ impl Graph {
             specs.push(Spec::new(self.shape(t), attr));
         }
         let rule = &*self.rules[o.index()];
-        match self.kinds[o.index()] {
+        match self.kind(o) {
             // The graph declares every output's shape: rules that read them
             // (a replicated fallback, a creation-like op) need them, the
             // others check them.

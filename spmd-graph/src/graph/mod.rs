@@ -2,8 +2,9 @@
 //! that name a registry rule with its attributes, and the builder that checks
 //! it all once, so that propagation never looks a rule up by name.
 //!
-//! `builder` checks and builds a graph, `signature` groups the ops that
-//! answer alike, `calls` runs an op's rule on a set of attrs.
+//! `builder` checks and builds a graph, `structure` holds every op's
+//! tensors and every tensor's shape in flat arrays, `signature` groups the
+//! ops that answer alike, `calls` runs an op's rule on a set of attrs.
 
 use std::sync::Arc;
 
@@ -15,9 +16,11 @@ mod absent;
 mod builder;
 mod calls;
 mod signature;
+mod structure;
 
 pub use builder::GraphBuilder;
 pub(crate) use builder::{Prebuilt, check_attr};
+use structure::Structure;
 
 /// A tensor of a graph: its index in [`Graph::tensors`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,12 +54,11 @@ pub enum OpKind {
     Grad { forward_inputs: usize },
 }
 
-/// One tensor: a name, its global shape, and the user's annotation if any
-/// (never changed by propagation).
+/// One tensor: a name and the user's annotation if any (never changed by
+/// propagation). Its shape is [`Graph::shape`].
 #[derive(Clone, Debug)]
 pub struct TensorInfo {
     pub name: String,
-    pub shape: Vec<usize>,
     pub annotation: Option<DistAttr>,
     /// The annotation's priority, as in Shardy: 0 (the default) propagates
     /// first, then 1, and so on (see the crate docs).
@@ -73,21 +75,19 @@ pub struct TensorInfo {
     pub consumers: Vec<OpId>,
 }
 
-/// One op: a display name, the registry rule with its attributes, and its
-/// tensors.
+/// One op: a display name and the registry rule with its attributes. Its
+/// tensors are [`Graph::inputs`] and [`Graph::outputs`], its kind
+/// [`Graph::kind`].
 #[derive(Clone, Debug)]
 pub struct OpInfo {
     pub name: String,
     pub rule: String,
     pub attrs: Attrs,
-    pub kind: OpKind,
-    /// The present inputs, in the order of the rule's input slots.
-    pub inputs: Vec<TensorId>,
     /// The rule's input slots left absent (optional tensors given as
-    /// `None`, `null` in a graph file); `inputs` fills the others in order.
-    /// For a grad op, the slots of its forward op's inputs.
+    /// `None`, `null` in a graph file); the op's present inputs fill the
+    /// others in order. For a grad op, the slots of its forward op's
+    /// inputs.
     pub absent: TensorSet,
-    pub outputs: Vec<TensorId>,
 }
 
 impl OpInfo {
@@ -138,7 +138,7 @@ impl Stage {
 /// b.annotate(w, DistAttr::from_paddle(&[-1, 0]).unwrap())?;
 /// let y = b.apply("mm", "matmul", Attrs::new(), &[x, w], ("y", &[8, 32]))?;
 /// let graph = b.build(&spmd_ops::builtins())?;
-/// assert_eq!(graph.tensor(y).shape, [8, 32]);
+/// assert_eq!(graph.shape(y), [8, 32]);
 /// # Ok::<(), spmd_graph::GraphError>(())
 /// ```
 #[derive(Clone)]
@@ -154,20 +154,8 @@ pub struct Graph {
     pub(crate) signatures: Vec<u32>,
     /// Whether another op shares the signature (only then can the memo hit).
     pub(crate) shared: Vec<bool>,
-    /// Every op's inputs then outputs, op after op in one array: the sweeps
-    /// read them in order instead of chasing one allocation per op.
-    flat: Vec<TensorId>,
-    /// Per op: where its tensors start in `flat` and how many inputs.
-    spans: Vec<(u32, u32, u32)>,
-    /// Each tensor's rank, compact for the same reason.
-    ranks: Vec<u32>,
-    /// Every tensor's shape, one after the other, and where each starts:
-    /// a rule call reads its tensors' shapes from here, not through one
-    /// allocation per tensor (at 100k ops those were cache misses).
-    dims: Vec<usize>,
-    dims_at: Vec<u32>,
-    /// Each op's kind, compact.
-    kinds: Vec<OpKind>,
+    /// Every op's tensors and kind, every tensor's shape.
+    structure: Structure,
     /// Per forward op that shares its signature with no other (the memo
     /// answers the others): its rule's forward calls prepared for its
     /// shapes (`SpmdRule::prepare`; `Prepared::NONE` when nothing compiles);
@@ -216,27 +204,36 @@ impl Graph {
     pub fn stage(&self, o: OpId) -> Stage {
         self.stages[o.index()]
     }
-    /// An op's input and output tensors, from the compact layout.
+    /// Op `o`'s present inputs, in the order of its rule's input slots.
+    #[inline]
+    pub fn inputs(&self, o: OpId) -> &[TensorId] {
+        self.structure.io(o).0
+    }
+    /// Op `o`'s outputs.
+    #[inline]
+    pub fn outputs(&self, o: OpId) -> &[TensorId] {
+        self.structure.io(o).1
+    }
+    /// How op `o` calls its rule.
+    #[inline]
+    pub fn kind(&self, o: OpId) -> OpKind {
+        self.structure.kind(o)
+    }
+    /// Op `o`'s inputs and outputs.
     #[inline]
     pub(crate) fn io(&self, o: OpId) -> (&[TensorId], &[TensorId]) {
-        let (start, n_in, n_out) = self.spans[o.index()];
-        let (start, n_in, n_out) = (start as usize, n_in as usize, n_out as usize);
-        self.flat[start..start + n_in + n_out].split_at(n_in)
+        self.structure.io(o)
     }
-
+    /// Tensor `t`'s global shape.
     #[inline]
-    pub(crate) fn rank(&self, t: TensorId) -> usize {
-        self.ranks[t.index()] as usize
+    pub fn shape(&self, t: TensorId) -> &[usize] {
+        self.structure.shape(t)
     }
-
-    /// A tensor's shape, from the compact layout.
     #[inline]
-    pub(crate) fn shape(&self, t: TensorId) -> &[usize] {
-        let start = self.dims_at[t.index()] as usize;
-        &self.dims[start..start + self.ranks[t.index()] as usize]
+    pub fn rank(&self, t: TensorId) -> usize {
+        self.structure.rank(t)
     }
 
-    /// The tensor called `name`.
     /// Replaces tensor `t`'s annotation (`None` removes it), checked as
     /// [`GraphBuilder::annotate_with_priority`] checks one. A search that
     /// tries many plans on one graph changes its annotations in place
@@ -255,18 +252,26 @@ impl Graph {
         if let Some((attr, _)) = &annotation
             && info.annotation.as_ref() != Some(attr)
         {
-            check_attr(&self.mesh, &info.name, &info.shape, attr)?;
+            check_attr(&self.mesh, &info.name, self.structure.shape(t), attr)?;
         }
         info.priority = annotation.as_ref().map_or(0, |&(_, p)| p);
         info.annotation = annotation.map(|(a, _)| a);
         Ok(())
     }
 
+    /// The tensor called `name`.
     pub fn find(&self, name: &str) -> Option<TensorId> {
         self.tensors
             .iter()
             .position(|t| t.name == name)
             .map(|i| TensorId(i as u32))
+    }
+    /// The op called `name`.
+    pub fn find_op(&self, name: &str) -> Option<OpId> {
+        self.ops
+            .iter()
+            .position(|op| op.name == name)
+            .map(|i| OpId(i as u32))
     }
     /// Whether tensor `t` is a result of the graph, what its user reads:
     /// a result left partial is reduced by the reshard plan. A graph file's

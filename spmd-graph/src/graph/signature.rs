@@ -4,24 +4,29 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-use super::{OpInfo, OpKind, TensorInfo};
+use super::{OpId, OpInfo, OpKind, Structure};
 
 /// Each op's signature, and whether another op shares it (only then can the
 /// memo hit). Keyed by a hash of rule, attributes, kind and shapes, with
 /// the representative op compared on a hash match: no text.
-pub(super) fn signatures(ops: &[OpInfo], tensors: &[TensorInfo]) -> (Vec<u32>, Vec<bool>) {
-    let same = |a: &OpInfo, b: &OpInfo| {
+pub(super) fn signatures(ops: &[OpInfo], structure: &Structure) -> (Vec<u32>, Vec<bool>) {
+    let tensors = |i: usize| {
+        let (inputs, outputs) = structure.io(OpId(i as u32));
+        (inputs.len(), outputs.len(), inputs.iter().chain(outputs))
+    };
+    let same = |i: usize, j: usize| {
+        let (a, b) = (&ops[i], &ops[j]);
+        let (a_in, a_out, a_tensors) = tensors(i);
+        let (b_in, b_out, b_tensors) = tensors(j);
         a.rule == b.rule
             && a.attrs == b.attrs
-            && a.kind == b.kind
+            && structure.kind(OpId(i as u32)) == structure.kind(OpId(j as u32))
             && a.absent == b.absent
-            && a.inputs.len() == b.inputs.len()
-            && a.outputs.len() == b.outputs.len()
-            && a.inputs
-                .iter()
-                .chain(&a.outputs)
-                .zip(b.inputs.iter().chain(&b.outputs))
-                .all(|(x, y)| tensors[x.index()].shape == tensors[y.index()].shape)
+            && a_in == b_in
+            && a_out == b_out
+            && a_tensors
+                .zip(b_tensors)
+                .all(|(&x, &y)| structure.shape(x) == structure.shape(y))
     };
     let mut by_hash: HashMap<
         u64,
@@ -39,13 +44,13 @@ pub(super) fn signatures(ops: &[OpInfo], tensors: &[TensorInfo]) -> (Vec<u32>, V
                 name.hash(&mut h);
                 hash_attr(value, &mut h);
             }
-            matches!(op.kind, OpKind::Forward).hash(&mut h);
+            matches!(structure.kind(OpId(i as u32)), OpKind::Forward).hash(&mut h);
             op.absent.bits().hash(&mut h);
-            for t in op.inputs.iter().chain(&op.outputs) {
-                tensors[t.index()].shape.hash(&mut h);
+            for &t in tensors(i).2 {
+                structure.shape(t).hash(&mut h);
             }
             let bucket = by_hash.entry(h.finish()).or_default();
-            match bucket.iter().find(|&&(j, _)| same(&ops[j], op)) {
+            match bucket.iter().find(|&&(j, _)| same(j, i)) {
                 Some(&(_, sig)) => sig,
                 None => {
                     bucket.push((i, n_signatures));
