@@ -304,7 +304,7 @@ impl Run<'_, '_, '_> {
         if s.is_replicated() {
             return s;
         }
-        let extent = self.extent[a as usize];
+        let extent = self.extent(a);
         // Mesh::new guarantees the whole mesh's product fits in a usize.
         let mut product: usize = s.iter().map(|m| self.mesh.dim(m)).product();
         while let Some(last) = s.last() {
@@ -321,7 +321,7 @@ impl Run<'_, '_, '_> {
     /// `s` without its trailing mesh dims until every device's block of
     /// axis `a` holds at least one element (extent ≥ shards).
     fn trim_empty<T: Trace + ?Sized>(&self, a: u8, mut s: Sharding, trace: &mut T) -> Sharding {
-        let extent = self.extent[a as usize];
+        let extent = self.extent(a);
         while let Some(last) = s.last() {
             let product: usize = s.iter().map(|m| self.mesh.dim(m)).product();
             if extent != UNKNOWN && extent >= product {

@@ -40,7 +40,7 @@ pub(crate) mod state;
 
 pub(crate) use answer::Sink;
 pub(crate) use program::{Direction, Given, Program};
-use state::{Extents, Run};
+use state::Run;
 
 /// Answers `call` by `rule` into `sink`: compiles it, then runs it.
 #[inline]
@@ -89,15 +89,22 @@ pub(crate) fn infer_keyed<T: Trace + ?Sized, S: Sink>(
 /// A call's shapes compiled for a rule: the program, and the extents the
 /// shapes give. What a prepared call keeps and the cache holds; it
 /// answers every call with those shapes.
+///
+/// Laid out in the order a call reads it (`repr(C)` keeps the order): a
+/// graph keeps one per op, and at 100k ops every cache line a call
+/// touches is a miss.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub(crate) struct Compiled {
-    pub(crate) prog: Program,
-    pub(crate) extent: Extents,
     /// The call it was compiled for: its direction, absent tensors, and
     /// the shapes it gives (see `Call::push_shapes`).
     direction: Direction,
     absent: crate::optional::Absent,
     shapes: SmallVec<[usize; 16]>,
+    pub(crate) prog: Program,
+    /// Each axis's extent, one per axis of the program (compact: a
+    /// prepared call keeps one per op of a graph).
+    pub(crate) extent: SmallVec<[usize; 8]>,
 }
 
 impl Compiled {
@@ -105,7 +112,7 @@ impl Compiled {
     pub(crate) fn empty() -> Compiled {
         Compiled {
             prog: Program::empty(),
-            extent: [state::UNKNOWN; 64],
+            extent: SmallVec::new(),
             direction: Direction::Forward,
             absent: crate::optional::Absent::NONE,
             shapes: SmallVec::new(),
@@ -145,7 +152,9 @@ impl Compiled {
             extent: [state::UNKNOWN; 64],
         };
         learner.learn_all(|s| slot_shape(&self.prog, call, s))?;
-        self.extent = learner.extent;
+        self.extent.clear();
+        self.extent
+            .extend_from_slice(&learner.extent[..usize::from(self.prog.n_axes)]);
         let prog = &mut self.prog;
         let shapes: SmallVec<[&[usize]; 8]> = (0..prog.slots.len())
             .map(|s| slot_shape(prog, call, s))
@@ -329,7 +338,7 @@ fn slot_shape<'c>(prog: &Program, call: &Call<'c>, s: usize) -> &'c [usize] {
 pub(crate) fn run<T: Trace + ?Sized, S: Sink>(
     rule: &EinsumRule<'_>,
     prog: &Program,
-    extent: &Extents,
+    extent: &[usize],
     call: &Call<'_>,
     checked: bool,
     trace: &mut T,

@@ -116,8 +116,10 @@ pub(crate) struct Slot {
 }
 
 /// A call compiled for its rule (see the module docs). Owned: a prepared
-/// call keeps one.
+/// call keeps one. Its fields are in the order a run reads them (see
+/// `Compiled`): the scalars and sets, the dims, then the slots.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub(crate) struct Program {
     pub(crate) direction: Direction,
     pub(crate) n_labels: u8,
@@ -134,11 +136,6 @@ pub(crate) struct Program {
     /// outputs the rest. Grad: the grad op's tensors are `0..n_tensors`,
     /// its output grads `n_tensors..n_given`.
     pub(crate) n_tensors: u8,
-    pub(crate) slots: SmallVec<[Slot; 6]>,
-    pub(crate) dims: SmallVec<[DimCode; 16]>,
-    /// The call's absent tensors (its own slots: a grad call's follow its
-    /// signature).
-    pub(crate) absent: Absent,
     /// While compiling: whether layouts are checked.
     check_layouts: bool,
     /// Axes that never carry a sharding: declared, diagonals, minor
@@ -151,6 +148,11 @@ pub(crate) struct Program {
     /// counts them, and of the outputs' terms.
     pub(crate) input_axes: AxisSet,
     pub(crate) output_axes: AxisSet,
+    /// The call's absent tensors (its own slots: a grad call's follow its
+    /// signature).
+    pub(crate) absent: Absent,
+    pub(crate) dims: SmallVec<[DimCode; 16]>,
+    pub(crate) slots: SmallVec<[Slot; 6]>,
 }
 
 impl Program {

@@ -144,9 +144,8 @@ impl Run<'_, '_, '_> {
             by_extent[n_free] = a;
             n_free += 1;
         }
-        let extent = self.extent;
         insertion_sort_by(&mut by_extent[..n_free], |&x, &y| {
-            extent[usize::from(y)].cmp(&extent[usize::from(x)])
+            self.extent(y).cmp(&self.extent(x))
         });
         for &a in &by_extent[..n_free] {
             if let Some(i) = (0..n_in).find(|&i| carried[i].contains(a)) {

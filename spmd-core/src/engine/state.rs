@@ -30,15 +30,17 @@ pub(crate) struct Run<'r, 'a, 'c> {
     /// placeholder when the call gives none). A forward run has its inputs'
     /// only (it reads no other).
     pub(crate) specs: &'r [Spec<'c>],
-    /// Indexed by axis id; [`UNKNOWN`] where no shape gives it.
-    pub(crate) extent: &'r Extents,
+    /// Indexed by axis id (one per axis of the program); [`UNKNOWN`]
+    /// where no shape gives it. Read through [`Run::extent`].
+    extent: &'r [usize],
     pub(crate) map: AxisMap,
     /// An axis given two shardings keeps the first and the later tensor is
     /// resharded to it, rather than an error (grad: see `go_grad`).
     pub(crate) settle_clashes: bool,
 }
 
-/// Per axis: its extent, as the call's shapes give it.
+/// Per axis id: its extent, as the call's shapes give it (while
+/// compiling; a compiled call keeps its program's axes' only).
 pub(crate) type Extents = [usize; 64];
 
 impl<'r, 'a, 'c> Run<'r, 'a, 'c> {
@@ -48,7 +50,7 @@ impl<'r, 'a, 'c> Run<'r, 'a, 'c> {
         prog: &'r Program,
         mesh: &'r Mesh,
         specs: &'r [Spec<'c>],
-        extent: &'r Extents,
+        extent: &'r [usize],
     ) -> Self {
         Run {
             rule,
@@ -61,6 +63,12 @@ impl<'r, 'a, 'c> Run<'r, 'a, 'c> {
             map: AxisMap::new(),
             settle_clashes: false,
         }
+    }
+
+    /// Axis `a`'s extent, [`UNKNOWN`] when no shape gives it.
+    #[inline(always)]
+    pub(crate) fn extent(&self, a: u8) -> usize {
+        self.extent.get(usize::from(a)).copied().unwrap_or(UNKNOWN)
     }
 
     pub(crate) fn axis_name(&self, a: u8) -> AxisName {
@@ -109,7 +117,7 @@ impl<'r, 'a, 'c> Run<'r, 'a, 'c> {
     /// Whether axis `a`'s extent is known and a multiple of the product of
     /// the sizes of `dims`.
     pub(crate) fn divides(&self, a: u8, dims: impl Iterator<Item = MeshDim>) -> bool {
-        let extent = self.extent[a as usize];
+        let extent = self.extent(a);
         let product: usize = dims.map(|m| self.mesh.dim(m)).product();
         extent != UNKNOWN && extent > 0 && extent.is_multiple_of(product)
     }
