@@ -214,6 +214,10 @@ pub struct Outcome {
     pub plan: AnnotationFile,
     /// The chosen plan's decisions in words.
     pub decisions: Vec<Decision>,
+    /// Produced tensors the plan pins beyond the leaves: the solver's
+    /// layouts, when the plan descends from its solution (see
+    /// `docs/autoshard.md`); 0 otherwise.
+    pub pinned_produced: usize,
     pub figures: Figures,
     /// A lower bound on any plan's step time (perfectly split arithmetic,
     /// no communication), seconds.
@@ -298,13 +302,20 @@ pub fn autoshard(
         Err("not asked for".into())
     };
     // The solver's plan is one more start: its leaves as the search lays
-    // out leaves (a parameter read in another layout is stored).
+    // out leaves (a parameter read in another layout is stored), and its
+    // produced tensors pinned, so that propagation follows its strategies
+    // (from the leaves alone it may resolve a conflict otherwise).
     let solver_start = solution
         .as_ref()
         .ok()
         .filter(|s| !s.leaves.is_empty())
         .map(|s| {
-            space.choice_of(|t| {
+            let pinned: Vec<usize> = s
+                .produced
+                .iter()
+                .map(|p| space.pin(measurer.graph(), p.tensors.clone(), p.attr.clone()))
+                .collect();
+            let mut start = space.choice_of(|t| {
                 let leaf = s.leaves.iter().find(|l| l.tensor == t)?;
                 let split = leaf.attr.dims_mapping.mesh_set() != spmd_core::MeshSet::EMPTY;
                 match (split, leaf.read_otherwise) {
@@ -315,7 +326,11 @@ pub fn autoshard(
                     (_, false) => Some(Layout::fixed(leaf.attr.clone())),
                     (false, true) => None,
                 }
-            })
+            });
+            for g in pinned {
+                start[g] = 1;
+            }
+            start
         });
     let solver = solution.map(|s| s.bound);
     let free: Vec<u16> = vec![0; space.groups.len()];
@@ -402,9 +417,8 @@ pub fn autoshard(
     };
     let describe = |c: &[u16]| -> Vec<Decision> {
         space
-            .groups
-            .iter()
-            .enumerate()
+            .decisions()
+            .map(|g| (g, &space.groups[g]))
             .map(|(g, group)| Decision {
                 tensors: group.pattern.clone(),
                 layout: space.layout(g, c).describe(),
@@ -448,6 +462,13 @@ pub fn autoshard(
             annotations,
         },
         decisions: describe(&choice),
+        pinned_produced: space
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|&(g, group)| !group.leaf && *space.layout(g, &choice) != Layout::Free)
+            .map(|(_, group)| group.tensors.len())
+            .sum(),
         gap: (figures.step_time - bound) / bound.max(f64::MIN_POSITIVE),
         figures,
         step_time_bound: bound,

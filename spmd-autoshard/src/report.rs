@@ -58,6 +58,12 @@ pub fn text(o: &Outcome) -> String {
     if free > 0 {
         s.push_str(&format!("  ({free} more leaves left to propagation)\n"));
     }
+    if o.pinned_produced > 0 {
+        s.push_str(&format!(
+            "  ({} produced tensors pinned as the solver's solution lays them out: see the plan file)\n",
+            o.pinned_produced
+        ));
+    }
     s.push_str(&format!(
         "\nmemory per device: {} (parameters {}, gradients {}, optimizer {}, activations {})\n",
         bytes(f.memory.total),

@@ -216,7 +216,7 @@ impl<'r> Evaluator<'r> {
         loop {
             self.stats.passes += 1;
             let mut changed = false;
-            for g in 0..self.space.groups.len() {
+            for g in self.space.decisions().collect::<Vec<_>>() {
                 let tries: Vec<Choice> = (0..self.space.options[g].len() as u16)
                     .filter(|&o| o != best[g])
                     .map(|o| {
@@ -288,7 +288,7 @@ impl Evaluator<'_> {
     /// layout, in order of their first decision.
     fn families(&self, choice: &Choice) -> Vec<Vec<usize>> {
         let mut families: Vec<Vec<usize>> = Vec::new();
-        for g in 0..self.space.groups.len() {
+        for g in self.space.decisions() {
             let l = self.space.layout(g, choice);
             if *l == Layout::Free {
                 continue;

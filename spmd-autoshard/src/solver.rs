@@ -79,6 +79,17 @@ pub struct LeafLayout {
     pub read_otherwise: bool,
 }
 
+/// A produced tensor's layout in the solver's solution, shared by the
+/// copies of a layer that repeats.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProducedLayout {
+    /// The tensor, and its copies in the folded layers.
+    pub tensors: Vec<TensorId>,
+    /// The layout every consumer's strategy reads it in, when they agree;
+    /// else the one its producer's strategy makes.
+    pub attr: DistAttr,
+}
+
 /// The bound, and the plan the solver's best solution describes.
 #[derive(Clone, Debug)]
 pub struct Solution {
@@ -87,6 +98,10 @@ pub struct Solution {
     /// proved its optimum (a solution cut short by the time limit depends
     /// on the machine's speed, and the plan would too).
     pub leaves: Vec<LeafLayout>,
+    /// Per produced tensor, when the solver proved its optimum: pinned
+    /// with the leaves, they make propagation follow the solution's
+    /// strategies, which it need not from the leaves alone.
+    pub produced: Vec<ProducedLayout>,
 }
 
 /// The relative gap at which HiGHS stops: well inside the 1% the bound is
@@ -782,7 +797,52 @@ pub fn lower_bound(
             read_otherwise,
         });
     }
-    Ok(Solution { bound, leaves })
+    let mut produced: Vec<ProducedLayout> = Vec::new();
+    let mut at: HashMap<TensorId, usize> = HashMap::new();
+    for t in graph.tensor_ids() {
+        let info = graph.tensor(t);
+        if !bound.optimal || info.producer.is_none() || info.annotation.is_some() {
+            continue;
+        }
+        let kept = folding.tensor[t.index()];
+        if let Some(&i) = at.get(&kept) {
+            produced[i].tensors.push(t);
+            continue;
+        }
+        let Some((made, _)) = layout_of[kept.index()]
+            .classes
+            .iter()
+            .find(|(_, cs)| cs.iter().any(|&c| set(c)))
+        else {
+            continue;
+        };
+        // What the kept tensor's consumers read it as.
+        let mut reads: Vec<&DistAttr> = Vec::new();
+        for &o in &graph.tensor(kept).consumers {
+            for (s, c) in &chosen[folding.op[o.index()].index()] {
+                let read = graph.inputs(o).iter().zip(&s.needs);
+                for (_, need) in read.filter(|&(&i, _)| i == kept) {
+                    if set(*c) && !reads.contains(&need) {
+                        reads.push(need);
+                    }
+                }
+            }
+        }
+        let attr = match reads.as_slice() {
+            [one] => (*one).clone(),
+            _ => made.clone(),
+        };
+        at.insert(kept, produced.len());
+        produced.push(ProducedLayout {
+            tensors: vec![t],
+            attr,
+        });
+    }
+    Ok(Solution {
+        bound,
+        leaves,
+        produced,
+    })
 }
 
 /// Hands `p` to HiGHS.

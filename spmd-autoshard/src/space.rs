@@ -46,14 +46,19 @@ impl Layout {
     }
 }
 
-/// Leaves decided together.
+/// Leaves decided together, or produced tensors pinned together.
 #[derive(Clone, Debug)]
 pub struct Group {
-    /// The plan-file pattern: the name with each all-digit component `*`.
+    /// The plan-file pattern: the name with each all-digit component `*`
+    /// (a produced tensor's: its name).
     pub pattern: String,
     pub tensors: Vec<TensorId>,
     pub shape: Vec<usize>,
     pub param: bool,
+    /// A decision of the search (leaves). Produced tensors are not: only
+    /// a start that follows the solver's solution pins them ([`Space::pin`]),
+    /// and the search never moves them.
+    pub leaf: bool,
 }
 
 /// Every decision of a graph and the layouts each can take; option 0 is
@@ -91,6 +96,7 @@ impl Space {
                     tensors: vec![t],
                     shape: graph.shape(t).to_vec(),
                     param: info.param,
+                    leaf: true,
                 }),
             }
         }
@@ -100,6 +106,27 @@ impl Space {
             .map(|g| layouts(&g.shape, mesh, g.param))
             .collect();
         Space { groups, options }
+    }
+
+    /// A group for produced tensors `tensors` (of one shape) that a start
+    /// may pin to `attr`: its options are free (every other start) and
+    /// `attr`, option 1.
+    pub fn pin(&mut self, graph: &Graph, tensors: Vec<TensorId>, attr: DistAttr) -> usize {
+        let first = tensors[0];
+        self.groups.push(Group {
+            pattern: graph.tensor(first).name.clone(),
+            tensors,
+            shape: graph.shape(first).to_vec(),
+            param: false,
+            leaf: false,
+        });
+        self.options.push(vec![Layout::Free, Layout::fixed(attr)]);
+        self.groups.len() - 1
+    }
+
+    /// The groups the search decides: the leaves'.
+    pub fn decisions(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.groups.len()).filter(|&g| self.groups[g].leaf)
     }
 
     /// The option of `group` that is `layout`, added if it is not one yet
@@ -116,14 +143,17 @@ impl Space {
         i as u16
     }
 
-    /// The plan that gives each group the layout `layout_of` gives its
-    /// first tensor (`None`: free), each added as an option if it is not
-    /// one yet.
+    /// The plan that gives each leaf group the layout `layout_of` gives
+    /// its first tensor (`None`: free), each added as an option if it is
+    /// not one yet; produced tensors free.
     pub fn choice_of(&mut self, layout_of: impl Fn(TensorId) -> Option<Layout>) -> Choice {
         (0..self.groups.len())
-            .map(|g| match layout_of(self.groups[g].tensors[0]) {
-                Some(l) => self.option(g, l),
-                None => 0,
+            .map(|g| match self.groups[g].leaf {
+                true => match layout_of(self.groups[g].tensors[0]) {
+                    Some(l) => self.option(g, l),
+                    None => 0,
+                },
+                false => 0,
             })
             .collect()
     }
@@ -161,7 +191,7 @@ impl Space {
                 dims_mapping: Some(spmd_core::json::Mapping::from_dims_mapping(
                     &attr.dims_mapping,
                 )),
-                partial_dims: Vec::new(),
+                partial_dims: attr.partial.dims().iter().map(|d| d as u8).collect(),
                 priority: (*priority > 0).then_some(*priority),
             };
             let named: Vec<TensorId> = graph
