@@ -191,7 +191,7 @@ impl Space {
                 dims_mapping: Some(spmd_core::json::Mapping::from_dims_mapping(
                     &attr.dims_mapping,
                 )),
-                partial_dims: attr.partial.dims().iter().map(|d| d as u8).collect(),
+                partial_dims: attr.partial.dims().iter().collect(),
                 priority: (*priority > 0).then_some(*priority),
             };
             let named: Vec<TensorId> = graph
