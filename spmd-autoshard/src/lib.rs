@@ -48,7 +48,9 @@ use serde::Serialize;
 use spmd_core::Registry;
 use spmd_graph::annotations::{self, AnnotationFile};
 use spmd_graph::json::{self, GraphFile};
-use spmd_graph::{DType, GraphError};
+use spmd_graph::{DType, Graph, GraphError, TensorId};
+
+use crate::space::Choice;
 
 pub use cost::{Collective, CostModel, Device};
 pub use measure::{CollectiveCost, Figures, Measurer, Memory};
@@ -214,10 +216,11 @@ pub struct Outcome {
     pub plan: AnnotationFile,
     /// The chosen plan's decisions in words.
     pub decisions: Vec<Decision>,
-    /// Produced tensors the plan pins beyond the leaves: the solver's
-    /// layouts, when the plan descends from its solution (see
-    /// `docs/autoshard.md`); 0 otherwise.
-    pub pinned_produced: usize,
+    /// Tensors the plan pins beyond its decisions, as the solver's
+    /// solution lays them out, when the plan descends from it (see
+    /// `docs/autoshard.md`): produced tensors, and leaves laid out unlike
+    /// the rest of their decision; 0 otherwise.
+    pub solver_pins: usize,
     pub figures: Figures,
     /// A lower bound on any plan's step time (perfectly split arithmetic,
     /// no communication), seconds.
@@ -301,37 +304,10 @@ pub fn autoshard(
     } else {
         Err("not asked for".into())
     };
-    // The solver's plan is one more start: its leaves as the search lays
-    // out leaves (a parameter read in another layout is stored), and its
-    // produced tensors pinned, so that propagation follows its strategies
-    // (from the leaves alone it may resolve a conflict otherwise).
-    let solver_start = solution
-        .as_ref()
-        .ok()
-        .filter(|s| !s.leaves.is_empty())
-        .map(|s| {
-            let pinned: Vec<usize> = s
-                .produced
-                .iter()
-                .map(|p| space.pin(measurer.graph(), p.tensors.clone(), p.attr.clone()))
-                .collect();
-            let mut start = space.choice_of(|t| {
-                let leaf = s.leaves.iter().find(|l| l.tensor == t)?;
-                let split = leaf.attr.dims_mapping.mesh_set() != spmd_core::MeshSet::EMPTY;
-                match (split, leaf.read_otherwise) {
-                    (true, true) => Some(Layout::Fixed {
-                        attr: leaf.attr.clone(),
-                        priority: 1,
-                    }),
-                    (_, false) => Some(Layout::fixed(leaf.attr.clone())),
-                    (false, true) => None,
-                }
-            });
-            for g in pinned {
-                start[g] = 1;
-            }
-            start
-        });
+    let solver_starts = match &solution {
+        Ok(s) if !s.leaves.is_empty() => solver_starts(&mut space, measurer.graph(), s),
+        _ => Vec::new(),
+    };
     let solver = solution.map(|s| s.bound);
     let free: Vec<u16> = vec![0; space.groups.len()];
 
@@ -389,24 +365,30 @@ pub fn autoshard(
             best = Some((c, f));
         }
     }
-    if let Some(start) = &solver_start {
-        let f = eval.price(start)?;
-        progress(&format!(
-            "the solver's plan prices at {}; descending from it",
-            f.map_or("nothing (the rules refuse it)".to_string(), |f| format!(
-                "{}, {} per device",
-                report::time(f.step_time),
-                bytes(f.memory.total)
-            ))
-        ));
+    // The better of the solver's starts is descended from.
+    let mut solver_best: Option<(Choice, Figures)> = None;
+    for start in solver_starts {
+        if let Some(f) = eval.price(&start)?
+            && solver_best
+                .as_ref()
+                .is_none_or(|(_, b)| search::better(&f, b, options.memory))
+        {
+            solver_best = Some((start, f));
+        }
     }
-    if let Some(start) = solver_start
-        && let Some((c, f)) = eval.descend(start, options.memory, progress)?
-        && best
-            .as_ref()
-            .is_none_or(|(_, b)| search::better(&f, b, options.memory))
-    {
-        best = Some((c, f));
+    if let Some((start, f)) = solver_best {
+        progress(&format!(
+            "the solver's plan prices at {}, {} per device; descending from it",
+            report::time(f.step_time),
+            bytes(f.memory.total)
+        ));
+        if let Some((c, f)) = eval.descend(start, options.memory, progress)?
+            && best
+                .as_ref()
+                .is_none_or(|(_, b)| search::better(&f, b, options.memory))
+        {
+            best = Some((c, f));
+        }
     }
     let stats = eval.stats.clone();
     let (measurer, space) = eval.into_parts();
@@ -462,7 +444,7 @@ pub fn autoshard(
             annotations,
         },
         decisions: describe(&choice),
-        pinned_produced: space
+        solver_pins: space
             .groups
             .iter()
             .enumerate()
@@ -477,6 +459,56 @@ pub fn autoshard(
         search: stats,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The starts the solver's solution `s` gives, its pins added to `space`:
+/// its leaves as the search lays out leaves (a parameter read in another
+/// layout is stored), and its produced tensors pinned, so that propagation
+/// follows its strategies (from the leaves alone it may resolve a conflict
+/// otherwise). A decision takes the layout of its first leaf; where the
+/// solution lays out another of its leaves otherwise (two layers it does
+/// not fold, say), a second start pins that leaf on its own. Which prices
+/// better depends on the graph: the exact one can meet a conflict that
+/// propagation settles its own way.
+fn solver_starts(space: &mut Space, graph: &Graph, s: &solver::Solution) -> Vec<Choice> {
+    let wanted = |t: TensorId| -> Option<Layout> {
+        let leaf = s.leaves.iter().find(|l| l.tensor == t)?;
+        let split = leaf.attr.dims_mapping.mesh_set() != spmd_core::MeshSet::EMPTY;
+        match (split, leaf.read_otherwise) {
+            (true, true) => Some(Layout::Fixed {
+                attr: leaf.attr.clone(),
+                priority: 1,
+            }),
+            (_, false) => Some(Layout::fixed(leaf.attr.clone())),
+            (false, true) => None,
+        }
+    };
+    let mut start = space.choice_of(wanted);
+    let mut leaves: Vec<(TensorId, Layout)> = Vec::new();
+    for g in space.decisions() {
+        let first = space.layout(g, &start);
+        for &t in &space.groups[g].tensors[1..] {
+            match wanted(t) {
+                Some(l) if l != *first => leaves.push((t, l)),
+                _ => {}
+            }
+        }
+    }
+    for p in &s.produced {
+        space.pin(graph, p.tensors.clone(), Layout::fixed(p.attr.clone()));
+        start.push(1);
+    }
+    let mut exact = start.clone();
+    for (t, l) in leaves {
+        space.pin(graph, vec![t], l);
+        start.push(0);
+        exact.push(1);
+    }
+    if exact == start {
+        vec![start]
+    } else {
+        vec![start, exact]
+    }
 }
 
 /// Each named baseline priced (or why it does not apply), with its plan.

@@ -58,10 +58,10 @@ pub fn text(o: &Outcome) -> String {
     if free > 0 {
         s.push_str(&format!("  ({free} more leaves left to propagation)\n"));
     }
-    if o.pinned_produced > 0 {
+    if o.solver_pins > 0 {
         s.push_str(&format!(
-            "  ({} produced tensors pinned as the solver's solution lays them out: see the plan file)\n",
-            o.pinned_produced
+            "  ({} more tensors pinned as the solver's solution lays them out: see the plan file)\n",
+            o.solver_pins
         ));
     }
     s.push_str(&format!(

@@ -108,19 +108,20 @@ impl Space {
         Space { groups, options }
     }
 
-    /// A group for produced tensors `tensors` (of one shape) that a start
-    /// may pin to `attr`: its options are free (every other start) and
-    /// `attr`, option 1.
-    pub fn pin(&mut self, graph: &Graph, tensors: Vec<TensorId>, attr: DistAttr) -> usize {
+    /// A group for `tensors` (of one shape) that a start may pin to
+    /// `layout`, option 1; option 0, free, leaves them as the rest of the
+    /// plan lays them out (a produced tensor unannotated, a leaf as its
+    /// decision says). The search never moves it.
+    pub fn pin(&mut self, graph: &Graph, tensors: Vec<TensorId>, layout: Layout) -> usize {
         let first = tensors[0];
         self.groups.push(Group {
             pattern: graph.tensor(first).name.clone(),
             tensors,
             shape: graph.shape(first).to_vec(),
-            param: false,
+            param: graph.tensor(first).param,
             leaf: false,
         });
-        self.options.push(vec![Layout::Free, Layout::fixed(attr)]);
+        self.options.push(vec![Layout::Free, layout]);
         self.groups.len() - 1
     }
 
@@ -162,6 +163,11 @@ impl Space {
     pub fn apply(&self, graph: &mut Graph, choice: &[u16]) -> Result<(), spmd_graph::GraphError> {
         for (g, group) in self.groups.iter().enumerate() {
             let annotation = match self.layout(g, choice) {
+                // A free pin leaves a leaf as its decision (applied
+                // before, decisions come first) laid it out.
+                Layout::Free if !group.leaf && group.tensors.iter().any(|&t| is_leaf(graph, t)) => {
+                    continue;
+                }
                 Layout::Free => None,
                 Layout::Fixed { attr, priority } => Some((attr.clone(), *priority)),
             };
@@ -181,10 +187,25 @@ impl Space {
     /// pattern where the pattern names exactly the group's tensors, else
     /// one per tensor.
     pub fn annotations(&self, graph: &Graph, choice: &[u16]) -> Vec<Annotation> {
+        // Leaves a pin lays out otherwise than their decision.
+        let pinned: Vec<TensorId> = (0..self.groups.len())
+            .filter(|&g| !self.groups[g].leaf && *self.layout(g, choice) != Layout::Free)
+            .flat_map(|g| self.groups[g].tensors.iter().copied())
+            .filter(|&t| is_leaf(graph, t))
+            .collect();
         let mut out = Vec::new();
         for (g, group) in self.groups.iter().enumerate() {
             let Layout::Fixed { attr, priority } = self.layout(g, choice) else {
                 continue;
+            };
+            let own: Vec<TensorId> = match group.leaf {
+                true => group
+                    .tensors
+                    .iter()
+                    .copied()
+                    .filter(|t| !pinned.contains(t))
+                    .collect(),
+                false => group.tensors.clone(),
             };
             let entry = |tensors: String| Annotation {
                 tensors,
@@ -198,19 +219,18 @@ impl Space {
                 .tensor_ids()
                 .filter(|&t| matches(&group.pattern, &graph.tensor(t).name))
                 .collect();
-            if named == group.tensors {
+            if named == own {
                 out.push(entry(group.pattern.clone()));
             } else {
-                out.extend(
-                    group
-                        .tensors
-                        .iter()
-                        .map(|&t| entry(graph.tensor(t).name.clone())),
-                );
+                out.extend(own.iter().map(|&t| entry(graph.tensor(t).name.clone())));
             }
         }
         out
     }
+}
+
+fn is_leaf(graph: &Graph, t: TensorId) -> bool {
+    graph.tensor(t).producer.is_none()
 }
 
 /// A leaf's name with each all-digit dotted component replaced by `*`.
@@ -292,6 +312,55 @@ mod tests {
         );
         assert_eq!(pattern_of("h2.0.w1"), "h2.*.w1");
         assert_eq!(pattern_of("input_ids"), "input_ids");
+    }
+
+    /// A pin overrides one leaf of a decision: the plan file then names
+    /// each leaf on its own (one entry per tensor), and the pin left free
+    /// gives the leaf back to its decision.
+    #[test]
+    fn a_pinned_leaf_leaves_its_decision() {
+        use spmd_core::Attrs;
+        use spmd_graph::GraphBuilder;
+        let mut b = GraphBuilder::new(spmd_core::Mesh::new(&[2]).unwrap());
+        let x = b.tensor("x", &[4, 8]).unwrap();
+        let w0 = b.param("l.0.w", &[8, 8], None).unwrap();
+        let w1 = b.param("l.1.w", &[8, 8], None).unwrap();
+        let y = b
+            .apply("mm0", "matmul", Attrs::new(), &[x, w0], ("y", &[4, 8]))
+            .unwrap();
+        b.apply("mm1", "matmul", Attrs::new(), &[y, w1], ("z", &[4, 8]))
+            .unwrap();
+        let mut graph = b.build(&spmd_ops::builtins()).unwrap();
+        let mut space = Space::new(&graph);
+        let g = space
+            .decisions()
+            .find(|&g| space.groups[g].pattern == "l.*.w")
+            .unwrap();
+        assert_eq!(space.groups[g].tensors, [w0, w1]);
+        let col = DistAttr::from_paddle(&[-1, 0]).unwrap();
+        let row = DistAttr::from_paddle(&[0, -1]).unwrap();
+        let mut choice = space.choice_of(|t| (t == w0).then(|| Layout::fixed(col.clone())));
+        let pin = space.pin(&graph, vec![w1], Layout::fixed(row.clone()));
+        assert_eq!(space.decisions().count(), space.groups.len() - 1);
+        choice.push(1);
+        space.apply(&mut graph, &choice).unwrap();
+        assert_eq!(graph.tensor(w0).annotation, Some(col.clone()));
+        assert_eq!(graph.tensor(w1).annotation, Some(row));
+        let names: Vec<String> = space
+            .annotations(&graph, &choice)
+            .into_iter()
+            .map(|a| a.tensors)
+            .collect();
+        assert_eq!(names, ["l.0.w", "l.1.w"]);
+        choice[pin] = 0;
+        space.apply(&mut graph, &choice).unwrap();
+        assert_eq!(graph.tensor(w1).annotation, Some(col));
+        let names: Vec<String> = space
+            .annotations(&graph, &choice)
+            .into_iter()
+            .map(|a| a.tensors)
+            .collect();
+        assert_eq!(names, ["l.*.w"]);
     }
 
     #[test]

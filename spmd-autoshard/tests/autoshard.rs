@@ -159,7 +159,7 @@ fn the_plan_file_reproduces_the_report() {
         let mut options = Options::new(vec![4]);
         options.memory = Some(replicated_memory(text, &[4]) * 3 / 4);
         let o = run(text, &options).unwrap();
-        if o.pinned_produced > 0 {
+        if o.solver_pins > 0 {
             pinning.push(name);
         }
         let written = spmd_autoshard::report::plan_json(&o.plan);
