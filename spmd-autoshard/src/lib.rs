@@ -365,7 +365,7 @@ pub fn autoshard(
             best = Some((c, f));
         }
     }
-    // The better of the solver's starts is descended from.
+    // The best-priced of the solver's starts is descended from.
     let mut solver_best: Option<(Choice, Figures)> = None;
     for start in solver_starts {
         if let Some(f) = eval.price(&start)?
@@ -461,15 +461,15 @@ pub fn autoshard(
     })
 }
 
-/// The starts the solver's solution `s` gives, its pins added to `space`:
-/// its leaves as the search lays out leaves (a parameter read in another
-/// layout is stored), and its produced tensors pinned, so that propagation
-/// follows its strategies (from the leaves alone it may resolve a conflict
-/// otherwise). A decision takes the layout of its first leaf; where the
-/// solution lays out another of its leaves otherwise (two layers it does
-/// not fold, say), a second start pins that leaf on its own. Which prices
-/// better depends on the graph: the exact one can meet a conflict that
-/// propagation settles its own way.
+/// The starts the solver's solution `s` gives, their pins added to
+/// `space`; which prices best depends on the graph:
+/// - its leaves as the search lays out leaves (a parameter read in another
+///   layout is stored), a decision as its first leaf;
+/// - those, and every produced tensor pinned as the solution lays it out,
+///   so that propagation follows the solution's strategies (from the
+///   leaves alone it may settle a conflict its own way);
+/// - those, and each leaf laid out unlike the first of its decision (two
+///   layers the solver does not fold, say) pinned on its own.
 fn solver_starts(space: &mut Space, graph: &Graph, s: &solver::Solution) -> Vec<Choice> {
     let wanted = |t: TensorId| -> Option<Layout> {
         let leaf = s.leaves.iter().find(|l| l.tensor == t)?;
@@ -483,32 +483,35 @@ fn solver_starts(space: &mut Space, graph: &Graph, s: &solver::Solution) -> Vec<
             (false, true) => None,
         }
     };
-    let mut start = space.choice_of(wanted);
-    let mut leaves: Vec<(TensorId, Layout)> = Vec::new();
+    let by_decision = space.choice_of(wanted);
+    let mut unlike: Vec<(TensorId, Layout)> = Vec::new();
     for g in space.decisions() {
-        let first = space.layout(g, &start);
+        let first = space.layout(g, &by_decision);
         for &t in &space.groups[g].tensors[1..] {
             match wanted(t) {
-                Some(l) if l != *first => leaves.push((t, l)),
+                Some(l) if l != *first => unlike.push((t, l)),
                 _ => {}
             }
         }
     }
+    // Each start: its leaves by decision, then one pin option per group
+    // added here.
+    let mut starts = [by_decision.clone(), by_decision.clone(), by_decision];
     for p in &s.produced {
         space.pin(graph, p.tensors.clone(), Layout::fixed(p.attr.clone()));
-        start.push(1);
+        for (start, on) in starts.iter_mut().zip([0, 1, 1]) {
+            start.push(on);
+        }
     }
-    let mut exact = start.clone();
-    for (t, l) in leaves {
+    for (t, l) in unlike {
         space.pin(graph, vec![t], l);
-        start.push(0);
-        exact.push(1);
+        for (start, on) in starts.iter_mut().zip([0, 0, 1]) {
+            start.push(on);
+        }
     }
-    if exact == start {
-        vec![start]
-    } else {
-        vec![start, exact]
-    }
+    let mut starts = starts.to_vec();
+    starts.dedup();
+    starts
 }
 
 /// Each named baseline priced (or why it does not apply), with its plan.
