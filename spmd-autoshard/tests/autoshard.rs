@@ -413,9 +413,9 @@ fn more_starts_are_never_worse() {
 /// The solver's bound is a bound: no plan the search prices that fits the
 /// budget (every role combination, the unannotated graph, and the chosen
 /// plan) is cheaper. On the 1-D mesh the solver proves its optimum, and the
-/// chosen plan is within 1% of it on Llama (its solution is a start of the
-/// search). On `[2, 2]` it gets a few seconds: a bound found in them is
-/// checked, and the cases without one are counted.
+/// chosen plan is within 1% of it on Llama and the GPT layer (its solution
+/// gives starts of the search). On `[2, 2]` it gets a few seconds: a bound
+/// found in them is checked, and the cases without one are counted.
 #[test]
 fn the_solver_bound_is_below_every_plan() {
     use spmd_autoshard::solver::lower_bound;
@@ -451,10 +451,12 @@ fn the_solver_bound_is_below_every_plan() {
             let chosen = run(text, &options).unwrap();
             assert!(bound.bound <= chosen.figures.step_time * (1.0 + 1e-9));
             let gap = chosen.figures.step_time / bound.bound - 1.0;
-            if name == "llama" && mesh.len() == 1 {
+            // The solver's starts reach its optimum here; the other cases
+            // are reported (the goal is every one within 1%).
+            if ["llama", "gpt_layer"].contains(&name) && mesh.len() == 1 {
                 assert!(
                     gap <= 0.01,
-                    "llama {mesh:?}: {:.2}% above the bound",
+                    "{name} {mesh:?}: {:.2}% above the bound",
                     100.0 * gap
                 );
             }
