@@ -768,17 +768,20 @@ pub fn lower_bound(
     // The solution's leaves: each its layout, and whether a consumer reads
     // it otherwise.
     let set = |c: usize| values.get(c).is_some_and(|&v| v > 0.5);
+    // The layout the solution gives (kept) tensor `t`.
+    let laid_out = |t: TensorId| -> Option<&DistAttr> {
+        layout_of[t.index()]
+            .classes
+            .iter()
+            .find(|(_, cs)| cs.iter().any(|&c| set(c)))
+            .map(|(a, _)| a)
+    };
     let mut leaves = Vec::new();
     let real_leaves = graph
         .tensor_ids()
         .filter(|&t| graph.tensor(t).producer.is_none() && bound.optimal);
     for t in real_leaves {
-        let kept = folding.tensor[t.index()];
-        let Some((attr, _)) = layout_of[kept.index()]
-            .classes
-            .iter()
-            .find(|(_, cs)| cs.iter().any(|&c| set(c)))
-        else {
+        let Some(attr) = laid_out(folding.tensor[t.index()]) else {
             continue;
         };
         let read_otherwise = graph.tensor(t).consumers.iter().any(|&o| {
@@ -809,11 +812,7 @@ pub fn lower_bound(
             produced[i].tensors.push(t);
             continue;
         }
-        let Some((made, _)) = layout_of[kept.index()]
-            .classes
-            .iter()
-            .find(|(_, cs)| cs.iter().any(|&c| set(c)))
-        else {
+        let Some(made) = laid_out(kept) else {
             continue;
         };
         // What the kept tensor's consumers read it as.

@@ -346,21 +346,15 @@ mod tests {
         space.apply(&mut graph, &choice).unwrap();
         assert_eq!(graph.tensor(w0).annotation, Some(col.clone()));
         assert_eq!(graph.tensor(w1).annotation, Some(row));
-        let names: Vec<String> = space
-            .annotations(&graph, &choice)
-            .into_iter()
-            .map(|a| a.tensors)
-            .collect();
-        assert_eq!(names, ["l.0.w", "l.1.w"]);
+        let names = |space: &Space, graph: &Graph, choice: &[u16]| -> Vec<String> {
+            let entries = space.annotations(graph, choice).into_iter();
+            entries.map(|a| a.tensors).collect()
+        };
+        assert_eq!(names(&space, &graph, &choice), ["l.0.w", "l.1.w"]);
         choice[pin] = 0;
         space.apply(&mut graph, &choice).unwrap();
         assert_eq!(graph.tensor(w1).annotation, Some(col));
-        let names: Vec<String> = space
-            .annotations(&graph, &choice)
-            .into_iter()
-            .map(|a| a.tensors)
-            .collect();
-        assert_eq!(names, ["l.*.w"]);
+        assert_eq!(names(&space, &graph, &choice), ["l.*.w"]);
     }
 
     #[test]
