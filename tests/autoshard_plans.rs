@@ -59,7 +59,7 @@ fn check(text: &str, annotations: &AnnotationFile) -> Result<Summary, Divergence
 #[test]
 fn chosen_and_baseline_plans_hold_on_the_simulated_mesh() {
     let registry = spmd_ops::builtins();
-    let (mut chosen, mut baselines, mut split) = (0, 0, 0);
+    let (mut chosen, mut baselines, mut split, mut pinning) = (0, 0, 0, 0);
     let mut failed = Vec::new();
     for (name, text) in GRAPHS {
         for mesh in [vec![4], vec![2, 2]] {
@@ -91,6 +91,10 @@ fn chosen_and_baseline_plans_hold_on_the_simulated_mesh() {
             if outcome.plan.annotations.iter().any(splits) {
                 split += 1;
             }
+            // Plans from the solver's starts pin produced tensors too.
+            if outcome.solver_pins > 0 {
+                pinning += 1;
+            }
             let mut plans = vec![("chosen", outcome.plan.clone())];
             for b in &outcome.baselines {
                 if let Some(p) = &b.plan {
@@ -113,7 +117,10 @@ fn chosen_and_baseline_plans_hold_on_the_simulated_mesh() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
-    eprintln!("{chosen} chosen plans ({split} split) and {baselines} baseline plans hold");
+    eprintln!(
+        "{chosen} chosen plans ({split} split, {pinning} with the solver's pins) and {baselines} baseline plans hold"
+    );
+    assert!(pinning > 0, "no chosen plan carries the solver's pins");
     assert_eq!(chosen, 2 * GRAPHS.len());
     assert!(
         split >= GRAPHS.len(),
