@@ -143,7 +143,7 @@ fn applies(roles: &[Role], space: &Space, graph: &Graph) -> Result<(), String> {
         let data: Vec<&Group> = space
             .groups
             .iter()
-            .filter(|g| g.leaf && !g.param && g.shape.len() >= 2)
+            .filter(|g| g.decision && !g.param && g.shape.len() >= 2)
             .collect();
         if data.is_empty() {
             return Err("the graph has no data input of rank 2 or more to split".into());
@@ -185,7 +185,7 @@ pub fn compose(roles: &[Role], space: &mut Space, graph: &Graph) -> Choice {
 }
 
 fn group_layout(g: &Group, roles: &[Role], graph: &Graph) -> Layout {
-    if !g.leaf {
+    if !g.decision {
         return Layout::Free;
     }
     let mesh = graph.mesh();

@@ -448,7 +448,7 @@ pub fn autoshard(
             .groups
             .iter()
             .enumerate()
-            .filter(|&(g, group)| !group.leaf && *space.layout(g, &choice) != Layout::Free)
+            .filter(|&(g, group)| !group.decision && *space.layout(g, &choice) != Layout::Free)
             .map(|(_, group)| group.tensors.len())
             .sum(),
         gap: (figures.step_time - bound) / bound.max(f64::MIN_POSITIVE),

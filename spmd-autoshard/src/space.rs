@@ -46,7 +46,7 @@ impl Layout {
     }
 }
 
-/// Leaves decided together, or produced tensors pinned together.
+/// Leaves decided together, or tensors a start pins together.
 #[derive(Clone, Debug)]
 pub struct Group {
     /// The plan-file pattern: the name with each all-digit component `*`
@@ -55,10 +55,11 @@ pub struct Group {
     pub tensors: Vec<TensorId>,
     pub shape: Vec<usize>,
     pub param: bool,
-    /// A decision of the search (leaves). Produced tensors are not: only
-    /// a start that follows the solver's solution pins them ([`Space::pin`]),
-    /// and the search never moves them.
-    pub leaf: bool,
+    /// A decision of the search (leaves of one pattern). A pin group
+    /// ([`Space::pin`]: produced tensors, or a leaf the solver's solution
+    /// lays out unlike its decision) is not: only a start fixes it, and the
+    /// search never moves it.
+    pub decision: bool,
 }
 
 /// Every decision of a graph and the layouts each can take; option 0 is
@@ -96,7 +97,7 @@ impl Space {
                     tensors: vec![t],
                     shape: graph.shape(t).to_vec(),
                     param: info.param,
-                    leaf: true,
+                    decision: true,
                 }),
             }
         }
@@ -119,7 +120,7 @@ impl Space {
             tensors,
             shape: graph.shape(first).to_vec(),
             param: graph.tensor(first).param,
-            leaf: false,
+            decision: false,
         });
         self.options.push(vec![Layout::Free, layout]);
         self.groups.len() - 1
@@ -127,7 +128,7 @@ impl Space {
 
     /// The groups the search decides: the leaves'.
     pub fn decisions(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.groups.len()).filter(|&g| self.groups[g].leaf)
+        (0..self.groups.len()).filter(|&g| self.groups[g].decision)
     }
 
     /// The option of `group` that is `layout`, added if it is not one yet
@@ -149,7 +150,7 @@ impl Space {
     /// not one yet; produced tensors free.
     pub fn choice_of(&mut self, layout_of: impl Fn(TensorId) -> Option<Layout>) -> Choice {
         (0..self.groups.len())
-            .map(|g| match self.groups[g].leaf {
+            .map(|g| match self.groups[g].decision {
                 true => match layout_of(self.groups[g].tensors[0]) {
                     Some(l) => self.option(g, l),
                     None => 0,
@@ -165,7 +166,9 @@ impl Space {
             let annotation = match self.layout(g, choice) {
                 // A free pin leaves a leaf as its decision (applied
                 // before, decisions come first) laid it out.
-                Layout::Free if !group.leaf && group.tensors.iter().any(|&t| is_leaf(graph, t)) => {
+                Layout::Free
+                    if !group.decision && group.tensors.iter().any(|&t| is_leaf(graph, t)) =>
+                {
                     continue;
                 }
                 Layout::Free => None,
@@ -189,7 +192,7 @@ impl Space {
     pub fn annotations(&self, graph: &Graph, choice: &[u16]) -> Vec<Annotation> {
         // Leaves a pin lays out otherwise than their decision.
         let pinned: Vec<TensorId> = (0..self.groups.len())
-            .filter(|&g| !self.groups[g].leaf && *self.layout(g, choice) != Layout::Free)
+            .filter(|&g| !self.groups[g].decision && *self.layout(g, choice) != Layout::Free)
             .flat_map(|g| self.groups[g].tensors.iter().copied())
             .filter(|&t| is_leaf(graph, t))
             .collect();
@@ -198,7 +201,7 @@ impl Space {
             let Layout::Fixed { attr, priority } = self.layout(g, choice) else {
                 continue;
             };
-            let own: Vec<TensorId> = match group.leaf {
+            let own: Vec<TensorId> = match group.decision {
                 true => group
                     .tensors
                     .iter()
