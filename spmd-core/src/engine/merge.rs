@@ -305,6 +305,14 @@ impl Run<'_, '_, '_> {
             return s;
         }
         let extent = self.extent(a);
+        // The common case: one mesh dim, dividing the extent.
+        if let Some(bits) = s.single_bits()
+            && let Some(&n) = self.mesh.shape().get(bits.trailing_zeros() as usize)
+            && extent != UNKNOWN
+            && extent.is_multiple_of(n)
+        {
+            return s;
+        }
         // Mesh::new guarantees the whole mesh's product fits in a usize.
         let mut product: usize = s.iter().map(|m| self.mesh.dim(m)).product();
         while let Some(last) = s.last() {

@@ -35,7 +35,7 @@ pub(crate) mod check;
 mod merge;
 mod partial;
 pub(crate) mod program;
-mod roles;
+pub(crate) mod roles;
 pub(crate) mod state;
 
 pub(crate) use answer::Sink;
@@ -160,6 +160,12 @@ impl Compiled {
             .map(|s| slot_shape(prog, call, s))
             .collect();
         prog.read_sizes(rule, |s| shapes[s]);
+        prog.roles = match (prog.direction, rule.options.policy.conflicts) {
+            (Direction::Forward, Conflicts::RolePriority) => {
+                roles::RolePlan::build(rule, prog, &self.extent)
+            }
+            _ => roles::RolePlan::default(),
+        };
         self.direction = self.prog.direction;
         self.absent = call.absent();
         self.shapes.clear();
@@ -574,7 +580,7 @@ impl<'c> Run<'_, '_, 'c> {
         let mut aligned_partial = Partial::NONE;
         let derived = match rule.options.policy.conflicts {
             Conflicts::RolePriority => {
-                self.merge_by_role(merged, trace);
+                self.merge_by_role(trace);
                 None
             }
             Conflicts::Align => {

@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 use spmd_notation::{AxisSet, Dim, Term};
 
 use super::check::{ellipsis_len, rank_error, validate};
+use super::roles::RolePlan;
 use crate::dist_attr::Spec;
 use crate::error::{RankNeed, Role, SpmdError, TensorRef};
 use crate::mesh::Mesh;
@@ -153,6 +154,9 @@ pub(crate) struct Program {
     pub(crate) absent: Absent,
     pub(crate) dims: SmallVec<[DimCode; 16]>,
     pub(crate) slots: SmallVec<[Slot; 6]>,
+    /// A forward call under role priority: its merge, settled from the
+    /// shapes (empty otherwise).
+    pub(crate) roles: RolePlan,
 }
 
 impl Program {
@@ -189,6 +193,7 @@ impl Program {
             n_tensors: 0,
             slots: SmallVec::new(),
             dims: SmallVec::new(),
+            roles: RolePlan::default(),
             never: AxisSet::EMPTY,
             ellipsis: AxisSet::EMPTY,
             input_axes: AxisSet::EMPTY,

@@ -1,176 +1,229 @@
 //! [`Conflicts::RolePriority`](crate::Conflicts::RolePriority)'s forward
 //! merge: the axis map filled role by role (batch, free, contracted).
+//!
+//! Which axes are batch, free or contracted, which dim of which input
+//! carries each, and the order of the free axes depend on the shapes
+//! alone: [`RolePlan`] settles them when the call compiles, and the run
+//! reads only the layouts.
 
 use core::cmp::Ordering;
 
+use smallvec::SmallVec;
 use spmd_notation::AxisSet;
 
+use super::program::Program;
 use super::state::Run;
 use crate::dist_attr::Sharding;
 use crate::mesh::MAX_MESH_RANK;
+use crate::rule::EinsumRule;
 use crate::trace::Trace;
 
-/// No axis owns the mesh dim yet, or no dim carries the axis.
+/// No axis owns the mesh dim yet.
 const FREE: u8 = u8::MAX;
 
-impl Run<'_, '_, '_> {
-    /// Fills the axis map from the inputs (slots `0..n_in`) that `merges`
-    /// (present ones that do not follow the others), role by role; see the
-    /// policy's documentation. Each mesh dim has one owner: an axis that
-    /// wants a mesh dim another axis owns loses it.
-    #[inline(never)]
-    pub(crate) fn merge_by_role<T: Trace + ?Sized>(
-        &mut self,
-        merges: impl Fn(usize) -> bool,
-        trace: &mut T,
-    ) {
-        let n_in = usize::from(self.prog.n_inputs).min(8);
-        let mut carried = [AxisSet::EMPTY; 8];
-        for (i, c) in carried.iter_mut().enumerate().take(n_in) {
-            if !merges(i) {
-                continue;
+/// Axis `axis` takes what dim `dim` of input `input` gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Take {
+    axis: u8,
+    input: u8,
+    dim: u8,
+}
+
+/// The role-priority merge of one call's shapes (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RolePlan {
+    /// The batch axes.
+    batch: AxisSet,
+    /// The takes, by phase: batch (grouped by input, in input order, each
+    /// group's axes ascending), free (larger extent first), contracted
+    /// (grouped by axis, ascending; each group in input order).
+    takes: SmallVec<[Take; 8]>,
+    n_batch: u8,
+    n_free: u8,
+}
+
+impl RolePlan {
+    /// The plan of `prog`'s forward call for `rule`, with the extents its
+    /// shapes give. Inputs that are absent or follow the others take no
+    /// part.
+    pub(crate) fn build(rule: &EinsumRule<'_>, prog: &Program, extent: &[usize]) -> RolePlan {
+        let n_in = usize::from(prog.n_inputs);
+        let merges = |i: usize| prog.slots[i].present && !rule.options.follows.contains(i);
+        let carried = |i: usize| {
+            if merges(i) {
+                prog.slots[i].carried
+            } else {
+                AxisSet::EMPTY
             }
-            *c = self.carried(i);
-            if trace.enabled() {
-                self.trace_unsharded(i, trace);
-            }
-        }
+        };
         // An input that takes no part carries nothing and does not make an
         // axis less than everywhere.
         let everywhere = (0..n_in)
             .filter(|&i| merges(i))
-            .fold(AxisSet(u64::MAX), |acc, i| acc.intersect(carried[i]));
-        let out_axes = self.prog.output_axes;
-        let axes = carried[..n_in]
-            .iter()
-            .fold(AxisSet::EMPTY, |m, &c| m.union(c))
-            .minus(self.prog.never);
+            .fold(AxisSet(u64::MAX), |acc, i| acc.intersect(carried(i)));
+        let out_axes = prog.output_axes;
+        let axes = (0..n_in)
+            .fold(AxisSet::EMPTY, |m, i| m.union(carried(i)))
+            .minus(prog.never);
         let batch = axes
             .intersect(out_axes)
-            .intersect(everywhere.union(self.prog.ellipsis));
+            .intersect(everywhere.union(prog.ellipsis));
         let free = axes.intersect(out_axes).minus(batch);
         let contracted = axes.minus(out_axes);
-        let mut owner = [FREE; MAX_MESH_RANK];
-
-        // The axis each dim of each input carries, resolved once: the
-        // passes below ask "which dim of input i carries axis a" many times.
-        let mut carriers = [[FREE; 8]; 8];
-        for (i, row) in carriers.iter_mut().enumerate().take(n_in) {
-            let shape = self.specs[i].shape;
-            if !merges(i) || shape.len() > 8 {
-                continue;
-            }
-            for (dim, c) in row.iter_mut().enumerate().take(shape.len()) {
-                *c = self.carrier(i, dim).unwrap_or(FREE);
+        // The first dim of input `i` that carries axis `a`.
+        let dim_of = |i: usize, a: u8| {
+            prog.dims_of(i)
+                .iter()
+                .position(|d| d.live == a)
+                .map(|dim| Take {
+                    axis: a,
+                    input: i as u8,
+                    dim: dim as u8,
+                })
+        };
+        let mut takes = SmallVec::new();
+        for i in (0..n_in).filter(|&i| merges(i)) {
+            takes.extend(batch.iter().filter_map(|a| dim_of(i, a)));
+        }
+        let n_batch = takes.len() as u8;
+        // A mesh dim two free axes want goes to the larger extent (the
+        // earlier axis on a tie); each free axis reads the first input
+        // that carries it.
+        let mut by_extent: SmallVec<[u8; 8]> = free.iter().collect();
+        let extent_of = |a: u8| extent.get(usize::from(a)).copied().unwrap_or(0);
+        by_extent.sort_by(|&x, &y| extent_of(y).cmp(&extent_of(x)));
+        for a in by_extent {
+            if let Some(i) = (0..n_in).find(|&i| carried(i).contains(a)) {
+                takes.extend(dim_of(i, a));
             }
         }
-        let given_on = |run: &Self, i: usize, a: u8| -> Option<(usize, Sharding)> {
-            let spec = &run.specs[i];
-            if spec.shape.len() > 8 {
-                return run.given_on(i, spec, a);
-            }
-            let dim = carriers[i][..spec.shape.len()]
-                .iter()
-                .position(|&c| c == a)?;
-            Some((dim, spec.attr.dims_mapping[dim]))
-        };
+        let n_free = takes.len() as u8 - n_batch;
+        for a in contracted.iter() {
+            takes.extend(
+                (0..n_in)
+                    .filter(|&i| carried(i).contains(a))
+                    .filter_map(|i| dim_of(i, a)),
+            );
+        }
+        RolePlan {
+            batch,
+            takes,
+            n_batch,
+            n_free,
+        }
+    }
+}
 
-        // Gives axis `a` the mesh dims input `i` shards it with that no
-        // axis owns yet, in order; reports each merge and each loss.
-        let take =
-            |run: &mut Self, owner: &mut [u8; MAX_MESH_RANK], a: u8, i: usize, trace: &mut T| {
-                let Some((dim, given)) = given_on(run, i, a) else {
-                    return;
-                };
-                let before = run.map.sharding[a as usize];
-                let mut s = before;
-                for m in given.iter() {
-                    match owner[m as usize] {
-                        FREE => {
-                            owner[m as usize] = a;
-                            s.push(m);
-                        }
-                        o if o == a => {}
-                        o => trace.conflict(m, run.axis_name(o), run.axis_name(a)),
-                    }
+impl Run<'_, '_, '_> {
+    /// Fills the axis map from the inputs by the compiled [`RolePlan`];
+    /// see the policy's documentation. Each mesh dim has one owner: an
+    /// axis that wants a mesh dim another axis owns loses it.
+    #[inline(never)]
+    pub(crate) fn merge_by_role<T: Trace + ?Sized>(&mut self, trace: &mut T) {
+        let plan = &self.prog.roles;
+        if trace.enabled() {
+            let rule = self.rule;
+            for i in 0..usize::from(self.prog.n_inputs) {
+                if self.slots[i].present && !rule.options.follows.contains(i) {
+                    self.trace_unsharded(i, trace);
                 }
-                run.map.sharding[a as usize] = s;
-                // Reported when the axis gained mesh dims; what it could not
-                // take was reported as a conflict above.
-                if s != before && trace.enabled() {
-                    trace.merged(run.axis_name(a), run.tensor(i), dim, given, s);
-                }
-            };
+            }
+        }
+        let mut owner = [FREE; MAX_MESH_RANK];
+        let (batch, rest) = plan.takes.split_at(usize::from(plan.n_batch));
+        let (free, contracted) = rest.split_at(usize::from(plan.n_free));
 
         // Batch: the input whose batch dims carry the most shards first
         // (tie: more batch dims, then the earlier input), the others
-        // co-shard.
-        let shards = |run: &Self, i: usize| -> (usize, u32) {
-            let n = batch
-                .iter()
-                .filter_map(|a| given_on(run, i, a))
-                .map(|(_, s)| s.len())
-                .sum();
-            (n, carried[i].intersect(batch).len())
-        };
-        let mut order = [((0usize, 0u32), 0u8); 8];
-        let mut n_order = 0;
-        for i in (0..n_in).filter(|&i| merges(i)) {
-            let key = if batch.is_empty() {
-                (0, 0)
-            } else {
-                shards(self, i)
-            };
-            order[n_order] = (key, i as u8);
-            n_order += 1;
+        // co-shard. `batch` holds each input's takes in one run.
+        let mut groups: SmallVec<[((usize, usize), &[Take]); 4]> = SmallVec::new();
+        let mut rest = batch;
+        while let Some(first) = rest.first() {
+            let n = rest.iter().take_while(|t| t.input == first.input).count();
+            let (group, tail) = rest.split_at(n);
+            let shards = group.iter().map(|t| self.given(t).len()).sum();
+            groups.push(((shards, n), group));
+            rest = tail;
         }
         // Most shards first; the sort is stable, so input order on ties.
-        insertion_sort_by(&mut order[..n_order], |x, y| y.0.cmp(&x.0));
-        for &(_, i) in &order[..n_order] {
-            for a in batch.iter() {
-                take(self, &mut owner, a, usize::from(i), trace);
+        insertion_sort_by(&mut groups, |x, y| y.0.cmp(&x.0));
+        for (_, group) in &groups {
+            for t in group.iter() {
+                self.take(&mut owner, t, trace);
             }
         }
-        for a in batch.iter() {
+        for a in plan.batch.iter() {
             self.fit_owned(a, &mut owner, trace);
         }
 
-        // Free: each keeps the mesh dims no batch axis owns; a mesh dim two
-        // free axes want goes to the larger extent (the earlier axis on a
-        // tie).
-        let mut by_extent = [0u8; 64];
-        let mut n_free = 0;
-        for a in free.iter() {
-            by_extent[n_free] = a;
-            n_free += 1;
-        }
-        insertion_sort_by(&mut by_extent[..n_free], |&x, &y| {
-            self.extent(y).cmp(&self.extent(x))
-        });
-        for &a in &by_extent[..n_free] {
-            if let Some(i) = (0..n_in).find(|&i| carried[i].contains(a)) {
-                take(self, &mut owner, a, i, trace);
-            }
+        // Free: each keeps the mesh dims no batch axis owns, larger extent
+        // first.
+        for t in free {
+            self.take(&mut owner, t, trace);
         }
 
         // Contracted: the union of the inputs' shardings (most shards
         // first), minus the mesh dims already owned, trimmed until
         // divisible.
-        for a in contracted.iter() {
-            let mut order = [(0u8, 0u8); 8];
-            let mut n = 0;
-            for i in (0..n_in).filter(|&i| carried[i].contains(a)) {
-                order[n] = (
-                    i as u8,
-                    given_on(self, i, a).map_or(0, |(_, s)| s.len() as u8),
-                );
-                n += 1;
+        let mut rest = contracted;
+        while let Some(first) = rest.first() {
+            let n = rest.iter().take_while(|t| t.axis == first.axis).count();
+            let (group, tail) = rest.split_at(n);
+            let mut order: SmallVec<[(u8, &Take); 4]> = group
+                .iter()
+                .map(|t| (self.given(t).len() as u8, t))
+                .collect();
+            // Stable: input order on ties.
+            insertion_sort_by(&mut order, |x, y| y.0.cmp(&x.0));
+            for (_, t) in order {
+                self.take(&mut owner, t, trace);
             }
-            insertion_sort_by(&mut order[..n], |x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
-            for &(i, _) in &order[..n] {
-                take(self, &mut owner, a, usize::from(i), trace);
+            self.fit_owned(first.axis, &mut owner, trace);
+            rest = tail;
+        }
+    }
+
+    /// The sharding `t`'s input gives its dim.
+    #[inline(always)]
+    fn given(&self, t: &Take) -> Sharding {
+        self.specs[usize::from(t.input)].attr.dims_mapping[usize::from(t.dim)]
+    }
+
+    /// Gives `t`'s axis the mesh dims its input's dim is sharded over that
+    /// no axis owns yet, in order; reports each merge and each loss.
+    #[inline(always)]
+    fn take<T: Trace + ?Sized>(
+        &mut self,
+        owner: &mut [u8; MAX_MESH_RANK],
+        t: &Take,
+        trace: &mut T,
+    ) {
+        let given = self.given(t);
+        let a = t.axis;
+        let before = self.map.sharding[usize::from(a)];
+        let mut s = before;
+        for m in given.iter() {
+            match owner[usize::from(m)] {
+                FREE => {
+                    owner[usize::from(m)] = a;
+                    s.push(m);
+                }
+                o if o == a => {}
+                o => trace.conflict(m, self.axis_name(o), self.axis_name(a)),
             }
-            self.fit_owned(a, &mut owner, trace);
+        }
+        self.map.sharding[usize::from(a)] = s;
+        // Reported when the axis gained mesh dims; what it could not take
+        // was reported as a conflict above.
+        if s != before && trace.enabled() {
+            let i = usize::from(t.input);
+            trace.merged(
+                self.axis_name(a),
+                self.tensor(i),
+                usize::from(t.dim),
+                given,
+                s,
+            );
         }
     }
 
@@ -183,6 +236,9 @@ impl Run<'_, '_, '_> {
         trace: &mut T,
     ) {
         let s = self.map.sharding[a as usize];
+        if s.is_replicated() {
+            return;
+        }
         let fitted = self.fit_one(a, s, trace);
         for m in s.mesh_set().minus(fitted.mesh_set()).iter() {
             owner[m as usize] = FREE;

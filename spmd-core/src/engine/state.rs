@@ -106,14 +106,6 @@ impl<'r, 'a, 'c> Run<'r, 'a, 'c> {
         self.slots[s].carried
     }
 
-    /// The first dim of slot `s` (laid out as `spec`) that carries axis
-    /// `a`, with its sharding.
-    pub(crate) fn given_on(&self, s: usize, spec: &Spec<'_>, a: u8) -> Option<(usize, Sharding)> {
-        (0..spec.shape.len())
-            .find(|&dim| self.carrier(s, dim) == Some(a))
-            .map(|dim| (dim, spec.attr.dims_mapping[dim]))
-    }
-
     /// Whether axis `a`'s extent is known and a multiple of the product of
     /// the sizes of `dims`.
     pub(crate) fn divides(&self, a: u8, dims: impl Iterator<Item = MeshDim>) -> bool {
@@ -127,15 +119,18 @@ impl<'r, 'a, 'c> Run<'r, 'a, 'c> {
     /// none, as the call's shapes say).
     #[inline(always)]
     pub(crate) fn project(&self, s: usize, sized: bool, table: &Table, out: &mut [Sharding]) {
+        debug_assert!(table[usize::from(NONE) & 63].is_replicated());
         let dims = self.dims_of(s);
-        for (o, d) in out.iter_mut().zip(dims) {
-            let a = if sized { d.live } else { d.carrier };
-            // (Axis ids are below 64: masked, the index needs no check.)
-            *o = if a != NONE {
-                table[usize::from(a) & 63]
-            } else {
-                Sharding::REPLICATED
-            };
+        // Axis ids are below 63; `NONE` masks to 63, an entry no step
+        // writes: replicated. So the lookup needs no branch nor check.
+        if sized {
+            for (o, d) in out.iter_mut().zip(dims) {
+                *o = table[usize::from(d.live) & 63];
+            }
+        } else {
+            for (o, d) in out.iter_mut().zip(dims) {
+                *o = table[usize::from(d.carrier) & 63];
+            }
         }
     }
 
