@@ -29,6 +29,9 @@ pub(crate) struct Take {
     dim: u8,
 }
 
+/// One input's batch takes, with its sort key (shards given, batch dims).
+type BatchGroup<'t> = ((usize, usize), &'t [Take]);
+
 /// The role-priority merge of one call's shapes (see the module docs).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RolePlan {
@@ -91,7 +94,7 @@ impl RolePlan {
         // that carries it.
         let mut by_extent: SmallVec<[u8; 8]> = free.iter().collect();
         let extent_of = |a: u8| extent.get(usize::from(a)).copied().unwrap_or(0);
-        by_extent.sort_by(|&x, &y| extent_of(y).cmp(&extent_of(x)));
+        by_extent.sort_by_key(|&a| core::cmp::Reverse(extent_of(a)));
         for a in by_extent {
             if let Some(i) = (0..n_in).find(|&i| carried(i).contains(a)) {
                 takes.extend(dim_of(i, a));
@@ -136,7 +139,7 @@ impl Run<'_, '_, '_> {
         // Batch: the input whose batch dims carry the most shards first
         // (tie: more batch dims, then the earlier input), the others
         // co-shard. `batch` holds each input's takes in one run.
-        let mut groups: SmallVec<[((usize, usize), &[Take]); 4]> = SmallVec::new();
+        let mut groups: SmallVec<[BatchGroup<'_>; 4]> = SmallVec::new();
         let mut rest = batch;
         while let Some(first) = rest.first() {
             let n = rest.iter().take_while(|t| t.input == first.input).count();
