@@ -59,7 +59,7 @@ fn check(text: &str, annotations: &AnnotationFile) -> Result<Summary, Divergence
 #[test]
 fn chosen_and_baseline_plans_hold_on_the_simulated_mesh() {
     let registry = spmd_ops::builtins();
-    let (mut chosen, mut baselines, mut split, mut pinning) = (0, 0, 0, 0);
+    let (mut chosen, mut baselines, mut split, mut pinning, mut reading) = (0, 0, 0, 0, 0);
     let mut failed = Vec::new();
     for (name, text) in GRAPHS {
         for mesh in [vec![4], vec![2, 2]] {
@@ -95,6 +95,10 @@ fn chosen_and_baseline_plans_hold_on_the_simulated_mesh() {
             if outcome.solver_pins > 0 {
                 pinning += 1;
             }
+            // And some give weights read layouts (gathered where used).
+            if outcome.plan.annotations.iter().any(|a| a.read.is_some()) {
+                reading += 1;
+            }
             let mut plans = vec![("chosen", outcome.plan.clone())];
             for b in &outcome.baselines {
                 if let Some(p) = &b.plan {
@@ -118,9 +122,10 @@ fn chosen_and_baseline_plans_hold_on_the_simulated_mesh() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     eprintln!(
-        "{chosen} chosen plans ({split} split, {pinning} with the solver's pins) and {baselines} baseline plans hold"
+        "{chosen} chosen plans ({split} split, {pinning} with the solver's pins, {reading} with read layouts) and {baselines} baseline plans hold"
     );
     assert!(pinning > 0, "no chosen plan carries the solver's pins");
+    assert!(reading > 0, "no chosen plan gives a weight a read layout");
     assert_eq!(chosen, 2 * GRAPHS.len());
     assert!(
         split >= GRAPHS.len(),

@@ -599,3 +599,70 @@ mod random_plans {
         }
     }
 }
+
+/// A read layout (`read` in a plan file): GPT-2's `c_attn` weights stored
+/// split by rows (the contracted dim) on `[4]`. Read as stored, each
+/// `addmm` comes out partial and its output is all-reduced (with the
+/// activations sliced to fit, forward, and gathered back, backward); read
+/// replicated, the weight is all-gathered where it is read, nothing else
+/// communicates, and its gradient comes out whole and is kept as stored by
+/// a local slice. Both plans hold on the simulated mesh, and the gather is
+/// needed: taken away, it is caught.
+#[test]
+fn a_read_layout_gathers_the_weight_where_it_is_read() {
+    let graph = include_str!("../spmd-graph/graphs/hf/gpt2.json");
+    let plan_file = |read: &str| {
+        let plan = format!(
+            r#"{{"annotations": [
+            {{"tensors": "input_ids", "dims_mapping": [-1, -1]}},
+            {{"tensors": "transformer.h.*.attn.c_attn.weight", "dims_mapping": [0, -1]{read}}}]}}"#
+        );
+        file(graph, Some(&plan))
+    };
+    // Each communicating step of both plans: (pass, tensor, kind).
+    let steps = |f: &GraphFile| {
+        let (g, forward, bg, backward) = plans(f);
+        let mut out = Vec::new();
+        for (pass, g, p) in [("forward", &g, &forward), ("backward", &bg, &backward)] {
+            for r in &p.reshards {
+                for (s, _) in &r.steps {
+                    if s.communicates() {
+                        out.push((pass, g.tensor(r.tensor).name.clone(), s.id()));
+                    }
+                }
+            }
+        }
+        out
+    };
+    let split = plan_file("");
+    let as_stored = steps(&split);
+    let reduced: Vec<&str> = as_stored
+        .iter()
+        .filter(|s| s.0 == "forward" && s.2 == "all_reduce")
+        .map(|s| s.1.as_str())
+        .collect();
+    assert_eq!(reduced, ["view_2", "view_15"], "{as_stored:?}");
+    check(&split, |_| {}).unwrap();
+
+    let read = plan_file(r#", "read": [-1, -1]"#);
+    let gathered = steps(&read);
+    let weights = |l: usize| format!("transformer.h.{l}.attn.c_attn.weight");
+    assert_eq!(
+        gathered,
+        [
+            ("forward", weights(0), "all_gather"),
+            ("forward", weights(1), "all_gather")
+        ],
+    );
+    check(&read, |_| {}).unwrap();
+    let (g, forward, _, _) = plans(&read);
+    let gather = forward
+        .reshards
+        .iter()
+        .position(|r| g.tensor(r.tensor).name == weights(0))
+        .unwrap();
+    check(&read, |plan| {
+        plan.reshards.remove(gather);
+    })
+    .expect_err("a weight read split where the plan reads it whole passes");
+}

@@ -277,6 +277,7 @@ pub fn autoshard(
             dims_mapping: t.dims_mapping.clone(),
             partial_dims: t.partial_dims.clone(),
             priority: t.priority,
+            read: t.read.clone(),
         })
         .collect();
     let mut pins = options.pins.clone().unwrap_or(AnnotationFile {
@@ -365,18 +366,23 @@ pub fn autoshard(
             best = Some((c, f));
         }
     }
-    // The best-priced of the solver's starts is descended from.
-    let mut solver_best: Option<(Choice, Figures)> = None;
-    for start in solver_starts {
-        if let Some(f) = eval.price(&start)?
-            && solver_best
-                .as_ref()
-                .is_none_or(|(_, b)| search::better(&f, b, options.memory))
-        {
-            solver_best = Some((start, f));
+    // The best-priced start of each family of the solver's starts is
+    // descended from: a start with read layouts may price best and yet
+    // descend to worse than the plain family's best.
+    for family in solver_starts {
+        let mut solver_best: Option<(Choice, Figures)> = None;
+        for start in family {
+            if let Some(f) = eval.price(&start)?
+                && solver_best
+                    .as_ref()
+                    .is_none_or(|(_, b)| search::better(&f, b, options.memory))
+            {
+                solver_best = Some((start, f));
+            }
         }
-    }
-    if let Some((start, f)) = solver_best {
+        let Some((start, f)) = solver_best else {
+            continue;
+        };
         progress(&format!(
             "the solver's plan prices at {}, {} per device; descending from it",
             report::time(f.step_time),
@@ -469,18 +475,47 @@ pub fn autoshard(
 ///   so that propagation follows the solution's strategies (from the
 ///   leaves alone it may settle a conflict its own way);
 /// - those, and each leaf laid out unlike the first of its decision (two
-///   layers the solver does not fold, say) pinned on its own.
-fn solver_starts(space: &mut Space, graph: &Graph, s: &solver::Solution) -> Vec<Choice> {
+///   layers the solver does not fold, say) pinned on its own;
+/// - where the solution's strategies all read a leaf in one layout other
+///   than its own, the three again with that leaf given it as its read
+///   layout (stored split, gathered where used, even where propagation
+///   would let the op read the split).
+fn solver_starts(space: &mut Space, graph: &Graph, s: &solver::Solution) -> Vec<Vec<Choice>> {
+    let mut families = vec![starts_from(space, graph, s, false)];
+    // Where the solution reads leaves otherwise than it lays them out, the
+    // same starts again with those leaves given read layouts: propagation
+    // from the data alone may let their ops read them as laid out.
+    if s.leaves.iter().any(|l| l.read.is_some()) {
+        families.push(starts_from(space, graph, s, true));
+    }
+    // Each start leaves the other starts' pins free.
+    for starts in &mut families {
+        for start in starts.iter_mut() {
+            start.resize(space.groups.len(), 0);
+        }
+        starts.dedup();
+    }
+    families
+}
+
+/// The three starts of [`solver_starts`], with `reads`: leaves the
+/// solution's strategies all read in one other layout given it as their
+/// read layout.
+fn starts_from(space: &mut Space, graph: &Graph, s: &solver::Solution, reads: bool) -> Vec<Choice> {
     let wanted = |t: TensorId| -> Option<Layout> {
         let leaf = s.leaves.iter().find(|l| l.tensor == t)?;
         let split = leaf.attr.dims_mapping.mesh_set() != spmd_core::MeshSet::EMPTY;
-        match (split, leaf.read_otherwise) {
-            (true, true) => Some(Layout::Fixed {
+        match (split, leaf.read_otherwise, &leaf.read) {
+            (_, _, Some(read)) if reads => Some(Layout::Read {
+                stored: leaf.attr.clone(),
+                read: read.clone(),
+            }),
+            (true, true, _) => Some(Layout::Fixed {
                 attr: leaf.attr.clone(),
                 priority: 1,
             }),
-            (_, false) => Some(Layout::fixed(leaf.attr.clone())),
-            (false, true) => None,
+            (_, false, _) => Some(Layout::fixed(leaf.attr.clone())),
+            (false, true, _) => None,
         }
     };
     let by_decision = space.choice_of(wanted);
@@ -509,9 +544,7 @@ fn solver_starts(space: &mut Space, graph: &Graph, s: &solver::Solution) -> Vec<
             start.push(on);
         }
     }
-    let mut starts = starts.to_vec();
-    starts.dedup();
-    starts
+    starts.to_vec()
 }
 
 /// Each named baseline priced (or why it does not apply), with its plan.

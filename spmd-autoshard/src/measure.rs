@@ -8,7 +8,7 @@
 //!   [`CostModel::collective_time`];
 //! - **compute**: each op's FLOPs ([`op_flops`]) divided by the product of the
 //!   mesh dims its outputs are split or partial over (a device computes its
-//!   block); a grad op costs twice its forward op;
+//!   block); a grad op costs twice its forward op, divided as it is;
 //! - **memory**: each parameter's local block, its gradient's (laid out like
 //!   it), Adam's two fp32 moments, a fp32 master copy when the parameters
 //!   are 16-bit, and the activations the backward reads: every tensor a
@@ -246,8 +246,15 @@ impl<'r> Measurer<'r> {
         let (p, forward) = self.forward()?;
         let mesh = self.graph.mesh();
         let mut compute = 0.0;
+        // Each op on the gradient path's grad op: twice its work, divided as
+        // the op's own (the solver's program charges it so).
+        let mut grad_compute = 0.0;
         for o in self.graph.op_ids() {
-            compute += self.flops[o.index()] / split(mesh, &p, self.graph.outputs(o)) as f64;
+            let work = self.flops[o.index()] / split(mesh, &p, self.graph.outputs(o)) as f64;
+            compute += work;
+            if self.on_path(o) {
+                grad_compute += 2.0 * work;
+            }
         }
         let mut collectives = BTreeMap::new();
         // (The plan reduces a result left partial: its collective is in it.)
@@ -281,25 +288,15 @@ impl<'r> Measurer<'r> {
         let bp = propagate(&bw.graph)?;
         let backward = plan(&bw.graph, &bp, self.dtype)?;
         let mesh = self.graph.mesh();
-        let mut shapes: Vec<&[usize]> = Vec::new();
+        // The grad ops are counted above; the backward graph's own ops are
+        // the gradient accumulation's adds.
+        compute += grad_compute;
         for o in bw.graph.op_ids() {
-            let op = bw.graph.op(o);
-            let fwd = match bw.graph.kind(o) {
-                // A grad op reads the forward inputs, then one grad per
-                // forward output (shaped like it).
-                OpKind::Grad { forward_inputs } => {
-                    let at = forward_inputs.min(bw.graph.inputs(o).len());
-                    shapes.clear();
-                    shapes.extend(bw.graph.inputs(o).iter().map(|&t| bw.graph.shape(t)));
-                    let (ins, outs) = shapes.split_at(at);
-                    2.0 * op_flops(&op.rule, &op.attrs, ins, outs)
-                }
-                OpKind::Forward => {
-                    let numel = |t: &TensorId| bw.graph.shape(*t).iter().product::<usize>();
-                    bw.graph.outputs(o).iter().map(numel).sum::<usize>() as f64
-                }
-            };
-            compute += fwd / split(mesh, &bp, bw.graph.outputs(o)) as f64;
+            if let OpKind::Forward = bw.graph.kind(o) {
+                let numel = |t: &TensorId| bw.graph.shape(*t).iter().product::<usize>();
+                let adds = bw.graph.outputs(o).iter().map(numel).sum::<usize>() as f64;
+                compute += adds / split(mesh, &bp, bw.graph.outputs(o)) as f64;
+            }
         }
         let compute_time = self.model.compute_time(compute, self.dtype);
         self.add_collectives(&mut collectives, "backward", &backward);
@@ -384,6 +381,14 @@ impl<'r> Measurer<'r> {
         }
         m.total = m.parameters + m.gradients + m.optimizer + m.activations;
         m
+    }
+}
+
+impl Measurer<'_> {
+    /// Whether forward op `o` is on the gradient path (reads a tensor that
+    /// takes a gradient): the backward graph gives it a grad op.
+    fn on_path(&self, o: spmd_graph::OpId) -> bool {
+        self.graph.inputs(o).iter().any(|t| self.grad[t.index()])
     }
 }
 

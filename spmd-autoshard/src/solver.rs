@@ -77,6 +77,9 @@ pub struct LeafLayout {
     /// Whether a consumer's strategy reads it in another layout (a stored
     /// parameter gathered before use, say).
     pub read_otherwise: bool,
+    /// The layout every consumer's strategy reads it in, when they agree
+    /// on one that is not `attr` (and not partial).
+    pub read: Option<DistAttr>,
 }
 
 /// A produced tensor's layout in the solver's solution, shared by the
@@ -575,7 +578,7 @@ pub fn lower_bound(
                 .into_iter()
                 .filter_map(|l| match l {
                     Layout::Fixed { attr, .. } => Some(attr),
-                    Layout::Free => None,
+                    Layout::Free | Layout::Read { .. } => None,
                 })
                 .collect(),
         };
@@ -794,10 +797,28 @@ pub fn lower_bound(
                         .any(|(&i, need)| i == t && need != attr)
             })
         });
+        // What the consumers read it as, when they all read it alike.
+        let mut reads: Vec<&DistAttr> = Vec::new();
+        for &o in &graph.tensor(t).consumers {
+            for (s, _) in chosen[folding.op[o.index()].index()]
+                .iter()
+                .filter(|(_, c)| set(*c))
+            {
+                for (&i, need) in graph.inputs(o).iter().zip(&s.needs) {
+                    if i == t {
+                        reads.push(need);
+                    }
+                }
+            }
+        }
+        let read = reads.first().copied().filter(|first| {
+            *first != attr && !first.partial.is_partial() && reads.iter().all(|r| r == first)
+        });
         leaves.push(LeafLayout {
             tensor: t,
             attr: attr.clone(),
             read_otherwise,
+            read: read.cloned(),
         });
     }
     let mut produced: Vec<ProducedLayout> = Vec::new();

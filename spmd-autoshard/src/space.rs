@@ -29,6 +29,10 @@ pub enum Layout {
     /// Annotated: at priority 0 the layout the ops see; at priority 1 the
     /// stored layout of a parameter the ops may read otherwise.
     Fixed { attr: DistAttr, priority: u32 },
+    /// Annotated `stored`, and every op that reads it given `read` (a
+    /// parameter stored split and gathered where it is used, whatever
+    /// propagation from the data would let the op read).
+    Read { stored: DistAttr, read: DistAttr },
 }
 
 impl Layout {
@@ -42,6 +46,7 @@ impl Layout {
             Layout::Free => "free".into(),
             Layout::Fixed { attr, priority: 0 } => attr.to_string(),
             Layout::Fixed { attr, .. } => format!("stored {attr}"),
+            Layout::Read { stored, read } => format!("stored {stored} read {read}"),
         }
     }
 }
@@ -82,6 +87,7 @@ impl Space {
             let info = graph.tensor(t);
             if info.producer.is_some()
                 || info.annotation.is_some()
+                || info.read.is_some()
                 || info.consumers.is_empty()
                 || graph.shape(t).is_empty()
             {
@@ -173,9 +179,15 @@ impl Space {
                 }
                 Layout::Free => None,
                 Layout::Fixed { attr, priority } => Some((attr.clone(), *priority)),
+                Layout::Read { stored, .. } => Some((stored.clone(), 0)),
+            };
+            let read = match self.layout(g, choice) {
+                Layout::Read { read, .. } => Some(read.clone()),
+                _ => None,
             };
             for &t in &group.tensors {
                 graph.set_annotation(t, annotation.clone())?;
+                graph.set_read(t, read.clone())?;
             }
         }
         Ok(())
@@ -198,8 +210,10 @@ impl Space {
             .collect();
         let mut out = Vec::new();
         for (g, group) in self.groups.iter().enumerate() {
-            let Layout::Fixed { attr, priority } = self.layout(g, choice) else {
-                continue;
+            let (attr, priority, read) = match self.layout(g, choice) {
+                Layout::Free => continue,
+                Layout::Fixed { attr, priority } => (attr, *priority, None),
+                Layout::Read { stored, read } => (stored, 0, Some(read)),
             };
             let own: Vec<TensorId> = match group.decision {
                 true => group
@@ -216,7 +230,8 @@ impl Space {
                     &attr.dims_mapping,
                 )),
                 partial_dims: attr.partial.dims().iter().collect(),
-                priority: (*priority > 0).then_some(*priority),
+                priority: (priority > 0).then_some(priority),
+                read: read.map(|r| spmd_core::json::Mapping::from_dims_mapping(&r.dims_mapping)),
             };
             let named: Vec<TensorId> = graph
                 .tensor_ids()

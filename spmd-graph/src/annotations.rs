@@ -15,7 +15,11 @@
 //! - `mesh` (optional) replaces the graph's mesh.
 //! - `annotations`: in `tensors`, `*` stands for any run of characters
 //!   (dots included), everything else for itself; `dims_mapping`,
-//!   `partial_dims` and `priority` are a graph tensor's annotation fields.
+//!   `partial_dims` and `priority` are a graph tensor's annotation fields;
+//!   `read` (a dims mapping) is the layout every op that reads the tensor
+//!   is given, the tensor itself keeping its own: `{"tensors": "*.weight",
+//!   "dims_mapping": [0, -1], "read": [-1, -1]}` stores weights split and
+//!   gathers each where it is used (ZeRO-3).
 //!   Every pattern must match a tensor, and no tensor may match two
 //!   patterns: a plan that silently annotates nothing, or annotates one
 //!   tensor twice, is an error that names the pattern.
@@ -60,6 +64,8 @@ pub struct Annotation {
     pub partial_dims: Vec<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<Mapping>,
 }
 
 /// Annotates `graph` as `plan` says; how many tensors it annotated.
@@ -138,6 +144,20 @@ pub fn apply_with(
                 &a.partial_dims,
             )
             .map_err(|e| bad(e.to_string()))?;
+            if let Some(read) = &a.read {
+                let attr = crate::json::annotation(
+                    &mesh,
+                    &tensor.name,
+                    &tensor.shape,
+                    &Some(read.clone()),
+                    &[],
+                )
+                .map_err(|e| bad(e.to_string()))?;
+                if let Some(attr) = attr {
+                    crate::graph::check_read(&mesh, &tensor.name, &tensor.shape, &attr)
+                        .map_err(|e| bad(e.to_string()))?;
+                }
+            }
             // A graph's own annotation stays unless the plan says the same.
             let own = crate::json::annotation(
                 &mesh,
@@ -160,6 +180,7 @@ pub fn apply_with(
             tensor.dims_mapping = a.dims_mapping.clone();
             tensor.partial_dims = a.partial_dims.clone();
             tensor.priority = a.priority;
+            tensor.read = a.read.clone();
             matched += 1;
         }
         if matched == 0 {
@@ -253,5 +274,61 @@ mod tests {
             e.to_string(),
             "plan pattern `a.*`: tensor `a.w` is annotated already, by pattern `*.w`"
         );
+    }
+
+    #[test]
+    fn a_read_layout_is_checked_and_reaches_the_graph() {
+        let plan = |json: &str| -> AnnotationFile { serde_json::from_str(json).unwrap() };
+        let mut g = graph();
+        apply(
+            &mut g,
+            &plan(r#"{"annotations": [{"tensors": "a.w", "dims_mapping": [0], "read": [-1]}]}"#),
+        )
+        .unwrap();
+        assert!(g.tensors[0].read.is_some());
+        assert_eq!(g.tensors[1].read, None);
+        let built = crate::json::from_file(&g, &spmd_ops_free_registry())
+            .unwrap()
+            .graph;
+        let a = built.find("a.w").unwrap();
+        assert_eq!(built.tensor(a).read.as_ref().unwrap().to_string(), "[-1]");
+        // The graph file written back keeps it.
+        assert_eq!(
+            crate::json::to_file(&built, &[], None).tensors[0].read,
+            g.tensors[0].read
+        );
+        let e = apply(
+            &mut graph(),
+            &plan(r#"{"annotations": [{"tensors": "b.w", "dims_mapping": [0], "read": [3]}]}"#),
+        )
+        .unwrap_err();
+        assert!(e.to_string().starts_with("plan pattern `b.w`: "), "{e}");
+        assert!(e.to_string().contains("mesh dim 3"), "{e}");
+    }
+
+    #[test]
+    fn a_partial_read_layout_is_refused() {
+        let built = crate::json::from_file(&graph(), &spmd_ops_free_registry())
+            .unwrap()
+            .graph;
+        let mut built = built;
+        let a = built.find("a.w").unwrap();
+        let partial = spmd_core::DistAttr::replicated(1).with_partial(spmd_core::Partial::over(
+            spmd_core::MeshSet::EMPTY.with(0),
+            spmd_core::ReduceType::Sum,
+        ));
+        let e = built.set_read(a, Some(partial)).unwrap_err();
+        assert!(e.to_string().contains("partial"), "{e}");
+        let whole = spmd_core::DistAttr::replicated(1);
+        built.set_read(a, Some(whole.clone())).unwrap();
+        let attrs = vec![spmd_core::DistAttr::new(spmd_core::DimsMapping::from_dims([Some(0)])); 2];
+        assert_eq!(built.seen(a, &attrs), &whole);
+        built.set_read(a, None).unwrap();
+        assert_eq!(built.seen(a, &attrs), &attrs[0]);
+    }
+
+    /// A registry without ops: the test graphs have none.
+    fn spmd_ops_free_registry() -> spmd_core::Registry {
+        spmd_core::Registry::new()
     }
 }

@@ -71,6 +71,11 @@ pub struct TensorEntry {
     /// The annotation's priority (0, the default, first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
+    /// The layout every op that reads it is given (a dims mapping, never
+    /// partial): the tensor keeps its own, and is resharded where read
+    /// (see [`TensorInfo::read`](crate::graph::TensorInfo::read)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<Mapping>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub param: bool,
     /// The element type as the producer wrote it (`float32`, `int64`,
@@ -229,6 +234,11 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
         )? {
             b.annotate_with_priority(id, attr, t.priority.unwrap_or(0))?;
         }
+        if let Some(read) = &t.read
+            && let Some(attr) = annotation(b.mesh(), &t.name, &t.shape, &Some(read.clone()), &[])?
+        {
+            b.read_as(id, attr)?;
+        }
     }
     let mut named: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (i, op) in file.ops.iter().enumerate() {
@@ -325,6 +335,10 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
                     .map(|a| a.partial.dims().iter().collect())
                     .unwrap_or_default(),
                 priority: (t.annotation.is_some() && t.priority != 0).then_some(t.priority),
+                read: t
+                    .read
+                    .as_ref()
+                    .map(|a| Mapping::from_dims_mapping(&a.dims_mapping)),
                 param: t.param,
                 // The graph keeps no element type or constant per tensor.
                 dtype: None,

@@ -130,7 +130,7 @@ impl Propagation {
             && inputs
                 .iter()
                 .zip(seen)
-                .all(|(t, a)| &self.attrs[t.index()] == a);
+                .all(|(&t, a)| graph.seen(t, &self.attrs) == a);
         current.then_some((ins, outs))
     }
 
@@ -342,7 +342,8 @@ impl<'g> Propagator<'g> {
             saved.at[o.index()] = Slot::None;
             return;
         }
-        let seen = inputs.iter().map(|t| &self.attrs[t.index()]);
+        let graph = self.graph;
+        let seen = inputs.iter().map(|&t| graph.seen(t, &self.attrs));
         let all = seen.chain(&r.inputs).chain(&r.outputs);
         let len = n_seen + n_inputs + outputs.len();
         let start = match saved.at[o.index()] {

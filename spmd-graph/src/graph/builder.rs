@@ -161,6 +161,7 @@ impl GraphBuilder {
             differentiable: true,
             producer: None,
             consumers: Vec::new(),
+            read: None,
         });
         Ok(Ok(id))
     }
@@ -194,6 +195,17 @@ impl GraphBuilder {
         let info = &mut self.tensors[t.index()];
         info.annotation = Some(attr);
         info.priority = priority;
+        Ok(())
+    }
+
+    /// Gives tensor `t` a read layout: every op that reads it is given
+    /// `attr`, and the tensor is resharded to it where it is read (see
+    /// [`TensorInfo::read`](super::TensorInfo::read)).
+    pub fn read_as(&mut self, t: TensorId, attr: DistAttr) -> Result<(), GraphError> {
+        self.check_ids("read_as", &[t])?;
+        let info = &self.tensors[t.index()];
+        check_read(&self.mesh, &info.name, self.structure.shape(t), &attr)?;
+        self.tensors[t.index()].read = Some(attr);
         Ok(())
     }
 
@@ -498,9 +510,15 @@ impl GraphBuilder {
             structure: self.structure,
             prepared: Vec::new(),
             results: vec![false; n_tensors],
+            has_reads: false,
         };
+        let has_reads = graph.tensors.iter().any(|t| t.read.is_some());
         let prepared = graph.op_ids().map(|o| graph.prepare(o)).collect();
-        let graph = Graph { prepared, ..graph };
+        let graph = Graph {
+            prepared,
+            has_reads,
+            ..graph
+        };
         if !check_calls {
             return Ok(graph);
         }
@@ -543,6 +561,24 @@ impl GraphBuilder {
 
 /// An annotation must fit its tensor: one entry per dim, mesh dims of the
 /// mesh, each used once (sharding or partial).
+/// Checks a read layout: an annotation's checks, and no partial status
+/// (an op reads values whole).
+pub(crate) fn check_read(
+    mesh: &Mesh,
+    name: &str,
+    shape: &[usize],
+    attr: &DistAttr,
+) -> Result<(), GraphError> {
+    check_attr(mesh, name, shape, attr)?;
+    if attr.partial.is_partial() {
+        return Err(GraphError::BadAnnotation {
+            tensor: name.to_string(),
+            message: format!("the read layout {attr} is partial; an op reads values whole"),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn check_attr(
     mesh: &Mesh,
     name: &str,

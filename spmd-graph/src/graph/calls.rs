@@ -106,7 +106,7 @@ impl Graph {
         for (k, &t) in inputs.iter().enumerate() {
             let attr = match only {
                 Some(keep) if keep != k => &replicated[k],
-                _ => &attrs[t.index()],
+                _ => self.seen(t, attrs),
             };
             specs.push(Spec::new(self.shape(t), attr));
         }

@@ -19,7 +19,7 @@ mod signature;
 mod structure;
 
 pub use builder::GraphBuilder;
-pub(crate) use builder::{Prebuilt, check_attr};
+pub(crate) use builder::{Prebuilt, check_attr, check_read};
 use structure::Structure;
 
 /// A tensor of a graph: its index in [`Graph::tensors`].
@@ -73,6 +73,12 @@ pub struct TensorInfo {
     pub differentiable: bool,
     pub producer: Option<OpId>,
     pub consumers: Vec<OpId>,
+    /// The layout every op that reads it is given, when the plan says one
+    /// (`read` in a plan file): the tensor keeps its own layout (its
+    /// annotation, or what propagation gives it), and each reader's reshard
+    /// plan moves it to this one. A parameter stored split and gathered for
+    /// use (ZeRO-3) is annotated split and read replicated. Never partial.
+    pub read: Option<DistAttr>,
 }
 
 /// One op: a display name and the registry rule with its attributes. Its
@@ -164,6 +170,9 @@ pub struct Graph {
     /// Per tensor: whether it is a result of the graph (what the user
     /// reads; see [`Graph::is_result`]).
     pub(crate) results: Vec<bool>,
+    /// Whether some tensor has a read layout ([`TensorInfo::read`]): when
+    /// none has, a rule call reads the attrs as given without asking.
+    pub(crate) has_reads: bool,
 }
 
 impl std::fmt::Debug for Graph {
@@ -257,6 +266,42 @@ impl Graph {
         info.priority = annotation.as_ref().map_or(0, |&(_, p)| p);
         info.annotation = annotation.map(|(a, _)| a);
         Ok(())
+    }
+
+    /// Sets tensor `t`'s read layout ([`TensorInfo::read`]; `None` removes
+    /// it), checked as an annotation is; a partial one is refused.
+    pub fn set_read(&mut self, t: TensorId, read: Option<DistAttr>) -> Result<(), GraphError> {
+        let Some(info) = self.tensors.get_mut(t.index()) else {
+            return Err(GraphError::UnknownTensor {
+                op: "set_read".into(),
+                name: format!("#{}", t.0),
+            });
+        };
+        if let Some(attr) = &read
+            && info.read.as_ref() != Some(attr)
+        {
+            check_read(&self.mesh, &info.name, self.structure.shape(t), attr)?;
+        }
+        let clears = read.is_none() && info.read.is_some();
+        info.read = read;
+        self.has_reads = if clears {
+            self.tensors.iter().any(|t| t.read.is_some())
+        } else {
+            self.has_reads || self.tensors[t.index()].read.is_some()
+        };
+        Ok(())
+    }
+
+    /// The layout ops that read tensor `t` are given, with `attrs` the
+    /// attrs of every tensor: its read layout, else its attr.
+    #[inline]
+    pub fn seen<'a>(&'a self, t: TensorId, attrs: &'a [DistAttr]) -> &'a DistAttr {
+        if self.has_reads
+            && let Some(read) = &self.tensors[t.index()].read
+        {
+            return read;
+        }
+        &attrs[t.index()]
     }
 
     /// The tensor called `name`.
