@@ -166,28 +166,28 @@ impl Space {
             .collect()
     }
 
-    /// Annotates `graph` as `choice` says.
+    /// Annotates `graph` as `choice` says. A free pin leaves its tensors
+    /// as the groups before it laid them out (a leaf as its decision; a
+    /// produced tensor as another start's pin of it, else unannotated).
     pub fn apply(&self, graph: &mut Graph, choice: &[u16]) -> Result<(), spmd_graph::GraphError> {
+        // Tensors a group has laid out in this plan: a later free pin of
+        // them changes nothing.
+        let mut laid_out = vec![false; graph.tensors().len()];
         for (g, group) in self.groups.iter().enumerate() {
-            let annotation = match self.layout(g, choice) {
-                // A free pin leaves a leaf as its decision (applied
-                // before, decisions come first) laid it out.
-                Layout::Free
-                    if !group.decision && group.tensors.iter().any(|&t| is_leaf(graph, t)) =>
-                {
+            let layout = self.layout(g, choice);
+            let (annotation, read) = match layout {
+                Layout::Free => (None, None),
+                Layout::Fixed { attr, priority } => (Some((attr.clone(), *priority)), None),
+                Layout::Read { stored, read } => (Some((stored.clone(), 0)), Some(read.clone())),
+            };
+            let free_pin = !group.decision && *layout == Layout::Free;
+            for &t in &group.tensors {
+                if free_pin && (laid_out[t.index()] || is_leaf(graph, t)) {
                     continue;
                 }
-                Layout::Free => None,
-                Layout::Fixed { attr, priority } => Some((attr.clone(), *priority)),
-                Layout::Read { stored, .. } => Some((stored.clone(), 0)),
-            };
-            let read = match self.layout(g, choice) {
-                Layout::Read { read, .. } => Some(read.clone()),
-                _ => None,
-            };
-            for &t in &group.tensors {
                 graph.set_annotation(t, annotation.clone())?;
                 graph.set_read(t, read.clone())?;
+                laid_out[t.index()] |= *layout != Layout::Free;
             }
         }
         Ok(())
@@ -373,6 +373,53 @@ mod tests {
         space.apply(&mut graph, &choice).unwrap();
         assert_eq!(graph.tensor(w1).annotation, Some(col));
         assert_eq!(names(&space, &graph, &choice), ["l.*.w"]);
+    }
+
+    /// Two starts pin one produced tensor (each its own pin group): a
+    /// start's pin holds whatever the other start's free pin of it says,
+    /// and a plan that frees both leaves it unannotated. A read layout is
+    /// set and cleared with its group.
+    #[test]
+    fn a_free_pin_keeps_what_another_pin_laid_out() {
+        use spmd_core::Attrs;
+        use spmd_graph::GraphBuilder;
+        let mut b = GraphBuilder::new(spmd_core::Mesh::new(&[2]).unwrap());
+        let x = b.tensor("x", &[4, 8]).unwrap();
+        let w = b.param("w", &[8, 8], None).unwrap();
+        let y = b
+            .apply("mm", "matmul", Attrs::new(), &[x, w], ("y", &[4, 8]))
+            .unwrap();
+        b.apply("relu", "relu", Attrs::new(), &[y], ("z", &[4, 8]))
+            .unwrap();
+        let mut graph = b.build(&spmd_ops::builtins()).unwrap();
+        let mut space = Space::new(&graph);
+        let row = DistAttr::from_paddle(&[0, -1]).unwrap();
+        let whole = DistAttr::replicated(2);
+        let read = Layout::Read {
+            stored: row.clone(),
+            read: whole.clone(),
+        };
+        let mut choice = space.choice_of(|t| (t == w).then(|| read.clone()));
+        let first = space.pin(&graph, vec![y], Layout::fixed(row.clone()));
+        let second = space.pin(&graph, vec![y], Layout::fixed(whole.clone()));
+        choice.extend([1, 0]);
+        space.apply(&mut graph, &choice).unwrap();
+        assert_eq!(graph.tensor(y).annotation, Some(row.clone()));
+        assert_eq!(graph.tensor(w).annotation, Some(row.clone()));
+        assert_eq!(graph.tensor(w).read, Some(whole.clone()));
+        (choice[first], choice[second]) = (0, 1);
+        space.apply(&mut graph, &choice).unwrap();
+        assert_eq!(graph.tensor(y).annotation, Some(whole));
+        choice[second] = 0;
+        let g = space
+            .decisions()
+            .find(|&g| space.groups[g].tensors == [w])
+            .unwrap();
+        choice[g] = space.option(g, Layout::fixed(row.clone()));
+        space.apply(&mut graph, &choice).unwrap();
+        assert_eq!(graph.tensor(y).annotation, None);
+        assert_eq!(graph.tensor(w).annotation, Some(row));
+        assert_eq!(graph.tensor(w).read, None);
     }
 
     #[test]
