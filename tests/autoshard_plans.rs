@@ -96,7 +96,12 @@ fn chosen_and_baseline_plans_hold_on_the_simulated_mesh() {
                 pinning += 1;
             }
             // And some give weights read layouts (gathered where used).
-            if outcome.plan.annotations.iter().any(|a| a.read.is_some()) {
+            if outcome
+                .plan
+                .annotations
+                .iter()
+                .any(|a| a.read.is_some() || !a.read_by.is_empty())
+            {
                 reading += 1;
             }
             let mut plans = vec![("chosen", outcome.plan.clone())];

@@ -278,6 +278,7 @@ pub fn autoshard(
             partial_dims: t.partial_dims.clone(),
             priority: t.priority,
             read: t.read.clone(),
+            read_by: t.read_by.clone(),
         })
         .collect();
     let mut pins = options.pins.clone().unwrap_or(AnnotationFile {
@@ -371,7 +372,7 @@ pub fn autoshard(
     // descend to worse than the plain family's best.
     for family in solver_starts {
         let mut solver_best: Option<(Choice, Figures)> = None;
-        for start in family {
+        for start in family.starts {
             if let Some(f) = eval.price(&start)?
                 && solver_best
                     .as_ref()
@@ -383,6 +384,20 @@ pub fn autoshard(
         let Some((start, f)) = solver_best else {
             continue;
         };
+        if !family.descend {
+            progress(&format!(
+                "the solver's solution, every tensor pinned, prices at {}, {} per device",
+                report::time(f.step_time),
+                bytes(f.memory.total)
+            ));
+            if best
+                .as_ref()
+                .is_none_or(|(_, b)| search::better(&f, b, options.memory))
+            {
+                best = Some((start, f));
+            }
+            continue;
+        }
         progress(&format!(
             "the solver's plan prices at {}, {} per device; descending from it",
             report::time(f.step_time),
@@ -480,22 +495,53 @@ pub fn autoshard(
 ///   than its own, the three again with that leaf given it as its read
 ///   layout (stored split, gathered where used, even where propagation
 ///   would let the op read the split).
-fn solver_starts(space: &mut Space, graph: &Graph, s: &solver::Solution) -> Vec<Vec<Choice>> {
-    let mut families = vec![starts_from(space, graph, s, false)];
+fn solver_starts(space: &mut Space, graph: &Graph, s: &solver::Solution) -> Vec<Family> {
+    let mut families = vec![Family {
+        starts: starts_from(space, graph, s, false),
+        descend: true,
+    }];
     // Where the solution reads leaves otherwise than it lays them out, the
     // same starts again with those leaves given read layouts: propagation
     // from the data alone may let their ops read them as laid out.
     if s.leaves.iter().any(|l| l.read.is_some()) {
-        families.push(starts_from(space, graph, s, true));
+        families.push(Family {
+            starts: starts_from(space, graph, s, true),
+            descend: true,
+        });
+    }
+    // The solution itself: every tensor pinned as it makes it, and every op
+    // given the inputs its strategy reads. Every tensor is pinned, so the
+    // descent (which moves leaves' decisions) could change nothing.
+    if !s.exact.is_empty() {
+        let mut start = space.choice_of(|_| None);
+        for e in &s.exact {
+            let layout = Layout::Each {
+                attr: e.attr.clone(),
+                read_by: e.read_by.clone(),
+            };
+            space.pin(graph, vec![e.tensor], layout);
+            start.push(1);
+        }
+        families.push(Family {
+            starts: vec![start],
+            descend: false,
+        });
     }
     // Each start leaves the other starts' pins free.
-    for starts in &mut families {
-        for start in starts.iter_mut() {
+    for family in &mut families {
+        for start in family.starts.iter_mut() {
             start.resize(space.groups.len(), 0);
         }
-        starts.dedup();
+        family.starts.dedup();
     }
     families
+}
+
+/// Starts of the search from the solver's solution: the best-priced is
+/// descended from, or taken as it is.
+struct Family {
+    starts: Vec<Choice>,
+    descend: bool,
 }
 
 /// The three starts of [`solver_starts`], with `reads`: leaves the

@@ -105,6 +105,21 @@ pub struct Solution {
     /// with the leaves, they make propagation follow the solution's
     /// strategies, which it need not from the leaves alone.
     pub produced: Vec<ProducedLayout>,
+    /// Per unannotated tensor, when the solver proved its optimum: the
+    /// layout the solution makes it in, and each reader's layout of it
+    /// where that differs. Given all, every op is given exactly the inputs
+    /// of its strategy.
+    pub exact: Vec<ExactLayout>,
+}
+
+/// A tensor as the solver's solution makes it and each of its readers
+/// reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExactLayout {
+    pub tensor: TensorId,
+    pub attr: DistAttr,
+    /// The readers whose strategy reads it otherwise (and not partial).
+    pub read_by: Vec<(OpId, DistAttr)>,
 }
 
 /// The relative gap at which HiGHS stops: well inside the 1% the bound is
@@ -578,7 +593,7 @@ pub fn lower_bound(
                 .into_iter()
                 .filter_map(|l| match l {
                     Layout::Fixed { attr, .. } => Some(attr),
-                    Layout::Free | Layout::Read { .. } => None,
+                    Layout::Free | Layout::Read { .. } | Layout::Each { .. } => None,
                 })
                 .collect(),
         };
@@ -858,10 +873,41 @@ pub fn lower_bound(
             attr,
         });
     }
+    let mut exact = Vec::new();
+    for t in graph.tensor_ids() {
+        let info = graph.tensor(t);
+        if !bound.optimal || info.annotation.is_some() || info.consumers.is_empty() {
+            continue;
+        }
+        let Some(attr) = laid_out(folding.tensor[t.index()]) else {
+            continue;
+        };
+        let mut read_by: Vec<(OpId, DistAttr)> = Vec::new();
+        for &o in &info.consumers {
+            for (s, c) in &chosen[folding.op[o.index()].index()] {
+                if !set(*c) || read_by.iter().any(|(by, _)| *by == o) {
+                    continue;
+                }
+                let need = graph.inputs(o).iter().zip(&s.needs).find(|&(&i, _)| i == t);
+                if let Some((_, need)) = need
+                    && need != attr
+                    && !need.partial.is_partial()
+                {
+                    read_by.push((o, need.clone()));
+                }
+            }
+        }
+        exact.push(ExactLayout {
+            tensor: t,
+            attr: attr.clone(),
+            read_by,
+        });
+    }
     Ok(Solution {
         bound,
         leaves,
         produced,
+        exact,
     })
 }
 

@@ -19,7 +19,7 @@
 
 use spmd_core::{DimsMapping, DistAttr, MeshDim, Sharding};
 use spmd_graph::annotations::{Annotation, matches};
-use spmd_graph::{Graph, TensorId};
+use spmd_graph::{Graph, OpId, TensorId};
 
 /// One layout a decision can take.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -33,6 +33,12 @@ pub enum Layout {
     /// parameter stored split and gathered where it is used, whatever
     /// propagation from the data would let the op read).
     Read { stored: DistAttr, read: DistAttr },
+    /// Annotated `attr`, and each op of `read_by` given its own layout of
+    /// it (a single tensor's: the ops are its readers).
+    Each {
+        attr: DistAttr,
+        read_by: Vec<(OpId, DistAttr)>,
+    },
 }
 
 impl Layout {
@@ -47,6 +53,10 @@ impl Layout {
             Layout::Fixed { attr, priority: 0 } => attr.to_string(),
             Layout::Fixed { attr, .. } => format!("stored {attr}"),
             Layout::Read { stored, read } => format!("stored {stored} read {read}"),
+            Layout::Each { attr, read_by } if read_by.is_empty() => attr.to_string(),
+            Layout::Each { attr, read_by } => {
+                format!("{attr} read by {} ops otherwise", read_by.len())
+            }
         }
     }
 }
@@ -175,10 +185,15 @@ impl Space {
         let mut laid_out = vec![false; graph.tensors().len()];
         for (g, group) in self.groups.iter().enumerate() {
             let layout = self.layout(g, choice);
-            let (annotation, read) = match layout {
-                Layout::Free => (None, None),
-                Layout::Fixed { attr, priority } => (Some((attr.clone(), *priority)), None),
-                Layout::Read { stored, read } => (Some((stored.clone(), 0)), Some(read.clone())),
+            let (annotation, read, read_by) = match layout {
+                Layout::Free => (None, None, &[][..]),
+                Layout::Fixed { attr, priority } => {
+                    (Some((attr.clone(), *priority)), None, &[][..])
+                }
+                Layout::Read { stored, read } => {
+                    (Some((stored.clone(), 0)), Some(read.clone()), &[][..])
+                }
+                Layout::Each { attr, read_by } => (Some((attr.clone(), 0)), None, &read_by[..]),
             };
             let free_pin = !group.decision && *layout == Layout::Free;
             for &t in &group.tensors {
@@ -187,6 +202,7 @@ impl Space {
                 }
                 graph.set_annotation(t, annotation.clone())?;
                 graph.set_read(t, read.clone())?;
+                graph.set_read_by(t, read_by.to_vec())?;
                 laid_out[t.index()] |= *layout != Layout::Free;
             }
         }
@@ -210,10 +226,11 @@ impl Space {
             .collect();
         let mut out = Vec::new();
         for (g, group) in self.groups.iter().enumerate() {
-            let (attr, priority, read) = match self.layout(g, choice) {
+            let (attr, priority, read, read_by) = match self.layout(g, choice) {
                 Layout::Free => continue,
-                Layout::Fixed { attr, priority } => (attr, *priority, None),
-                Layout::Read { stored, read } => (stored, 0, Some(read)),
+                Layout::Fixed { attr, priority } => (attr, *priority, None, &[][..]),
+                Layout::Read { stored, read } => (stored, 0, Some(read), &[][..]),
+                Layout::Each { attr, read_by } => (attr, 0, None, &read_by[..]),
             };
             let own: Vec<TensorId> = match group.decision {
                 true => group
@@ -232,6 +249,13 @@ impl Space {
                 partial_dims: attr.partial.dims().iter().collect(),
                 priority: (priority > 0).then_some(priority),
                 read: read.map(|r| spmd_core::json::Mapping::from_dims_mapping(&r.dims_mapping)),
+                read_by: read_by
+                    .iter()
+                    .map(|(o, a)| {
+                        let mapping = spmd_core::json::Mapping::from_dims_mapping(&a.dims_mapping);
+                        (graph.op(*o).name.clone(), mapping)
+                    })
+                    .collect(),
             };
             let named: Vec<TensorId> = graph
                 .tensor_ids()

@@ -413,8 +413,12 @@ fn more_starts_are_never_worse() {
 /// The solver's bound is a bound: no plan the search prices that fits the
 /// budget (every role combination, the unannotated graph, and the chosen
 /// plan) is cheaper. On the 1-D mesh the solver proves its optimum, and the
-/// chosen plan is within 1% of it on Llama and the GPT layer (its solution
-/// gives starts of the search). On `[2, 2]` it gets a few seconds: a bound
+/// chosen plan is within 1% of it on Llama, OPT, GPT-2 and the GPT layer
+/// (its solution gives starts of the search: OPT's needs the solution
+/// realized whole, each reader of its tied embedding given its own layout;
+/// GPT-2's its weights read gathered). GPT-NeoX's plan realizes the
+/// solution's forward exactly, and its backward regathers an activation the
+/// program does not charge. On `[2, 2]` it gets a few seconds: a bound
 /// found in them is checked, and the cases without one are counted.
 #[test]
 fn the_solver_bound_is_below_every_plan() {
@@ -453,7 +457,7 @@ fn the_solver_bound_is_below_every_plan() {
             let gap = chosen.figures.step_time / bound.bound - 1.0;
             // The solver's starts reach its optimum here; the other cases
             // are reported (the goal is every one within 1%).
-            if ["llama", "gpt_layer"].contains(&name) && mesh.len() == 1 {
+            if ["llama", "opt", "gpt2", "gpt_layer"].contains(&name) && mesh.len() == 1 {
                 assert!(
                     gap <= 0.01,
                     "{name} {mesh:?}: {:.2}% above the bound",

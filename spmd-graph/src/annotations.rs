@@ -19,7 +19,8 @@
 //!   `read` (a dims mapping) is the layout every op that reads the tensor
 //!   is given, the tensor itself keeping its own: `{"tensors": "*.weight",
 //!   "dims_mapping": [0, -1], "read": [-1, -1]}` stores weights split and
-//!   gathers each where it is used (ZeRO-3).
+//!   gathers each where it is used (ZeRO-3); `read_by` (op name to dims
+//!   mapping) gives single readers their own.
 //!   Every pattern must match a tensor, and no tensor may match two
 //!   patterns: a plan that silently annotates nothing, or annotates one
 //!   tensor twice, is an error that names the pattern.
@@ -66,6 +67,8 @@ pub struct Annotation {
     pub priority: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read: Option<Mapping>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub read_by: std::collections::BTreeMap<String, Mapping>,
 }
 
 /// Annotates `graph` as `plan` says; how many tensors it annotated.
@@ -144,7 +147,7 @@ pub fn apply_with(
                 &a.partial_dims,
             )
             .map_err(|e| bad(e.to_string()))?;
-            if let Some(read) = &a.read {
+            for read in a.read.iter().chain(a.read_by.values()) {
                 let attr = crate::json::annotation(
                     &mesh,
                     &tensor.name,
@@ -181,6 +184,7 @@ pub fn apply_with(
             tensor.partial_dims = a.partial_dims.clone();
             tensor.priority = a.priority;
             tensor.read = a.read.clone();
+            tensor.read_by = a.read_by.clone();
             matched += 1;
         }
         if matched == 0 {
@@ -321,14 +325,63 @@ mod tests {
         assert!(e.to_string().contains("partial"), "{e}");
         let whole = spmd_core::DistAttr::replicated(1);
         built.set_read(a, Some(whole.clone())).unwrap();
-        let attrs = vec![spmd_core::DistAttr::new(spmd_core::DimsMapping::from_dims([Some(0)])); 2];
-        assert_eq!(built.seen(a, &attrs), &whole);
+        assert_eq!(built.tensor(a).read, Some(whole));
         built.set_read(a, None).unwrap();
-        assert_eq!(built.seen(a, &attrs), &attrs[0]);
+        assert_eq!(built.tensor(a).read, None);
     }
 
     /// A registry without ops: the test graphs have none.
     fn spmd_ops_free_registry() -> spmd_core::Registry {
         spmd_core::Registry::new()
+    }
+
+    #[test]
+    fn a_reader_s_own_layout_names_an_op_that_reads_the_tensor() {
+        let graph = || -> GraphFile {
+            serde_json::from_str(
+                r#"{"mesh": [4], "tensors": [{"name": "x", "shape": [8]}, {"name": "y", "shape": [8]}],
+                  "ops": [{"name": "r", "op": "relu", "inputs": ["x"], "outputs": ["y"]}]}"#,
+            )
+            .unwrap()
+        };
+        let registry = spmd_ops_builtins();
+        let load = |plan: &str| {
+            let mut g = graph();
+            let plan: AnnotationFile = serde_json::from_str(plan).unwrap();
+            apply(&mut g, &plan).map_err(|e| e.to_string())?;
+            crate::json::from_file(&g, &registry)
+                .map(|l| l.graph)
+                .map_err(|e| e.to_string())
+        };
+        let g = load(
+            r#"{"annotations": [{"tensors": "x", "dims_mapping": [0], "read_by": {"r": [-1]}}]}"#,
+        )
+        .unwrap();
+        let (x, r) = (g.find("x").unwrap(), g.find_op("r").unwrap());
+        assert_eq!(
+            g.tensor(x).read_by,
+            [(r, spmd_core::DistAttr::replicated(1))]
+        );
+        let attrs = vec![spmd_core::DistAttr::replicated(1); 2];
+        assert_eq!(g.seen(r, x, &attrs), &spmd_core::DistAttr::replicated(1));
+        // Written back, the graph file names the op.
+        let file = crate::json::to_file(&g, &[], None);
+        assert_eq!(file.tensors[0].read_by.keys().collect::<Vec<_>>(), ["r"]);
+        let e = load(
+            r#"{"annotations": [{"tensors": "x", "dims_mapping": [0], "read_by": {"s": [-1]}}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("no such op"), "{e}");
+        let e = load(
+            r#"{"annotations": [{"tensors": "y", "dims_mapping": [0], "read_by": {"r": [-1]}}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("does not read it"), "{e}");
+    }
+
+    /// The built-in rules, for graphs with ops (spmd-ops is a dev
+    /// dependency).
+    fn spmd_ops_builtins() -> spmd_core::Registry {
+        spmd_ops::builtins()
     }
 }

@@ -76,6 +76,10 @@ pub struct TensorEntry {
     /// (see [`TensorInfo::read`](crate::graph::TensorInfo::read)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read: Option<Mapping>,
+    /// Per op that reads it (by name), the layout that op is given instead
+    /// (see [`TensorInfo::read_by`](crate::graph::TensorInfo::read_by)).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub read_by: std::collections::BTreeMap<String, Mapping>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub param: bool,
     /// The element type as the producer wrote it (`float32`, `int64`,
@@ -288,6 +292,20 @@ pub fn from_file(file: &GraphFile, registry: &Registry) -> Result<Loaded, GraphE
         b.op_optional(&label, &op.op, attrs, kind, &inputs, &outputs)?;
     }
     let mut graph = b.build(registry)?;
+    for t in file.tensors.iter().filter(|t| !t.read_by.is_empty()) {
+        let id = graph.find(&t.name).expect("built from the file");
+        let mut read_by = Vec::with_capacity(t.read_by.len());
+        for (op, mapping) in &t.read_by {
+            let o = graph.find_op(op).ok_or_else(|| GraphError::BadAnnotation {
+                tensor: t.name.clone(),
+                message: format!("a layout for op `{op}` to read it, but the graph has no such op"),
+            })?;
+            let attr = annotation(graph.mesh(), &t.name, &t.shape, &Some(mapping.clone()), &[])?
+                .expect("a mapping is an annotation");
+            read_by.push((o, attr));
+        }
+        graph.set_read_by(id, read_by)?;
+    }
     let outputs: Vec<TensorId> = if file.outputs.is_empty() {
         graph
             .tensor_ids()
@@ -339,6 +357,16 @@ pub fn to_file(graph: &Graph, outputs: &[TensorId], dtype: Option<DType>) -> Gra
                     .read
                     .as_ref()
                     .map(|a| Mapping::from_dims_mapping(&a.dims_mapping)),
+                read_by: t
+                    .read_by
+                    .iter()
+                    .map(|(o, a)| {
+                        (
+                            graph.op(*o).name.clone(),
+                            Mapping::from_dims_mapping(&a.dims_mapping),
+                        )
+                    })
+                    .collect(),
                 param: t.param,
                 // The graph keeps no element type or constant per tensor.
                 dtype: None,

@@ -98,7 +98,7 @@ impl Memo {
         self.answer(
             graph.signatures[o.index()],
             Direction::Forward { keep },
-            inputs.iter().map(|&t| graph.seen(t, attrs)),
+            inputs.iter().map(|&t| graph.seen(o, t, attrs)),
             |r| graph.call_resolving_into(o, attrs, keep, r),
         )
     }

@@ -130,7 +130,7 @@ impl Propagation {
             && inputs
                 .iter()
                 .zip(seen)
-                .all(|(&t, a)| graph.seen(t, &self.attrs) == a);
+                .all(|(&t, a)| graph.seen(o, t, &self.attrs) == a);
         current.then_some((ins, outs))
     }
 
@@ -343,7 +343,7 @@ impl<'g> Propagator<'g> {
             return;
         }
         let graph = self.graph;
-        let seen = inputs.iter().map(|&t| graph.seen(t, &self.attrs));
+        let seen = inputs.iter().map(|&t| graph.seen(o, t, &self.attrs));
         let all = seen.chain(&r.inputs).chain(&r.outputs);
         let len = n_seen + n_inputs + outputs.len();
         let start = match saved.at[o.index()] {

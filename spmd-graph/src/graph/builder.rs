@@ -162,6 +162,7 @@ impl GraphBuilder {
             producer: None,
             consumers: Vec::new(),
             read: None,
+            read_by: Vec::new(),
         });
         Ok(Ok(id))
     }
@@ -512,7 +513,10 @@ impl GraphBuilder {
             results: vec![false; n_tensors],
             has_reads: false,
         };
-        let has_reads = graph.tensors.iter().any(|t| t.read.is_some());
+        let has_reads = graph
+            .tensors
+            .iter()
+            .any(|t| t.read.is_some() || !t.read_by.is_empty());
         let prepared = graph.op_ids().map(|o| graph.prepare(o)).collect();
         let graph = Graph {
             prepared,

@@ -106,7 +106,7 @@ impl Graph {
         for (k, &t) in inputs.iter().enumerate() {
             let attr = match only {
                 Some(keep) if keep != k => &replicated[k],
-                _ => self.seen(t, attrs),
+                _ => self.seen(o, t, attrs),
             };
             specs.push(Spec::new(self.shape(t), attr));
         }

@@ -79,6 +79,10 @@ pub struct TensorInfo {
     /// plan moves it to this one. A parameter stored split and gathered for
     /// use (ZeRO-3) is annotated split and read replicated. Never partial.
     pub read: Option<DistAttr>,
+    /// Per op that reads it, the layout that op is given instead (`read_by`
+    /// in a plan file): over `read`, for readers that want it otherwise.
+    /// Never partial.
+    pub read_by: Vec<(OpId, DistAttr)>,
 }
 
 /// One op: a display name and the registry rule with its attributes. Its
@@ -282,24 +286,72 @@ impl Graph {
         {
             check_read(&self.mesh, &info.name, self.structure.shape(t), attr)?;
         }
-        let clears = read.is_none() && info.read.is_some();
         info.read = read;
-        self.has_reads = if clears {
-            self.tensors.iter().any(|t| t.read.is_some())
-        } else {
-            self.has_reads || self.tensors[t.index()].read.is_some()
-        };
+        self.update_has_reads(t);
         Ok(())
     }
 
-    /// The layout ops that read tensor `t` are given, with `attrs` the
-    /// attrs of every tensor: its read layout, else its attr.
+    /// Sets the layouts ops reading tensor `t` are given one by one
+    /// ([`TensorInfo::read_by`]; empty removes them), each checked as a
+    /// read layout is; an op that does not read `t` is refused.
+    pub fn set_read_by(
+        &mut self,
+        t: TensorId,
+        read_by: Vec<(OpId, DistAttr)>,
+    ) -> Result<(), GraphError> {
+        let Some(info) = self.tensors.get(t.index()) else {
+            return Err(GraphError::UnknownTensor {
+                op: "set_read_by".into(),
+                name: format!("#{}", t.0),
+            });
+        };
+        if info.read_by != read_by {
+            for (o, attr) in &read_by {
+                if !info.consumers.contains(o) {
+                    return Err(GraphError::BadAnnotation {
+                        tensor: info.name.clone(),
+                        message: format!(
+                            "a layout for op #{} to read it, but that op does not read it",
+                            o.0
+                        ),
+                    });
+                }
+                check_read(&self.mesh, &info.name, self.structure.shape(t), attr)?;
+            }
+        }
+        self.tensors[t.index()].read_by = read_by;
+        self.update_has_reads(t);
+        Ok(())
+    }
+
+    /// Keeps `has_reads` true exactly when some tensor has a read layout,
+    /// after tensor `t`'s changed.
+    fn update_has_reads(&mut self, t: TensorId) {
+        let info = &self.tensors[t.index()];
+        self.has_reads = if info.read.is_some() || !info.read_by.is_empty() {
+            true
+        } else {
+            self.has_reads
+                && self
+                    .tensors
+                    .iter()
+                    .any(|t| t.read.is_some() || !t.read_by.is_empty())
+        };
+    }
+
+    /// The layout op `o` is given of its input `t`, with `attrs` the attrs
+    /// of every tensor: the tensor's read layout for `o`, else its read
+    /// layout, else its attr.
     #[inline]
-    pub fn seen<'a>(&'a self, t: TensorId, attrs: &'a [DistAttr]) -> &'a DistAttr {
-        if self.has_reads
-            && let Some(read) = &self.tensors[t.index()].read
-        {
-            return read;
+    pub fn seen<'a>(&'a self, o: OpId, t: TensorId, attrs: &'a [DistAttr]) -> &'a DistAttr {
+        if self.has_reads {
+            let info = &self.tensors[t.index()];
+            if let Some((_, attr)) = info.read_by.iter().find(|(by, _)| *by == o) {
+                return attr;
+            }
+            if let Some(read) = &info.read {
+                return read;
+            }
         }
         &attrs[t.index()]
     }
