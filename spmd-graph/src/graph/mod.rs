@@ -256,12 +256,8 @@ impl Graph {
         t: TensorId,
         annotation: Option<(DistAttr, u32)>,
     ) -> Result<(), GraphError> {
-        let Some(info) = self.tensors.get_mut(t.index()) else {
-            return Err(GraphError::UnknownTensor {
-                op: "set_annotation".into(),
-                name: format!("#{}", t.0),
-            });
-        };
+        self.known("set_annotation", t)?;
+        let info = &mut self.tensors[t.index()];
         if let Some((attr, _)) = &annotation
             && info.annotation.as_ref() != Some(attr)
         {
@@ -275,12 +271,8 @@ impl Graph {
     /// Sets tensor `t`'s read layout ([`TensorInfo::read`]; `None` removes
     /// it), checked as an annotation is; a partial one is refused.
     pub fn set_read(&mut self, t: TensorId, read: Option<DistAttr>) -> Result<(), GraphError> {
-        let Some(info) = self.tensors.get_mut(t.index()) else {
-            return Err(GraphError::UnknownTensor {
-                op: "set_read".into(),
-                name: format!("#{}", t.0),
-            });
-        };
+        self.known("set_read", t)?;
+        let info = &mut self.tensors[t.index()];
         if let Some(attr) = &read
             && info.read.as_ref() != Some(attr)
         {
@@ -299,12 +291,8 @@ impl Graph {
         t: TensorId,
         read_by: Vec<(OpId, DistAttr)>,
     ) -> Result<(), GraphError> {
-        let Some(info) = self.tensors.get(t.index()) else {
-            return Err(GraphError::UnknownTensor {
-                op: "set_read_by".into(),
-                name: format!("#{}", t.0),
-            });
-        };
+        self.known("set_read_by", t)?;
+        let info = &self.tensors[t.index()];
         if info.read_by != read_by {
             for (o, attr) in &read_by {
                 if !info.consumers.contains(o) {
@@ -322,6 +310,18 @@ impl Graph {
         self.tensors[t.index()].read_by = read_by;
         self.update_has_reads(t);
         Ok(())
+    }
+
+    /// An error naming `op` unless tensor `t` is one of this graph's.
+    fn known(&self, op: &str, t: TensorId) -> Result<(), GraphError> {
+        if t.index() < self.tensors.len() {
+            Ok(())
+        } else {
+            Err(GraphError::UnknownTensor {
+                op: op.into(),
+                name: format!("#{}", t.0),
+            })
+        }
     }
 
     /// Keeps `has_reads` true exactly when some tensor has a read layout,
