@@ -794,6 +794,23 @@ pub fn lower_bound(
             .find(|(_, cs)| cs.iter().any(|&c| set(c)))
             .map(|(a, _)| a)
     };
+    // Each (op, layout) a strategy of the solution reads tensor `t` in.
+    let reads_of = |t: TensorId| -> Vec<(OpId, &DistAttr)> {
+        let mut reads = Vec::new();
+        for &o in &graph.tensor(t).consumers {
+            for (s, _) in chosen[folding.op[o.index()].index()]
+                .iter()
+                .filter(|(_, c)| set(*c))
+            {
+                for (&i, need) in graph.inputs(o).iter().zip(&s.needs) {
+                    if i == t {
+                        reads.push((o, need));
+                    }
+                }
+            }
+        }
+        reads
+    };
     let mut leaves = Vec::new();
     let real_leaves = graph
         .tensor_ids()
@@ -802,32 +819,11 @@ pub fn lower_bound(
         let Some(attr) = laid_out(folding.tensor[t.index()]) else {
             continue;
         };
-        let read_otherwise = graph.tensor(t).consumers.iter().any(|&o| {
-            chosen[folding.op[o.index()].index()].iter().any(|(s, c)| {
-                set(*c)
-                    && graph
-                        .inputs(o)
-                        .iter()
-                        .zip(&s.needs)
-                        .any(|(&i, need)| i == t && need != attr)
-            })
-        });
+        let reads = reads_of(t);
+        let read_otherwise = reads.iter().any(|&(_, need)| need != attr);
         // What the consumers read it as, when they all read it alike.
-        let mut reads: Vec<&DistAttr> = Vec::new();
-        for &o in &graph.tensor(t).consumers {
-            for (s, _) in chosen[folding.op[o.index()].index()]
-                .iter()
-                .filter(|(_, c)| set(*c))
-            {
-                for (&i, need) in graph.inputs(o).iter().zip(&s.needs) {
-                    if i == t {
-                        reads.push(need);
-                    }
-                }
-            }
-        }
-        let read = reads.first().copied().filter(|first| {
-            *first != attr && !first.partial.is_partial() && reads.iter().all(|r| r == first)
+        let read = reads.first().map(|&(_, first)| first).filter(|first| {
+            *first != attr && !first.partial.is_partial() && reads.iter().all(|(_, r)| r == first)
         });
         leaves.push(LeafLayout {
             tensor: t,
@@ -851,20 +847,10 @@ pub fn lower_bound(
         let Some(made) = laid_out(kept) else {
             continue;
         };
-        // What the kept tensor's consumers read it as.
-        let mut reads: Vec<&DistAttr> = Vec::new();
-        for &o in &graph.tensor(kept).consumers {
-            for (s, c) in &chosen[folding.op[o.index()].index()] {
-                let read = graph.inputs(o).iter().zip(&s.needs);
-                for (_, need) in read.filter(|&(&i, _)| i == kept) {
-                    if set(*c) && !reads.contains(&need) {
-                        reads.push(need);
-                    }
-                }
-            }
-        }
-        let attr = match reads.as_slice() {
-            [one] => (*one).clone(),
+        // What the kept tensor's consumers read it as, when they agree.
+        let reads = reads_of(kept);
+        let attr = match reads.first() {
+            Some(&(_, first)) if reads.iter().all(|&(_, r)| r == first) => first.clone(),
             _ => made.clone(),
         };
         at.insert(kept, produced.len());
@@ -882,19 +868,16 @@ pub fn lower_bound(
         let Some(attr) = laid_out(folding.tensor[t.index()]) else {
             continue;
         };
+        // Each reader's first read of it, where that is another layout.
         let mut read_by: Vec<(OpId, DistAttr)> = Vec::new();
-        for &o in &info.consumers {
-            for (s, c) in &chosen[folding.op[o.index()].index()] {
-                if !set(*c) || read_by.iter().any(|(by, _)| *by == o) {
-                    continue;
-                }
-                let need = graph.inputs(o).iter().zip(&s.needs).find(|&(&i, _)| i == t);
-                if let Some((_, need)) = need
-                    && need != attr
-                    && !need.partial.is_partial()
-                {
-                    read_by.push((o, need.clone()));
-                }
+        let mut seen: Vec<OpId> = Vec::new();
+        for (o, need) in reads_of(t) {
+            if seen.contains(&o) {
+                continue;
+            }
+            seen.push(o);
+            if need != attr && !need.partial.is_partial() {
+                read_by.push((o, need.clone()));
             }
         }
         exact.push(ExactLayout {

@@ -41,9 +41,35 @@ pub enum Layout {
     },
 }
 
+/// What a fixed layout annotates a tensor with: its attr and priority,
+/// and the layouts its readers are given.
+#[derive(Clone, Copy, Debug)]
+pub struct Parts<'l> {
+    pub attr: &'l DistAttr,
+    pub priority: u32,
+    pub read: Option<&'l DistAttr>,
+    pub read_by: &'l [(OpId, DistAttr)],
+}
+
 impl Layout {
     pub fn fixed(attr: DistAttr) -> Layout {
         Layout::Fixed { attr, priority: 0 }
+    }
+
+    /// The annotation this layout gives a tensor; `None` when free.
+    pub fn parts(&self) -> Option<Parts<'_>> {
+        let (attr, priority, read, read_by) = match self {
+            Layout::Free => return None,
+            Layout::Fixed { attr, priority } => (attr, *priority, None, &[][..]),
+            Layout::Read { stored, read } => (stored, 0, Some(read), &[][..]),
+            Layout::Each { attr, read_by } => (attr, 0, None, &read_by[..]),
+        };
+        Some(Parts {
+            attr,
+            priority,
+            read,
+            read_by,
+        })
     }
 
     /// `free`, `[0, -1]`, `stored [[0, 1], -1]`.
@@ -185,16 +211,10 @@ impl Space {
         let mut laid_out = vec![false; graph.tensors().len()];
         for (g, group) in self.groups.iter().enumerate() {
             let layout = self.layout(g, choice);
-            let (annotation, read, read_by) = match layout {
-                Layout::Free => (None, None, &[][..]),
-                Layout::Fixed { attr, priority } => {
-                    (Some((attr.clone(), *priority)), None, &[][..])
-                }
-                Layout::Read { stored, read } => {
-                    (Some((stored.clone(), 0)), Some(read.clone()), &[][..])
-                }
-                Layout::Each { attr, read_by } => (Some((attr.clone(), 0)), None, &read_by[..]),
-            };
+            let parts = layout.parts();
+            let annotation = parts.map(|p| (p.attr.clone(), p.priority));
+            let read = parts.and_then(|p| p.read.cloned());
+            let read_by = parts.map_or(&[][..], |p| p.read_by);
             let free_pin = !group.decision && *layout == Layout::Free;
             for &t in &group.tensors {
                 if free_pin && (laid_out[t.index()] || is_leaf(graph, t)) {
@@ -226,11 +246,14 @@ impl Space {
             .collect();
         let mut out = Vec::new();
         for (g, group) in self.groups.iter().enumerate() {
-            let (attr, priority, read, read_by) = match self.layout(g, choice) {
-                Layout::Free => continue,
-                Layout::Fixed { attr, priority } => (attr, *priority, None, &[][..]),
-                Layout::Read { stored, read } => (stored, 0, Some(read), &[][..]),
-                Layout::Each { attr, read_by } => (attr, 0, None, &read_by[..]),
+            let Some(Parts {
+                attr,
+                priority,
+                read,
+                read_by,
+            }) = self.layout(g, choice).parts()
+            else {
+                continue;
             };
             let own: Vec<TensorId> = match group.decision {
                 true => group
