@@ -553,3 +553,38 @@ mod grads_answer_where_forward_does {
         assert_eq!(grads_answered, forward_answered);
     }
 }
+
+/// An input the grad op reads for its shape alone keeps its split on an
+/// axis the output grad carries whole: an embedding table split on the
+/// hidden axis, with its output grad arriving replicated, is read as it
+/// is (no all-gather of the table), the output grad is sliced to the
+/// hidden split (no data moves), and the table's grad comes out in the
+/// table's layout, not partial. Where the output grad splits another
+/// axis on the same mesh dim, the output grad's split wins and the table
+/// is required whole (Paddle's `EmbeddingGradInferSpmd` case 2).
+#[test]
+fn a_shape_only_input_keeps_its_split_where_the_output_grad_is_whole() {
+    let registry = spmd_ops::builtins();
+    let rule = registry.build("embedding", &Attrs::new()).unwrap();
+    let m = mesh(&[4]);
+    let (ids, table) = (attr(&[-1, -1]), attr(&[-1, 0]));
+    let answer = |dy: &DistAttr| {
+        rule.grad(
+            &m,
+            &[Spec::new(&[2, 8], &ids), Spec::new(&[32, 16], &table)],
+            &[Spec::new(&[2, 8, 16], dy)],
+        )
+        .unwrap()
+    };
+    let r = answer(&attr(&[-1, -1, -1]));
+    let needs: Vec<String> = r.inputs.iter().map(ToString::to_string).collect();
+    assert_eq!(needs, ["[-1, -1]", "[-1, 0]", "[-1, -1, 0]"]);
+    assert_eq!(r.outputs.last().unwrap().to_string(), "[-1, 0]");
+
+    let r = answer(&attr(&[-1, 0, -1]));
+    let needs: Vec<String> = r.inputs.iter().map(ToString::to_string).collect();
+    assert_eq!(needs, ["[-1, 0]", "[-1, -1]", "[-1, 0, -1]"]);
+    let grad = r.outputs.last().unwrap();
+    assert_eq!(grad.dims_mapping, attr(&[-1, -1]).dims_mapping);
+    assert_eq!(grad.partial.reduce_type(0), Some(ReduceType::Sum));
+}

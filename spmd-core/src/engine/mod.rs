@@ -691,7 +691,7 @@ impl<'c> Run<'_, '_, 'c> {
             }
             self.resolve(trace)?;
         }
-        self.keep_shape_only_layouts(merges);
+        self.keep_shape_only_layouts();
         // Given side: the grad op's inputs; derived side: the
         // input grads.
         let derived = self.fit(trace);
@@ -700,13 +700,17 @@ impl<'c> Run<'_, '_, 'c> {
     }
 
     /// Grad: an input the grad op reads for its shape alone
-    /// (`grad(ignores(..))`) merges nothing, and its grad is a broadcast
-    /// (or a scatter) along the axes no operand the grad op reads
-    /// carries: a sum's reduced axes, an embedding table's rows. Each
-    /// such axis keeps the input's own sharding where its mesh dims are
-    /// still free, so the input is not gathered only to be read for its
-    /// shape, and its grad comes out in its layout.
-    fn keep_shape_only_layouts(&mut self, read: impl Fn(usize) -> bool) {
+    /// (`grad(ignores(..))`) merges nothing, and its grad is laid out as it
+    /// is required. Each of its axes that the merge left whole keeps the
+    /// input's own sharding where its mesh dims are still free, so the
+    /// input is not gathered only to be read for its shape, and its grad
+    /// comes out in its layout:
+    /// - an axis no operand the grad op reads carries (a sum's reduced
+    ///   axes, an embedding table's rows): the grad is a broadcast (or a
+    ///   scatter) along it;
+    /// - an axis the read operands carry whole (an output grad that
+    ///   arrives replicated): they are sliced to it, which moves no data.
+    fn keep_shape_only_layouts(&mut self) {
         let rule = self.rule;
         let given = usize::from(self.prog.n_given);
         let ignored = |s: usize| {
@@ -717,10 +721,6 @@ impl<'c> Run<'_, '_, 'c> {
         };
         if !(0..given).any(ignored) {
             return;
-        }
-        let mut read_axes = spmd_notation::AxisSet::EMPTY;
-        for s in (0..given).filter(|&s| read(s)) {
-            read_axes = read_axes.union(self.carried(s));
         }
         let bits =
             |sharding: crate::dist_attr::Sharding| sharding.iter().fold(0u64, |b, m| b | 1 << m);
@@ -736,7 +736,6 @@ impl<'c> Run<'_, '_, 'c> {
                 let mine = bits(sharding);
                 if mine == 0
                     || mine & used != 0
-                    || read_axes.contains(a)
                     || rule.plan.compound_major.contains(a)
                     || !self.map.sharding[usize::from(a)].is_replicated()
                 {
