@@ -27,8 +27,10 @@
 //! laid out alike, as the search's are.
 //!
 //! Edges are linearised on the marginal polytope: per edge, a continuous
-//! `z[a][b]` per pair of producer layout `a` and consumer need `b`, whose
-//! row and column sums are the two sides' choices.
+//! `z[a][b]` per pair of producer layout `a` and consumer class `b` (the
+//! layout it reads, and that of the gradient it gives back), whose row and
+//! column sums are the two sides' choices. One set of pairs carries both
+//! passes' reshards of the edge.
 //!
 //! What the program leaves out makes its optimum smaller, never larger:
 //! the backward graph's own adds and reshards beyond one per tensor, and
@@ -391,25 +393,33 @@ impl Program {
     }
 }
 
-/// One side of an edge: per layout class, the columns that choose it.
-struct Side {
-    classes: Vec<(DistAttr, Vec<usize>)>,
+/// One side of an edge: per class (a layout, or what a consumer reads and
+/// gives back), the columns that choose it.
+struct Side<K> {
+    classes: Vec<(K, Vec<usize>)>,
 }
 
-impl Side {
-    fn new() -> Side {
+impl<K: PartialEq + Clone> Side<K> {
+    fn new() -> Side<K> {
         Side {
             classes: Vec::new(),
         }
     }
 
-    fn add(&mut self, attr: &DistAttr, col: usize) {
-        match self.classes.iter_mut().find(|(a, _)| a == attr) {
+    fn add(&mut self, key: &K, col: usize) {
+        match self.classes.iter_mut().find(|(k, _)| k == key) {
             Some((_, cols)) => cols.push(col),
-            None => self.classes.push((attr.clone(), vec![col])),
+            None => self.classes.push((key.clone(), vec![col])),
         }
     }
 }
+
+/// A consumer's class on an edge: the layout its strategy reads the
+/// tensor in, and (where a gradient flows back) the layout of its
+/// gradient contribution, partial over the mesh dims the strategy splits
+/// that the read layout does not carry. One pair of columns per class
+/// serves both passes' reshards.
+type Read = (DistAttr, Option<DistAttr>);
 
 /// Prices reshards, each distinct one once.
 struct Reshards<'a, 'r> {
@@ -452,9 +462,9 @@ type Expr = Vec<(usize, f64)>;
 /// pair of classes; `z` columns only where both sides have a choice.
 fn edge_costs(
     p: &mut Program,
-    from: &Side,
-    to: &Side,
-    mut cost: impl FnMut(&DistAttr, &DistAttr) -> (f64, f64),
+    from: &Side<DistAttr>,
+    to: &Side<Read>,
+    mut cost: impl FnMut(&DistAttr, &Read) -> (f64, f64),
 ) -> (Expr, Expr) {
     let mut costs: Vec<Vec<(f64, f64)>> = Vec::with_capacity(from.classes.len());
     for (a, _) in &from.classes {
@@ -555,7 +565,8 @@ pub fn lower_bound(
     };
     // Per tensor: its layout classes (what its producer or its own choice
     // makes).
-    let mut layout_of: Vec<Side> = (0..graph.tensors().len()).map(|_| Side::new()).collect();
+    let mut layout_of: Vec<Side<DistAttr>> =
+        (0..graph.tensors().len()).map(|_| Side::new()).collect();
     let mut memory: Expr = Vec::new();
     let saved_base: Vec<bool> = {
         let mut v = vec![false; graph.tensors().len()];
@@ -676,21 +687,33 @@ pub fn lower_bound(
         }
     }
 
-    // The edges' pair columns, counted before any reshard is priced: a
-    // program too large to solve in the time is not built.
+    // Each edge's consumer side, and the pair columns they make, counted
+    // before any reshard is priced: a program too large to solve in the
+    // time is not built.
+    let mut reads: Vec<Side<Read>> = Vec::with_capacity(edges.len());
     let mut pairs = 0usize;
     for &(t, o, k) in &edges {
+        let grads = m.grad[t.index()] && graph.tensor(t).differentiable;
+        let mut side = Side::new();
+        for (s, c) in &chosen[o.index()] {
+            let a = &s.needs[k];
+            let contribution = grads.then(|| {
+                let mine = a.dims_mapping.mesh_set().union(a.partial.dims());
+                let partial: Partial = s
+                    .used()
+                    .iter()
+                    .filter(|d| !mine.contains(*d))
+                    .map(|d| (d, ReduceType::Sum))
+                    .collect();
+                a.clone().with_partial(partial)
+            });
+            side.add(&(a.clone(), contribution), *c);
+        }
         let from = layout_of[t.index()].classes.len();
-        let mut needs: Vec<&DistAttr> = Vec::new();
-        for (s, _) in &chosen[o.index()] {
-            if !needs.contains(&&s.needs[k]) {
-                needs.push(&s.needs[k]);
-            }
+        if from > 1 && side.classes.len() > 1 {
+            pairs += from * side.classes.len();
         }
-        if from > 1 && needs.len() > 1 {
-            // The gradient's side has at least as many classes.
-            pairs += 2 * from * needs.len();
-        }
+        reads.push(side);
     }
     if pairs + p.costs.len() > max_columns {
         return Err(SolverError::TooLarge {
@@ -701,43 +724,17 @@ pub fn lower_bound(
 
     // Each kept edge's forward and backward reshard, priced once.
     let mut priced: HashMap<Edge, (Expr, Expr)> = HashMap::new();
-    for &(t, o, k) in &edges {
-        let info = graph.tensor(t);
-        let grads = m.grad[t.index()] && info.differentiable;
-        // The consumer's side: its need, and the partial status of its
-        // gradient contribution.
-        let mut need = Side::new();
-        let mut contribution = Side::new();
-        for (s, c) in &chosen[o.index()] {
-            let a = &s.needs[k];
-            need.add(a, *c);
-            if grads {
-                let mine = a.dims_mapping.mesh_set().union(a.partial.dims());
-                let partial: Partial = s
-                    .used()
-                    .iter()
-                    .filter(|d| !mine.contains(*d))
-                    .map(|d| (d, ReduceType::Sum))
-                    .collect();
-                contribution.add(&a.clone().with_partial(partial), *c);
-            }
-        }
-        let from = &layout_of[t.index()];
+    for (&(t, o, k), read) in edges.iter().zip(&reads) {
         let shape = graph.shape(t);
-        let (f, _) = edge_costs(&mut p, from, &need, |a, b| {
-            (reshards.time(a, b, shape), 0.0)
-        });
-        let b = if grads {
-            edge_costs(&mut p, from, &contribution, |a, g| {
+        let costs = edge_costs(&mut p, &layout_of[t.index()], read, |a, (need, given)| {
+            let back = given.as_ref().map_or(0.0, |g| {
                 let mut target = a.clone();
                 target.partial = Partial::NONE;
-                (0.0, reshards.time(g, &target, shape))
-            })
-            .1
-        } else {
-            Expr::new()
-        };
-        priced.insert((t, o, k), (f, b));
+                reshards.time(g, &target, shape)
+            });
+            (reshards.time(a, need, shape), back)
+        });
+        priced.insert((t, o, k), costs);
     }
     // Per real tensor, the dearest of its consumers' edges, forward and
     // backward; the copies of a folded tensor whose consumers fold alike
@@ -772,10 +769,15 @@ pub fn lower_bound(
         add_dearest(&mut p, key.iter().map(|e| &priced[e].1).collect(), weight);
     }
     if let Some(budget) = budget {
-        p.rows.push((f64::NEG_INFINITY, budget as f64, memory));
+        // In units of the budget: bytes would dwarf the choices' 0 and 1.
+        let b = budget as f64;
+        let memory = memory.into_iter().map(|(c, v)| (c, v / b)).collect();
+        p.rows.push((f64::NEG_INFINITY, 1.0, memory));
     }
     let build_seconds = started.elapsed().as_secs_f64();
-    let (bound, values) = solve(p, time_limit, build_seconds)?;
+    // In units of the perfectly split compute: seconds would put an op's
+    // cost below HiGHS's absolute tolerances.
+    let (bound, values) = solve(p, m.step_time_bound(), time_limit, build_seconds)?;
     // A dual bound cut short below the perfectly split compute says
     // nothing that bound does not.
     if bound.bound <= m.step_time_bound() {
@@ -894,9 +896,10 @@ pub fn lower_bound(
     })
 }
 
-/// Hands `p` to HiGHS.
+/// Hands `p` to HiGHS, its costs in units of `unit` seconds.
 fn solve(
     p: Program,
+    unit: f64,
     time_limit: f64,
     build_seconds: f64,
 ) -> Result<(SolverBound, Vec<f64>), SolverError> {
@@ -905,9 +908,9 @@ fn solve(
     let cols: Vec<highs::Col> = (0..p.costs.len())
         .map(|i| {
             if p.integer[i] {
-                pb.add_integer_column(p.costs[i], 0.0..=p.upper[i])
+                pb.add_integer_column(p.costs[i] / unit, 0.0..=p.upper[i])
             } else {
-                pb.add_column(p.costs[i], 0.0..)
+                pb.add_column(p.costs[i] / unit, 0.0..)
             }
         })
         .collect();
@@ -955,15 +958,16 @@ fn solve(
         S::Infeasible => return Err(SolverError::Infeasible),
         other => return Err(SolverError::Solver(format!("{other:?}"))),
     }
-    let bound = solved
-        .double_info_value(c"mip_dual_bound")
-        .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
+    let bound = unit
+        * solved
+            .double_info_value(c"mip_dual_bound")
+            .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
     if !(bound.is_finite() && bound > 0.0) {
         return Err(SolverError::NoBound {
             seconds: time_limit,
         });
     }
-    let incumbent = solved.objective_value();
+    let incumbent = unit * solved.objective_value();
     let values = solved.get_solution().columns().to_vec();
     Ok((
         SolverBound {

@@ -413,17 +413,17 @@ fn more_starts_are_never_worse() {
 /// The solver's bound is a bound: no plan the search prices that fits the
 /// budget (every role combination, the unannotated graph, and the chosen
 /// plan) is cheaper. On the 1-D mesh the solver proves its optimum, and the
-/// chosen plan is within 1% of it on Llama, OPT, GPT-2 and the GPT layer
-/// (its solution gives starts of the search: OPT's needs the solution
-/// realized whole, each reader of its tied embedding given its own layout;
-/// GPT-2's its weights read gathered). GPT-NeoX's plan realizes the
-/// solution's forward exactly, and its backward regathers an activation the
-/// program does not charge. On `[2, 2]` it gets a few seconds: a bound
-/// found in them is checked, and the cases without one are counted.
+/// chosen plan is within 1% of it on every graph (its solution gives starts
+/// of the search: OPT's needs the solution realized whole, each reader of
+/// its tied embedding given its own layout; GPT-2's its weights read
+/// gathered). On `[2, 2]` it gets a few seconds: a bound found in them is
+/// checked, the chosen plan is within 1% of it wherever the solver proved
+/// its optimum (in the test's call and in the search's own), and the other
+/// cases are counted.
 #[test]
 fn the_solver_bound_is_below_every_plan() {
     use spmd_autoshard::solver::lower_bound;
-    let mut unbounded = Vec::new();
+    let (mut unbounded, mut unproven) = (Vec::new(), Vec::new());
     for (name, text) in GRAPHS {
         for (mesh, seconds) in [(vec![4], 60.0), (vec![2, 2], 3.0)] {
             let budget = replicated_memory(text, &mesh) * 3 / 4;
@@ -455,9 +455,11 @@ fn the_solver_bound_is_below_every_plan() {
             let chosen = run(text, &options).unwrap();
             assert!(bound.bound <= chosen.figures.step_time * (1.0 + 1e-9));
             let gap = chosen.figures.step_time / bound.bound - 1.0;
-            // The solver's starts reach its optimum here; the other cases
-            // are reported (the goal is every one within 1%).
-            if ["llama", "opt", "gpt2", "gpt_layer"].contains(&name) && mesh.len() == 1 {
+            let proven = bound.optimal && chosen.solver.as_ref().is_ok_and(|s| s.optimal);
+            if !proven {
+                unproven.push(format!("{name} {mesh:?} ({:.1}%)", 100.0 * gap));
+            }
+            if mesh.len() == 1 || proven {
                 assert!(
                     gap <= 0.01,
                     "{name} {mesh:?}: {:.2}% above the bound",
@@ -470,13 +472,13 @@ fn the_solver_bound_is_below_every_plan() {
             );
         }
     }
-    eprintln!("no bound within the time: {unbounded:?}");
+    eprintln!("no bound within the time: {unbounded:?}; no optimum proven: {unproven:?}");
 }
 
 /// Layers that repeat are one layer in the program: on the full-size
-/// Llama-2-7B (32 layers, 2,355 ops) on `[8]` at 24 GiB the program is about
-/// a tenth of the unfolded one (70,096 columns), and its bound is below every
-/// role plan that fits and the unannotated graph.
+/// Llama-2-7B (32 layers, 2,355 ops) on `[8]` at 24 GiB the program stays
+/// under 10,000 columns, and its bound is below every role plan that fits
+/// and the unannotated graph.
 #[test]
 fn the_folded_bound_is_below_the_7b_plans() {
     use spmd_autoshard::solver::lower_bound;
