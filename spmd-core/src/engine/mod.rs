@@ -673,7 +673,23 @@ impl<'c> Run<'_, '_, 'c> {
                         && !rule.options.follows.contains(i)
                 })
         };
+        // An input the grad op reads for its shape alone
+        // (`grad(ignores(..))`) claims its axes first: its grad comes out
+        // in its own layout, and the operands the grad op reads are
+        // resharded to agree (a sum's or an embedding's output grad, the
+        // smaller side), rather than the input being gathered only to be
+        // read for its shape and its grad resharded back.
+        let shape_only = |s: usize| {
+            present(s)
+                && self.slots[s]
+                    .input
+                    .is_some_and(|i| rule.options.grad_ignores.contains(usize::from(i)))
+        };
         let operands = 0..usize::from(prog.n_given);
+        let order = operands
+            .clone()
+            .filter(|&s| shape_only(s))
+            .chain(operands.filter(|&s| merges(s)));
         // The grad op's operands come in layouts nothing made agree (the
         // forward inputs as saved, output grads as the next op wrote
         // them): an axis given two shardings keeps the first, and the
@@ -682,69 +698,20 @@ impl<'c> Run<'_, '_, 'c> {
         // the rule's policy.
         self.settle_clashes = true;
         if rule.options.policy.conflicts == Conflicts::Align {
-            let ops: SmallVec<[usize; 8]> = operands.filter(|&s| merges(s)).collect();
+            let ops: SmallVec<[usize; 8]> = order.collect();
             // The grads come back whole: a shared partial is not kept here.
             self.merge_aligned(&ops);
         } else {
-            for s in operands.filter(|&s| merges(s)) {
+            for s in order {
                 self.merge(s, false, trace)?;
             }
             self.resolve(trace)?;
         }
-        self.keep_shape_only_layouts();
         // Given side: the grad op's inputs; derived side: the
         // input grads.
         let derived = self.fit(trace);
         let derived = derived.as_ref().unwrap_or(&self.map.sharding);
         self.answer_grad(derived, trace, sink)
-    }
-
-    /// Grad: an input the grad op reads for its shape alone
-    /// (`grad(ignores(..))`) merges nothing, and its grad is laid out as it
-    /// is required. Each of its axes that the merge left whole keeps the
-    /// input's own sharding where its mesh dims are still free, so the
-    /// input is not gathered only to be read for its shape, and its grad
-    /// comes out in its layout:
-    /// - an axis no operand the grad op reads carries (a sum's reduced
-    ///   axes, an embedding table's rows): the grad is a broadcast (or a
-    ///   scatter) along it;
-    /// - an axis the read operands carry whole (an output grad that
-    ///   arrives replicated): they are sliced to it, which moves no data.
-    fn keep_shape_only_layouts(&mut self) {
-        let rule = self.rule;
-        let given = usize::from(self.prog.n_given);
-        let ignored = |s: usize| {
-            self.slots[s].present
-                && self.slots[s]
-                    .input
-                    .is_some_and(|i| rule.options.grad_ignores.contains(usize::from(i)))
-        };
-        if !(0..given).any(ignored) {
-            return;
-        }
-        let bits =
-            |sharding: crate::dist_attr::Sharding| sharding.iter().fold(0u64, |b, m| b | 1 << m);
-        let mut used = self.map.sharding[..usize::from(self.prog.n_axes)]
-            .iter()
-            .fold(0u64, |b, &sh| b | bits(sh));
-        for s in (0..given).filter(|&s| ignored(s)) {
-            let mapping = self.specs[s].attr.dims_mapping.as_slice();
-            for (dim, &sharding) in mapping.iter().enumerate().take(self.dims_of(s).len()) {
-                let Some(a) = self.carrier(s, dim) else {
-                    continue;
-                };
-                let mine = bits(sharding);
-                if mine == 0
-                    || mine & used != 0
-                    || rule.plan.compound_major.contains(a)
-                    || !self.map.sharding[usize::from(a)].is_replicated()
-                {
-                    continue;
-                }
-                self.map.sharding[usize::from(a)] = sharding;
-                used |= mine;
-            }
-        }
     }
 
     /// Backward, `MissingAxis::Error`: fails on the first input dim whose
