@@ -124,9 +124,10 @@ pub struct ExactLayout {
     pub read_by: Vec<(OpId, DistAttr)>,
 }
 
-/// The relative gap at which HiGHS stops: well inside the 1% the bound is
-/// read at.
-pub const MIP_GAP: f64 = 1e-3;
+/// The relative gap at which HiGHS stops: its solution is then within half
+/// of the 1% the plan is judged at, and on the 2-D meshes the last tenths
+/// of a percent take it most of its time.
+pub const MIP_GAP: f64 = 5e-3;
 
 /// Ops whose inputs offer more assignments than this are enumerated one
 /// input at a time (every mesh dim on dims of one input).
