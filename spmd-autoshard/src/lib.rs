@@ -340,8 +340,120 @@ pub fn autoshard(
             _ => Some(f),
         })
         .cloned();
+    // A solution HiGHS proved optimal that prices within its gap of the
+    // bound (and no worse than the best baseline) is the answer: no plan
+    // is cheaper by more than that gap, so no descent is worth its time.
+    let proven = proven_solution(
+        &mut eval,
+        &solver,
+        &solver_starts,
+        incumbent.as_ref(),
+        options,
+    )?;
+    if let Some((_, f)) = &proven {
+        progress(&format!(
+            "the solver's solution prices at {}, within {:.1}% of its bound: no search needed",
+            report::time(f.step_time),
+            100.0 * solver::MIP_GAP
+        ));
+    }
+    let best = match proven {
+        Some(found) => Some(found),
+        None => search_from(
+            &mut eval,
+            starts,
+            roles,
+            solver_starts,
+            incumbent.as_ref(),
+            options,
+            progress,
+        )?,
+    };
+    let stats = eval.stats.clone();
+    let (measurer, space) = eval.into_parts();
+    let Some((choice, figures)) = best else {
+        return Err(AutoshardError::AllRefused {
+            plans: stats.evaluated,
+        });
+    };
+    let describe = |c: &[u16]| -> Vec<Decision> {
+        space
+            .decisions()
+            .map(|g| (g, &space.groups[g]))
+            .map(|(g, group)| Decision {
+                tensors: group.pattern.clone(),
+                layout: space.layout(g, c).describe(),
+            })
+            .collect()
+    };
+    if let Some(budget) = options.memory
+        && figures.memory.total > budget
+    {
+        // The search keeps the least memory when nothing fits.
+        let plan = describe(&choice)
+            .into_iter()
+            .filter(|d| d.layout != "free")
+            .map(|d| format!("{}: {}", d.tensors, d.layout))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(AutoshardError::NoPlanFits {
+            budget,
+            smallest: figures.memory.total,
+            plan: if plan.is_empty() {
+                "no annotation".into()
+            } else {
+                plan
+            },
+        });
+    }
+    let mut annotations = graph_pins;
+    annotations.extend(pins.annotations.iter().cloned());
+    annotations.extend(space.annotations(measurer.graph(), &choice));
+    let bound = measurer.step_time_bound();
+    Ok(Outcome {
+        schema_version: SCHEMA_VERSION,
+        mesh: options.mesh.clone(),
+        device: options.device.clone(),
+        efficiency: measurer.model.efficiency,
+        intra_node: measurer.model.intra_node.clone(),
+        dtype,
+        memory_budget: options.memory,
+        plan: AnnotationFile {
+            mesh: Some(options.mesh.clone()),
+            annotations,
+        },
+        decisions: describe(&choice),
+        solver_pins: space
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|&(g, group)| !group.decision && *space.layout(g, &choice) != Layout::Free)
+            .map(|(_, group)| group.tensors.len())
+            .sum(),
+        gap: (figures.step_time - bound) / bound.max(f64::MIN_POSITIVE),
+        figures,
+        step_time_bound: bound,
+        solver,
+        baselines: baseline_results,
+        search: stats,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The search: every role combination priced, a descent from the best
+/// (`options.starts` of them), then from the best-priced start of each
+/// family of the solver's starts. The best plan reached, `None` when the
+/// rules refuse every one.
+fn search_from(
+    eval: &mut search::Evaluator<'_>,
+    starts: Vec<Choice>,
+    roles: Vec<Vec<baselines::Role>>,
+    solver_starts: Vec<Family>,
+    incumbent: Option<&Figures>,
+    options: &Options,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Option<(Choice, Figures)>, AutoshardError> {
     let prune = incumbent
-        .as_ref()
         .filter(|_| options.starts <= 1)
         .map(|f| (f, options.memory));
     let priced = eval.price_all(&starts, prune)?;
@@ -412,75 +524,39 @@ pub fn autoshard(
             best = Some((c, f));
         }
     }
-    let stats = eval.stats.clone();
-    let (measurer, space) = eval.into_parts();
-    let Some((choice, figures)) = best else {
-        return Err(AutoshardError::AllRefused {
-            plans: stats.evaluated,
-        });
+    Ok(best)
+}
+
+/// The solver's solution, every tensor pinned as it lays it out, when
+/// HiGHS proved it optimal and it is as good as the search could do: it
+/// fits the budget, prices within [`solver::MIP_GAP`] of the bound (the
+/// program is a relaxation of the pricing, so a plan the program
+/// undercharges prices above it and is searched from instead), and no
+/// baseline is better.
+fn proven_solution(
+    eval: &mut search::Evaluator<'_>,
+    solver: &Result<solver::SolverBound, String>,
+    families: &[Family],
+    best_baseline: Option<&Figures>,
+    options: &Options,
+) -> Result<Option<(Choice, Figures)>, AutoshardError> {
+    let Ok(bound) = solver else {
+        return Ok(None);
     };
-    let describe = |c: &[u16]| -> Vec<Decision> {
-        space
-            .decisions()
-            .map(|g| (g, &space.groups[g]))
-            .map(|(g, group)| Decision {
-                tensors: group.pattern.clone(),
-                layout: space.layout(g, c).describe(),
-            })
-            .collect()
+    let exact = families
+        .iter()
+        .find(|f| !f.descend)
+        .and_then(|f| f.starts.first());
+    let (true, Some(exact)) = (bound.optimal, exact) else {
+        return Ok(None);
     };
-    if let Some(budget) = options.memory
-        && figures.memory.total > budget
-    {
-        // The search keeps the least memory when nothing fits.
-        let plan = describe(&choice)
-            .into_iter()
-            .filter(|d| d.layout != "free")
-            .map(|d| format!("{}: {}", d.tensors, d.layout))
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Err(AutoshardError::NoPlanFits {
-            budget,
-            smallest: figures.memory.total,
-            plan: if plan.is_empty() {
-                "no annotation".into()
-            } else {
-                plan
-            },
-        });
-    }
-    let mut annotations = graph_pins;
-    annotations.extend(pins.annotations.iter().cloned());
-    annotations.extend(space.annotations(measurer.graph(), &choice));
-    let bound = measurer.step_time_bound();
-    Ok(Outcome {
-        schema_version: SCHEMA_VERSION,
-        mesh: options.mesh.clone(),
-        device: options.device.clone(),
-        efficiency: measurer.model.efficiency,
-        intra_node: measurer.model.intra_node.clone(),
-        dtype,
-        memory_budget: options.memory,
-        plan: AnnotationFile {
-            mesh: Some(options.mesh.clone()),
-            annotations,
-        },
-        decisions: describe(&choice),
-        solver_pins: space
-            .groups
-            .iter()
-            .enumerate()
-            .filter(|&(g, group)| !group.decision && *space.layout(g, &choice) != Layout::Free)
-            .map(|(_, group)| group.tensors.len())
-            .sum(),
-        gap: (figures.step_time - bound) / bound.max(f64::MIN_POSITIVE),
-        figures,
-        step_time_bound: bound,
-        solver,
-        baselines: baseline_results,
-        search: stats,
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    let Some(f) = eval.price(exact)? else {
+        return Ok(None);
+    };
+    let fits = options.memory.is_none_or(|m| f.memory.total <= m);
+    let near = f.step_time <= bound.bound * (1.0 + solver::MIP_GAP);
+    let no_better_baseline = best_baseline.is_none_or(|b| !search::better(b, &f, options.memory));
+    Ok((fits && near && no_better_baseline).then(|| (exact.clone(), f)))
 }
 
 /// The starts the solver's solution `s` gives, their pins added to
