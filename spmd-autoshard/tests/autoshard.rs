@@ -475,6 +475,37 @@ fn the_solver_bound_is_below_every_plan() {
     eprintln!("no bound within the time: {unbounded:?}; no optimum proven: {unproven:?}");
 }
 
+/// A budget every layout of every choice fits in binds nothing: the
+/// program is the unbudgeted one (one row fewer), its LP optimum is whole
+/// and so the proven optimum, and it is the same bound. A budget that
+/// binds keeps the row and lifts the bound.
+#[test]
+fn a_budget_that_cannot_bind_leaves_the_program_unbudgeted() {
+    use spmd_autoshard::solver::lower_bound;
+    let (_, text) = GRAPHS[0];
+    let mut f = file(text);
+    f.mesh = vec![4];
+    let registry = spmd_ops::builtins();
+    let m = measurer(&f, &registry);
+    let free = lower_bound(&m, None, 60.0, usize::MAX).unwrap().bound;
+    let roomy = lower_bound(&m, Some(1 << 40), 60.0, usize::MAX)
+        .unwrap()
+        .bound;
+    assert!(free.optimal && roomy.optimal);
+    assert_eq!((roomy.rows, roomy.bound), (free.rows, free.bound));
+    let budget = replicated_memory(text, &[4]) * 3 / 4;
+    let tight = lower_bound(&m, Some(budget), 60.0, usize::MAX)
+        .unwrap()
+        .bound;
+    assert_eq!(tight.rows, free.rows + 1);
+    assert!(
+        tight.bound > free.bound * (1.0 + 1e-6),
+        "{} vs {}",
+        tight.bound,
+        free.bound
+    );
+}
+
 /// Layers that repeat are one layer in the program: on the full-size
 /// Llama-2-7B (32 layers, 2,355 ops) on `[8]` at 24 GiB the program stays
 /// under 10,000 columns, and its bound is below every role plan that fits
