@@ -61,7 +61,7 @@ fn quality(name: &str, o: &Outcome) {
             "{:<18} solver bound {:>11} ({}, {:.2} s): the plan is {:.1}% above it",
             "",
             time(b.bound),
-            if b.optimal { "optimal" } else { "time limit" },
+            b.stop.describe(),
             b.build_seconds + b.solve_seconds,
             100.0 * (o.figures.step_time / b.bound - 1.0)
         ),

@@ -102,13 +102,19 @@ pub fn text(o: &Outcome) -> String {
         Ok(b) => s.push_str(&format!(
             "solver bound: {} ({}, HiGHS, {} columns, {} rows, {:.2} s): the plan is {:.2}% above it\n",
             time(b.bound),
-            if b.optimal { "optimal" } else { "time limit" },
+            b.stop.describe(),
             b.columns,
             b.rows,
             b.build_seconds + b.solve_seconds,
             100.0 * (f.step_time - b.bound) / b.bound.max(f64::MIN_POSITIVE)
         )),
         Err(why) => s.push_str(&format!("solver bound: none ({why})\n")),
+    }
+    if o.solver.as_ref().is_ok_and(|b| !b.stop.reproducible()) {
+        s.push_str(
+            "  (HiGHS met its time limit before its node limit: its solution was not used, \
+             and on a faster machine the plan may differ)\n",
+        );
     }
     s.push_str("\nbaselines (same cost model):\n");
     for b in &o.baselines {

@@ -62,6 +62,8 @@ pub struct SolverBound {
     /// Whether the solver proved its optimum (to a relative gap of
     /// [`MIP_GAP`]).
     pub optimal: bool,
+    /// Why it stopped.
+    pub stop: SolverStop,
     /// The program's size.
     pub columns: usize,
     pub integer_columns: usize,
@@ -69,6 +71,49 @@ pub struct SolverBound {
     /// Seconds to build the program, and to solve it.
     pub build_seconds: f64,
     pub solve_seconds: f64,
+}
+
+/// Why HiGHS stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SolverStop {
+    /// It proved its optimum to [`MIP_GAP`].
+    Optimal,
+    /// It searched [`SolverLimits::nodes`] nodes of its tree.
+    NodeLimit,
+    /// It ran [`SolverLimits::seconds`]: where it stopped depends on the
+    /// machine's speed.
+    TimeLimit,
+}
+
+impl SolverStop {
+    /// Whether the same program stops here on every machine.
+    pub fn reproducible(self) -> bool {
+        self != SolverStop::TimeLimit
+    }
+
+    /// As the report says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SolverStop::Optimal => "optimal",
+            SolverStop::NodeLimit => "node limit",
+            SolverStop::TimeLimit => "time limit",
+        }
+    }
+}
+
+/// How far HiGHS may go. The node limit is the one a solve is meant to
+/// meet: it ends the same way on every machine, and so does the plan. The
+/// time limit is a safety net; a solve it cuts short depends on the
+/// machine's speed, and so may the plan.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SolverLimits {
+    /// Branch-and-bound nodes.
+    pub nodes: u64,
+    /// Seconds HiGHS may take.
+    pub seconds: f64,
+    /// The largest program (columns) built.
+    pub columns: usize,
 }
 
 /// A leaf's layout in the solver's solution.
@@ -141,8 +186,12 @@ pub enum SolverError {
     NoStrategy { op: String },
     #[error("the memory budget admits no plan even in the relaxed program")]
     Infeasible,
-    #[error("HiGHS found no bound above the compute bound within its {seconds} s")]
-    NoBound { seconds: f64 },
+    #[error(
+        "HiGHS found no bound above the compute bound within {} nodes and {} s",
+        limits.nodes,
+        limits.seconds
+    )]
+    NoBound { limits: SolverLimits },
     #[error(
         "the program would have about {columns} columns, more than the {limit} it is built for \
          (raise --solver-columns)"
@@ -566,13 +615,11 @@ fn add_dearest(p: &mut Program, exprs: Vec<&Expr>, weight: f64) {
 
 /// Builds and solves the program for the graph of `m` as annotated (its
 /// annotated leaves keep their layouts), under `budget` bytes per device,
-/// giving HiGHS at most `time_limit` seconds; a program of more than about
-/// `max_columns` columns is not built.
+/// within `limits`.
 pub fn lower_bound(
     m: &Measurer<'_>,
     budget: Option<u64>,
-    time_limit: f64,
-    max_columns: usize,
+    limits: &SolverLimits,
 ) -> Result<Solution, SolverError> {
     let started = Instant::now();
     let graph = m.graph();
@@ -740,10 +787,10 @@ pub fn lower_bound(
         }
         reads.push(side);
     }
-    if pairs + p.costs.len() > max_columns {
+    if pairs + p.costs.len() > limits.columns {
         return Err(SolverError::TooLarge {
             columns: pairs + p.costs.len(),
-            limit: max_columns,
+            limit: limits.columns,
         });
     }
 
@@ -808,14 +855,16 @@ pub fn lower_bound(
     let build_seconds = started.elapsed().as_secs_f64();
     // In units of the perfectly split compute: seconds would put an op's
     // cost below HiGHS's absolute tolerances.
-    let (bound, values) = solve(p, m.step_time_bound(), time_limit, build_seconds, budgeted)?;
+    let (bound, values) = solve(p, m.step_time_bound(), limits, build_seconds, budgeted)?;
     // A dual bound cut short below the perfectly split compute says
     // nothing that bound does not.
     if bound.bound <= m.step_time_bound() {
-        return Err(SolverError::NoBound {
-            seconds: time_limit,
-        });
+        return Err(SolverError::NoBound { limits: *limits });
     }
+    // A solution cut short by the time limit depends on the machine's
+    // speed, and a plan made from it would too: only one HiGHS stopped at
+    // its optimum or its node limit is read.
+    let readable = bound.stop.reproducible() && bound.incumbent.is_some();
     // The solution's leaves: each its layout, and whether a consumer reads
     // it otherwise.
     let set = |c: usize| values.get(c).is_some_and(|&v| v > 0.5);
@@ -847,7 +896,7 @@ pub fn lower_bound(
     let mut leaves = Vec::new();
     let real_leaves = graph
         .tensor_ids()
-        .filter(|&t| graph.tensor(t).producer.is_none() && bound.optimal);
+        .filter(|&t| graph.tensor(t).producer.is_none() && readable);
     for t in real_leaves {
         let Some(attr) = laid_out(folding.tensor[t.index()]) else {
             continue;
@@ -869,7 +918,7 @@ pub fn lower_bound(
     let mut at: HashMap<TensorId, usize> = HashMap::new();
     for t in graph.tensor_ids() {
         let info = graph.tensor(t);
-        if !bound.optimal || info.producer.is_none() || info.annotation.is_some() {
+        if !readable || info.producer.is_none() || info.annotation.is_some() {
             continue;
         }
         let kept = folding.tensor[t.index()];
@@ -895,7 +944,7 @@ pub fn lower_bound(
     let mut exact = Vec::new();
     for t in graph.tensor_ids() {
         let info = graph.tensor(t);
-        if !bound.optimal || info.annotation.is_some() || info.consumers.is_empty() {
+        if !readable || info.annotation.is_some() || info.consumers.is_empty() {
             continue;
         }
         let Some(attr) = laid_out(folding.tensor[t.index()]) else {
@@ -935,15 +984,16 @@ pub fn lower_bound(
 fn solve(
     p: Program,
     unit: f64,
-    time_limit: f64,
+    limits: &SolverLimits,
     build_seconds: f64,
     budgeted: bool,
 ) -> Result<(SolverBound, Vec<f64>), SolverError> {
     let started = Instant::now();
-    let size = |bound: f64, incumbent: Option<f64>, optimal: bool| SolverBound {
+    let size = |bound: f64, incumbent: Option<f64>, stop: SolverStop| SolverBound {
         bound,
         incumbent,
-        optimal,
+        optimal: stop == SolverStop::Optimal,
+        stop,
         columns: p.costs.len(),
         integer_columns: p.integer.iter().filter(|&&i| i).count(),
         rows: p.rows.len(),
@@ -952,7 +1002,7 @@ fn solve(
     };
     use highs::HighsModelStatus as S;
     if !budgeted {
-        let mut lp = highs_model(&p, unit, false, time_limit)?;
+        let mut lp = highs_model(&p, unit, false, limits.nodes, limits.seconds)?;
         // HiGHS's presolve removes little from this LP and took twice as
         // long as the simplex without it, and Devex pricing takes about
         // 20% less than the default on the larger ones (2-layer Llama on
@@ -969,34 +1019,33 @@ fn solve(
                 .all(|c| (values[c] - values[c].round()).abs() <= 1e-6);
             if whole {
                 let optimum = unit * solved.objective_value();
-                return Ok((size(optimum, Some(optimum), true), values));
+                return Ok((size(optimum, Some(optimum), SolverStop::Optimal), values));
             }
         }
     }
-    let left = time_limit - started.elapsed().as_secs_f64();
-    let solved = highs_model(&p, unit, true, left.max(0.0))?
+    let left = limits.seconds - started.elapsed().as_secs_f64();
+    let solved = highs_model(&p, unit, true, limits.nodes, left.max(0.0))?
         .try_solve()
         .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
-    let status = solved.status();
-    let optimal = status == S::Optimal;
-    match status {
-        S::Optimal | S::ReachedTimeLimit | S::ReachedIterationLimit | S::ObjectiveBound => {}
+    let stop = match solved.status() {
+        S::Optimal => SolverStop::Optimal,
+        // HiGHS reports its node limit as a solution limit.
+        S::ReachedSolutionLimit => SolverStop::NodeLimit,
+        S::ReachedTimeLimit => SolverStop::TimeLimit,
         S::Infeasible => return Err(SolverError::Infeasible),
         other => return Err(SolverError::Solver(format!("{other:?}"))),
-    }
+    };
     let bound = unit
         * solved
             .double_info_value(c"mip_dual_bound")
             .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
     if !(bound.is_finite() && bound > 0.0) {
-        return Err(SolverError::NoBound {
-            seconds: time_limit,
-        });
+        return Err(SolverError::NoBound { limits: *limits });
     }
     let incumbent = unit * solved.objective_value();
     let values = solved.get_solution().columns().to_vec();
     Ok((
-        size(bound, incumbent.is_finite().then_some(incumbent), optimal),
+        size(bound, incumbent.is_finite().then_some(incumbent), stop),
         values,
     ))
 }
@@ -1007,6 +1056,7 @@ fn highs_model(
     p: &Program,
     unit: f64,
     integer: bool,
+    node_limit: u64,
     time_limit: f64,
 ) -> Result<highs::Model, SolverError> {
     let mut pb = highs::RowProblem::default();
@@ -1061,6 +1111,10 @@ fn highs_model(
     // on `[8]` at 24 GiB: 1.1 s with both on, 0.5 s with both off).
     model.set_option("mip_heuristic_run_feasibility_jump", false);
     model.set_option("mip_heuristic_run_root_reduced_cost", false);
+    model.set_option(
+        "mip_max_nodes",
+        i32::try_from(node_limit).unwrap_or(i32::MAX),
+    );
     model.set_option("time_limit", time_limit);
     Ok(model)
 }

@@ -459,7 +459,11 @@ pub struct AutoshardArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub starts: usize,
 
-    /// Seconds the MIP solver (HiGHS) may spend bounding the step time and proposing a start (0: skip it).
+    /// Branch-and-bound nodes the MIP solver (HiGHS) may search while bounding the step time and proposing a start (0: skip it).
+    #[arg(long, value_name = "N", default_value_t = spmd_autoshard::Options::SOLVER_NODES)]
+    pub solver_nodes: u64,
+
+    /// Seconds the MIP solver may take, a safety net: a solve it cuts short is not used, and the plan may then depend on the machine's speed (0: skip the solver).
     #[arg(long, value_name = "SECONDS", default_value_t = spmd_autoshard::Options::SOLVER_TIME)]
     pub solver_time: f64,
 

@@ -344,6 +344,7 @@ fn autoshard_on_mutated_graphs() {
             let mut options = spmd_autoshard::Options::new(mesh);
             options.memory = memory;
             // The solver too meets the mutated graphs, briefly.
+            options.solver_nodes = 10;
             options.solver_time = 0.2;
             match spmd_autoshard::autoshard(&file, registry(), &options, &mut |_| {}) {
                 Ok(o) => {

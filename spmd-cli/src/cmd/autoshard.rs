@@ -77,6 +77,7 @@ pub fn autoshard(args: &AutoshardArgs) -> Result<Output> {
             args.solver_time
         )));
     }
+    options.solver_nodes = args.solver_nodes;
     options.solver_time = args.solver_time;
     options.solver_columns = args.solver_columns;
     if let Some(p) = &args.plan {
