@@ -417,7 +417,7 @@ fn fold(graph: &Graph) -> Folding {
 }
 
 /// The program, in our own sparse form (HiGHS gets it at the end).
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Program {
     costs: Vec<f64>,
     integer: Vec<bool>,
@@ -840,7 +840,7 @@ pub fn lower_bound(
         add_dearest(&mut p, key.iter().map(|e| &priced[e].0).collect(), weight);
         add_dearest(&mut p, key.iter().map(|e| &priced[e].1).collect(), weight);
     }
-    let mut budgeted = false;
+    let mut memory_row: Option<Expr> = None;
     if let Some(budget) = budget {
         // In units of the budget: bytes would dwarf the choices' 0 and 1.
         let b = budget as f64;
@@ -848,14 +848,13 @@ pub fn lower_bound(
         // A budget the largest choices all fit in binds nothing: without
         // the row, the program is the one without a budget.
         if p.largest(&memory).is_none_or(|most| most > 1.0) {
-            p.rows.push((f64::NEG_INFINITY, 1.0, memory));
-            budgeted = true;
+            memory_row = Some(memory);
         }
     }
     let build_seconds = started.elapsed().as_secs_f64();
     // In units of the perfectly split compute: seconds would put an op's
     // cost below HiGHS's absolute tolerances.
-    let (bound, values) = solve(p, m.step_time_bound(), limits, build_seconds, budgeted)?;
+    let (bound, values) = solve(p, memory_row, m.step_time_bound(), limits, build_seconds)?;
     // A dual bound cut short below the perfectly split compute says
     // nothing that bound does not.
     if bound.bound <= m.step_time_bound() {
@@ -976,17 +975,19 @@ pub fn lower_bound(
     })
 }
 
-/// Hands `p` to HiGHS, its costs in units of `unit` seconds. Without a
-/// memory row (`budgeted` false) its LP relaxation is solved first: the
-/// program's choices are then tied only by its edges, and an LP optimum
-/// whose choices are all whole is the program's optimum, found without the
-/// MIP search's presolve and heuristics.
+/// Hands `p` to HiGHS, its costs in units of `unit` seconds, with its
+/// `memory` row (at most 1) where a budget binds. The memory is first
+/// priced rather than bounded ([`price_memory`]); where that gives a whole
+/// solution within the gap of its bound, that is the answer, found without
+/// the MIP search's presolve and heuristics. Otherwise HiGHS searches the
+/// MIP (given the pricing's best solution as a start, it searched longer
+/// on the budgeted 2-layer graphs: the start was far from the optimum).
 fn solve(
     p: Program,
+    memory: Option<Expr>,
     unit: f64,
     limits: &SolverLimits,
     build_seconds: f64,
-    budgeted: bool,
 ) -> Result<(SolverBound, Vec<f64>), SolverError> {
     let started = Instant::now();
     let size = |bound: f64, incumbent: Option<f64>, stop: SolverStop| SolverBound {
@@ -996,35 +997,23 @@ fn solve(
         stop,
         columns: p.costs.len(),
         integer_columns: p.integer.iter().filter(|&&i| i).count(),
-        rows: p.rows.len(),
+        rows: p.rows.len() + usize::from(memory.is_some()),
         build_seconds,
         solve_seconds: started.elapsed().as_secs_f64(),
     };
     use highs::HighsModelStatus as S;
-    if !budgeted {
-        let mut lp = highs_model(&p, unit, false, limits.nodes, limits.seconds)?;
-        // HiGHS's presolve removes little from this LP and took twice as
-        // long as the simplex without it, and Devex pricing takes about
-        // 20% less than the default on the larger ones (2-layer Llama on
-        // `[2, 2]`: 0.53 s, 0.18 s, 0.15 s).
-        lp.set_option("presolve", "off");
-        lp.set_option("simplex_dual_edge_weight_strategy", 1);
-        let solved = lp
-            .try_solve()
-            .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
-        if solved.status() == S::Optimal {
-            let values = solved.get_solution().columns().to_vec();
-            let whole = (0..values.len())
-                .filter(|&c| p.integer[c])
-                .all(|c| (values[c] - values[c].round()).abs() <= 1e-6);
-            if whole {
-                let optimum = unit * solved.objective_value();
-                return Ok((size(optimum, Some(optimum), SolverStop::Optimal), values));
-            }
-        }
+    let priced = price_memory(&p, memory.as_ref(), unit, limits)?;
+    if let Some((cost, values)) = priced.best.clone()
+        && cost - priced.bound <= MIP_GAP * cost
+    {
+        return Ok((
+            size(unit * priced.bound, Some(unit * cost), SolverStop::Optimal),
+            values,
+        ));
     }
     let left = limits.seconds - started.elapsed().as_secs_f64();
-    let solved = highs_model(&p, unit, true, limits.nodes, left.max(0.0))?
+    let (mip, _) = highs_model(&p, memory.as_ref(), unit, true, limits.nodes, left.max(0.0))?;
+    let solved = mip
         .try_solve()
         .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
     let stop = match solved.status() {
@@ -1035,10 +1024,12 @@ fn solve(
         S::Infeasible => return Err(SolverError::Infeasible),
         other => return Err(SolverError::Solver(format!("{other:?}"))),
     };
+    // The pricing's bound holds too; HiGHS's is usually the higher.
     let bound = unit
         * solved
             .double_info_value(c"mip_dual_bound")
-            .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
+            .map_err(|s| SolverError::Solver(format!("{s:?}")))?
+            .max(priced.bound);
     if !(bound.is_finite() && bound > 0.0) {
         return Err(SolverError::NoBound { limits: *limits });
     }
@@ -1050,15 +1041,127 @@ fn solve(
     ))
 }
 
+/// What pricing the memory gives: a bound on the program's optimum, and
+/// its best whole solution within the budget (its cost and columns), in
+/// the solve's units.
+struct Priced {
+    bound: f64,
+    best: Option<(f64, Vec<f64>)>,
+}
+
+/// At most this many LPs price the memory.
+const PRICE_ROUNDS: usize = 8;
+
+/// The Lagrangian relaxation of the memory row: the program's LP
+/// relaxation without the row, each budget's worth of memory priced at
+/// `λ` (its objective less `λ` bounds the program for every `λ ≥ 0`).
+/// Without the row, the choices are tied only by the edges, and the LP's
+/// vertices here are whole: each is a plan of the program, whose cost is
+/// its objective less the memory's price. `λ` is bisected between prices
+/// whose solutions overrun the budget and prices whose solutions fit.
+/// Each LP starts from the last one's basis.
+///
+/// It stops when the best fitting solution is within [`MIP_GAP`] of the
+/// best bound, when a fitting vertex is not whole, when the bracket on `λ`
+/// closes, after [`PRICE_ROUNDS`] LPs, or when the re-solves take twice
+/// the first LP's simplex iterations. Without a memory row it is one LP.
+fn price_memory(
+    p: &Program,
+    memory: Option<&Expr>,
+    unit: f64,
+    limits: &SolverLimits,
+) -> Result<Priced, SolverError> {
+    use highs::HighsModelStatus as S;
+    let started = Instant::now();
+    let (mut model, cols) = highs_model(p, None, unit, false, limits.nodes, limits.seconds)?;
+    // HiGHS's presolve removes little from this LP and took twice as
+    // long as the simplex without it, and Devex pricing takes about
+    // 20% less than the default on the larger ones (2-layer Llama on
+    // `[2, 2]`: 0.53 s, 0.18 s, 0.15 s).
+    model.set_option("presolve", "off");
+    model.set_option("simplex_dual_edge_weight_strategy", 1);
+    let mut uses = vec![0.0f64; p.costs.len()];
+    for &(c, v) in memory.into_iter().flatten() {
+        uses[c] += v;
+    }
+    let priced: Vec<usize> = (0..uses.len()).filter(|&c| uses[c] != 0.0).collect();
+    let mut out = Priced {
+        bound: f64::NEG_INFINITY,
+        best: None,
+    };
+    // The largest price found to overrun the budget, and the smallest
+    // found to fit.
+    let (mut lambda, mut over, mut fits) = (0.0f64, 0.0f64, None::<f64>);
+    let (mut first, mut spent) = (0i64, 0i64);
+    for round in 0..PRICE_ROUNDS {
+        if round > 0 {
+            for &c in &priced {
+                model.change_column_cost(cols[c], p.costs[c] / unit + lambda * uses[c]);
+            }
+        }
+        let left = limits.seconds - started.elapsed().as_secs_f64();
+        model.set_option("time_limit", left.max(0.0));
+        let solved = model
+            .try_solve()
+            .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
+        if solved.status() != S::Optimal {
+            break;
+        }
+        let iterations = solved.simplex_iteration_count();
+        if round == 0 {
+            first = iterations;
+        } else {
+            spent += iterations;
+        }
+        let x = solved.get_solution().columns().to_vec();
+        let objective = solved.objective_value();
+        out.bound = out.bound.max(objective - lambda);
+        let used: f64 = priced.iter().map(|&c| uses[c] * x[c]).sum();
+        if used <= 1.0 {
+            let whole = (0..x.len())
+                .filter(|&c| p.integer[c])
+                .all(|c| (x[c] - x[c].round()).abs() <= 1e-6);
+            if !whole {
+                break;
+            }
+            let cost = objective - lambda * used;
+            if out.best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                out.best = Some((cost, x));
+            }
+            fits = Some(lambda);
+        } else {
+            over = lambda;
+        }
+        let closed = out
+            .best
+            .as_ref()
+            .is_some_and(|(cost, _)| cost - out.bound <= MIP_GAP * cost);
+        if closed || memory.is_none() || spent > 2 * first {
+            break;
+        }
+        lambda = match fits {
+            // No price tried yet makes the plan fit: raise it, from one
+            // where a budget's worth costs the whole unpriced optimum.
+            None if round == 0 => objective.max(f64::MIN_POSITIVE),
+            None => 16.0 * lambda,
+            Some(f) if f - over <= 1e-3 * f => break,
+            Some(f) => 0.5 * (over + f),
+        };
+        model = solved.into();
+    }
+    Ok(out)
+}
+
 /// `p` as HiGHS takes it, its choices whole (`integer`) or relaxed, with
 /// the options every solve here uses.
 fn highs_model(
     p: &Program,
+    memory: Option<&Expr>,
     unit: f64,
     integer: bool,
     node_limit: u64,
     time_limit: f64,
-) -> Result<highs::Model, SolverError> {
+) -> Result<(highs::Model, Vec<highs::Col>), SolverError> {
     let mut pb = highs::RowProblem::default();
     let cols: Vec<highs::Col> = (0..p.costs.len())
         .map(|i| {
@@ -1070,7 +1173,8 @@ fn highs_model(
         })
         .collect();
     let mut merged: Vec<f64> = vec![0.0; p.costs.len()];
-    for (lo, hi, row) in &p.rows {
+    let memory_row = memory.map(|m| (f64::NEG_INFINITY, 1.0, m.clone()));
+    for (lo, hi, row) in p.rows.iter().chain(&memory_row) {
         // HiGHS takes each column once a row.
         let mut order: Vec<usize> = Vec::with_capacity(row.len());
         for &(c, v) in row {
@@ -1116,5 +1220,114 @@ fn highs_model(
         i32::try_from(node_limit).unwrap_or(i32::MAX),
     );
     model.set_option("time_limit", time_limit);
-    Ok(model)
+    Ok((model, cols))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A program of independent choices (a multiple-choice knapsack): each
+    /// option's cost and memory, in budgets.
+    fn knapsack(options: &[Vec<(u8, u8)>], budget: u32) -> (Program, Expr) {
+        let mut p = Program::default();
+        let mut memory = Expr::new();
+        for choice in options {
+            let cols = p.choice(choice.len());
+            for (&c, &(cost, mem)) in cols.iter().zip(choice) {
+                p.costs[c] = f64::from(cost) + 1.0;
+                memory.push((c, f64::from(mem) / f64::from(budget)));
+            }
+        }
+        (p, memory)
+    }
+
+    /// The cheapest setting within the budget, by enumeration.
+    fn optimum(options: &[Vec<(u8, u8)>], budget: u32) -> Option<f64> {
+        let mut best: Option<f64> = None;
+        let mut pick = vec![0usize; options.len()];
+        loop {
+            let (cost, mem) = options
+                .iter()
+                .zip(&pick)
+                .fold((0.0, 0u32), |(c, m), (o, &i)| {
+                    (c + f64::from(o[i].0) + 1.0, m + u32::from(o[i].1))
+                });
+            if mem <= budget && best.is_none_or(|b| cost < b) {
+                best = Some(cost);
+            }
+            let Some(k) = (0..pick.len()).find(|&k| pick[k] + 1 < options[k].len()) else {
+                return best;
+            };
+            pick[k] += 1;
+            pick[..k].fill(0);
+        }
+    }
+
+    fn limits() -> SolverLimits {
+        SolverLimits {
+            nodes: 1_000,
+            seconds: 60.0,
+            columns: usize::MAX,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Pricing the memory bounds the optimum from below, and its best
+        /// solution fits and costs what its columns say; the solve's
+        /// answer is a setting within the budget, within the gap of the
+        /// optimum when it says optimal, above its own bound.
+        #[test]
+        fn pricing_the_memory_bounds_and_fits(
+            options in prop::collection::vec(
+                prop::collection::vec((0u8..50, 0u8..20), 1..4),
+                1..6,
+            ),
+            budget in 1u32..60,
+        ) {
+            let (p, memory) = knapsack(&options, budget);
+            let best = optimum(&options, budget);
+            let priced = price_memory(&p, Some(&memory), 1.0, &limits()).unwrap();
+            if let Some(opt) = best {
+                prop_assert!(priced.bound <= opt + 1e-6, "{} > {opt}", priced.bound);
+            }
+            if let Some((cost, x)) = &priced.best {
+                let used: f64 = memory.iter().map(|&(c, v)| v * x[c]).sum();
+                let paid: f64 = (0..x.len()).map(|c| p.costs[c] * x[c]).sum();
+                prop_assert!(used <= 1.0 + 1e-9);
+                prop_assert!((paid - cost).abs() <= 1e-6 * paid.max(1.0));
+                prop_assert!(best.is_some_and(|opt| *cost >= opt - 1e-6));
+            }
+            match (solve(p.clone(), Some(memory.clone()), 1.0, &limits(), 0.0), best) {
+                (Ok((bound, x)), Some(opt)) => {
+                    let used: f64 = memory.iter().map(|&(c, v)| v * x[c]).sum();
+                    let paid: f64 = (0..x.len()).map(|c| p.costs[c] * x[c]).sum();
+                    prop_assert!(used <= 1.0 + 1e-6);
+                    prop_assert!(bound.bound <= opt + 1e-6);
+                    prop_assert!(paid >= opt - 1e-6);
+                    if bound.optimal {
+                        prop_assert!(paid <= opt * (1.0 + 2.0 * MIP_GAP), "{paid} vs {opt}");
+                    }
+                }
+                (Err(SolverError::Infeasible), None) => {}
+                (got, want) => prop_assert!(false, "{:?} against {want:?}", got.map(|g| g.0)),
+            }
+        }
+    }
+
+    /// A budget the cheap options overrun, where the price of memory finds
+    /// the optimum: one choice must trade cost for memory, and the price
+    /// at which it does bounds the rest exactly.
+    #[test]
+    fn pricing_the_memory_closes_where_one_trade_suffices() {
+        let options = vec![vec![(0, 10), (5, 2)], vec![(0, 1)], vec![(3, 1), (0, 1)]];
+        let (p, memory) = knapsack(&options, 4);
+        let priced = price_memory(&p, Some(&memory), 1.0, &limits()).unwrap();
+        let (cost, _) = priced.best.expect("a fitting solution");
+        assert_eq!(Some(cost), optimum(&options, 4));
+        assert!(cost - priced.bound <= MIP_GAP * cost);
+    }
 }
