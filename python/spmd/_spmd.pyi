@@ -127,6 +127,8 @@ class Graph:
         memory: Union[int, str, None] = None,
         device: str = "h100",
         starts: int = 1,
+        solver_nodes: int = 500,
+        solver_time: float = 60.0,
     ) -> Autoshard: ...
 
 def infer(

@@ -114,9 +114,19 @@ impl Graph {
     /// Chooses a plan for `mesh` (see `spmd autoshard`): `memory`, the
     /// budget per device (`"24GiB"`, `"80GB"` or bytes; default the
     /// device's memory); `device`, `"a100"`, `"h100"` or `"h200"`;
-    /// `starts`, the number of descents. Raises `NoPlanFitsError` when no
-    /// plan fits.
-    #[pyo3(signature = (mesh, *, memory = None, device = "h100", starts = 1))]
+    /// `starts`, the number of descents; `solver_nodes` and `solver_time`,
+    /// the MIP solver's node limit and its safety limit in seconds (either
+    /// `0`: no solver). Raises `NoPlanFitsError` when no plan fits.
+    #[pyo3(signature = (
+        mesh,
+        *,
+        memory = None,
+        device = "h100",
+        starts = 1,
+        solver_nodes = Options::SOLVER_NODES,
+        solver_time = Options::SOLVER_TIME,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn autoshard(
         &self,
         py: Python<'_>,
@@ -124,6 +134,8 @@ impl Graph {
         memory: Option<&Bound<'_, PyAny>>,
         device: &str,
         starts: usize,
+        solver_nodes: u64,
+        solver_time: f64,
     ) -> PyResult<Autoshard> {
         guard(|| {
             let mesh = mesh_of(mesh)?;
@@ -145,6 +157,11 @@ impl Graph {
                 return Err(input("starts", "the search needs at least one start"));
             }
             options.starts = starts;
+            if !(solver_time >= 0.0 && solver_time.is_finite()) {
+                return Err(input("solver_time", "a number of seconds, 0 or more"));
+            }
+            options.solver_nodes = solver_nodes;
+            options.solver_time = solver_time;
             let file = &self.file;
             let outcome = py
                 .detach(|| spmd_autoshard::autoshard(file, registry(), &options, &mut |_| {}))

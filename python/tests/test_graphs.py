@@ -65,6 +65,16 @@ def test_autoshard_chooses_a_plan_that_propagates(graphs):
     assert info.value.smallest > 1024
 
 
+def test_autoshard_takes_the_solver_limits(graphs):
+    g = spmd.Graph.load(str(graphs / "llama.json"))
+    bounded = json.loads(g.autoshard([4], memory="1TiB").to_json())
+    assert bounded["solver"]["stop"] == "optimal"
+    alone = json.loads(g.autoshard([4], memory="1TiB", solver_nodes=0).to_json())
+    assert "not_applicable" in alone["solver"]
+    with pytest.raises(spmd.InputError, match="solver_time"):
+        g.autoshard([4], solver_time=-1.0)
+
+
 def test_the_gil_is_released_during_the_search(graphs):
     g = spmd.Graph.load(str(graphs / "llama.json"))
     ticks = 0
