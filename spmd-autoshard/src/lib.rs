@@ -309,6 +309,29 @@ pub fn autoshard(
     model.efficiency = options.efficiency;
     let measurer = Measurer::new(loaded.graph, registry, loaded.outputs, dtype, model);
     let mut space = Space::new(measurer.graph());
+    let mut named = Vec::new();
+    for name in baselines::NAMES {
+        named.push((
+            name,
+            baselines::baseline(name, &mut space, measurer.graph()),
+        ));
+    }
+    let free: Choice = vec![0; space.groups.len()];
+    let mut eval = search::Evaluator::new(measurer, space);
+    let baseline_results = price_baselines(&mut eval, named, &options.mesh)?;
+    // The cheapest plan priced so far that fits: the baselines, and the
+    // plan that leaves every leaf to propagation (replication, mostly).
+    // Columns of the solver's program that no plan as cheap sets are
+    // left out of it.
+    let free_figures = eval.price(&free)?;
+    let fits = |f: &&Figures| options.memory.is_none_or(|m| f.memory.total <= m);
+    let cutoff = baseline_results
+        .iter()
+        .filter_map(|b| b.figures.as_ref().ok())
+        .chain(free_figures.as_ref())
+        .filter(fits)
+        .map(|f| f.step_time)
+        .min_by(f64::total_cmp);
     // The graph holds only the pins here: the solver bounds every plan.
     let solution = if options.solver_time > 0.0 && options.solver_nodes > 0 {
         progress("bounding the step time with the MIP solver (HiGHS)");
@@ -317,7 +340,8 @@ pub fn autoshard(
             seconds: options.solver_time,
             columns: options.solver_columns,
         };
-        let solution = solver::lower_bound(&measurer, options.memory, &limits);
+        let (measurer, _) = eval.annotated(&free)?;
+        let solution = solver::lower_bound(measurer, options.memory, &limits, cutoff);
         if let Ok(s) = &solution
             && !s.bound.stop.reproducible()
         {
@@ -331,26 +355,17 @@ pub fn autoshard(
     } else {
         Err("not asked for".into())
     };
+    let (measurer, space) = eval.annotated(&free)?;
+    let graph = measurer.graph();
     let solver_starts = match &solution {
-        Ok(s) if !s.leaves.is_empty() => solver_starts(&mut space, measurer.graph(), s),
+        Ok(s) if !s.leaves.is_empty() => solver_starts(space, graph, s),
         _ => Vec::new(),
     };
     let solver = solution.map(|s| s.bound);
-    let free: Vec<u16> = vec![0; space.groups.len()];
-
-    let mut combinations = baselines::all_combinations(&mut space, measurer.graph());
-    combinations.insert(0, (Vec::new(), free));
+    let mut combinations = baselines::all_combinations(space, graph);
+    combinations.insert(0, (Vec::new(), vec![0; space.groups.len()]));
     let (roles, starts): (Vec<Vec<baselines::Role>>, Vec<Vec<u16>>) =
         combinations.into_iter().unzip();
-    let mut named = Vec::new();
-    for name in baselines::NAMES {
-        named.push((
-            name,
-            baselines::baseline(name, &mut space, measurer.graph()),
-        ));
-    }
-    let mut eval = search::Evaluator::new(measurer, space);
-    let baseline_results = price_baselines(&mut eval, named, &options.mesh)?;
 
     // Every role combination is priced; the search descends from the best
     // few, and keeps the best plan it reaches. For one start, a combination

@@ -100,10 +100,12 @@ pub fn text(o: &Outcome) -> String {
     ));
     match &o.solver {
         Ok(b) => s.push_str(&format!(
-            "solver bound: {} ({}, HiGHS, {} columns, {} rows, {:.2} s): the plan is {:.2}% above it\n",
+            "solver bound: {} ({}, HiGHS, {} columns, {} left out by the cutoff, {} rows, \
+             {:.2} s): the plan is {:.2}% above it\n",
             time(b.bound),
             b.stop.describe(),
             b.columns,
+            b.columns_left_out,
             b.rows,
             b.build_seconds + b.solve_seconds,
             100.0 * (f.step_time - b.bound) / b.bound.max(f64::MIN_POSITIVE)

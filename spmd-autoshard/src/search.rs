@@ -100,6 +100,16 @@ impl<'r> Evaluator<'r> {
         &self.measurers[0]
     }
 
+    /// The first copy annotated as `choice` says, and the space to add
+    /// pins to.
+    pub fn annotated(
+        &mut self,
+        choice: &Choice,
+    ) -> Result<(&Measurer<'r>, &mut Space), GraphError> {
+        self.space.apply(&mut self.measurers[0].graph, choice)?;
+        Ok((&self.measurers[0], &mut self.space))
+    }
+
     pub fn into_parts(self) -> (Measurer<'r>, Space) {
         let Evaluator {
             mut measurers,
@@ -125,12 +135,12 @@ impl<'r> Evaluator<'r> {
         let hopeless = |b: &Bound| incumbent.is_some_and(|(f, budget)| cannot_beat(b, f, budget));
         let mut todo: Vec<&Choice> = Vec::new();
         for c in choices {
-            let known = match self.seen.get(c) {
+            let known = match self.seen.get(key(c)) {
                 None => false,
                 Some(Some(Priced::Bounded(b))) => hopeless(b),
                 Some(_) => true,
             };
-            if !known && !todo.contains(&c) {
+            if !known && !todo.iter().any(|t| key(t) == key(c)) {
                 todo.push(c);
             }
         }
@@ -190,11 +200,11 @@ impl<'r> Evaluator<'r> {
                 Some(Priced::Bounded(_)) => self.stats.stopped_early += 1,
                 Some(Priced::Full(_)) => {}
             }
-            self.seen.insert(c.clone(), f);
+            self.seen.insert(key(c).to_vec(), f);
         }
         Ok(choices
             .iter()
-            .map(|c| match &self.seen[c] {
+            .map(|c| match &self.seen[key(c)] {
                 Some(Priced::Full(f)) => Some(f.clone()),
                 _ => None,
             })
@@ -304,6 +314,12 @@ impl Evaluator<'_> {
         families.retain(|f| f.len() > 1);
         families
     }
+}
+
+/// A plan as the cache knows it: groups added after it was made are free
+/// in it, as in every plan that leaves them free.
+fn key(c: &[u16]) -> &[u16] {
+    &c[..c.iter().rposition(|&o| o != 0).map_or(0, |i| i + 1)]
 }
 
 /// One plan on one copy of the graph.

@@ -229,9 +229,10 @@ impl Space {
         Ok(())
     }
 
-    /// The layout `choice` gives group `g`.
+    /// The layout `choice` gives group `g`; free for a group added after
+    /// `choice` was made.
     pub fn layout(&self, g: usize, choice: &[u16]) -> &Layout {
-        &self.options[g][choice[g] as usize]
+        &self.options[g][choice.get(g).map_or(0, |&o| o as usize)]
     }
 
     /// The plan file's annotations for `choice`: one per fixed group, by its

@@ -175,7 +175,7 @@ fn a_solve_cut_short_by_time_gives_no_solution() {
         seconds: 0.05,
         ..limits()
     };
-    match lower_bound(&m, Some(budget), &short) {
+    match lower_bound(&m, Some(budget), &short, None) {
         Ok(s) => {
             assert_eq!(s.bound.stop, SolverStop::TimeLimit);
             assert!(s.leaves.is_empty() && s.produced.is_empty() && s.exact.is_empty());
@@ -183,7 +183,7 @@ fn a_solve_cut_short_by_time_gives_no_solution() {
         Err(SolverError::NoBound { .. }) => {}
         Err(e) => panic!("{e}"),
     }
-    let s = lower_bound(&m, Some(budget), &limits()).unwrap();
+    let s = lower_bound(&m, Some(budget), &limits(), None).unwrap();
     assert!(s.bound.stop.reproducible() && !s.leaves.is_empty());
 }
 
@@ -472,7 +472,7 @@ fn the_solver_bound_is_below_every_plan() {
             f.mesh = mesh.clone();
             let registry = spmd_ops::builtins();
             let mut m = measurer(&f, &registry);
-            let bound = lower_bound(&m, Some(budget), &limits())
+            let bound = lower_bound(&m, Some(budget), &limits(), None)
                 .unwrap_or_else(|e| panic!("{name} {mesh:?}: {e}"))
                 .bound;
             assert!(mesh.len() > 1 || bound.optimal, "{name} {mesh:?}");
@@ -522,12 +522,16 @@ fn a_budget_that_cannot_bind_leaves_the_program_unbudgeted() {
     f.mesh = vec![4];
     let registry = spmd_ops::builtins();
     let m = measurer(&f, &registry);
-    let free = lower_bound(&m, None, &limits()).unwrap().bound;
-    let roomy = lower_bound(&m, Some(1 << 40), &limits()).unwrap().bound;
+    let free = lower_bound(&m, None, &limits(), None).unwrap().bound;
+    let roomy = lower_bound(&m, Some(1 << 40), &limits(), None)
+        .unwrap()
+        .bound;
     assert!(free.optimal && roomy.optimal);
     assert_eq!((roomy.rows, roomy.bound), (free.rows, free.bound));
     let budget = replicated_memory(text, &[4]) * 3 / 4;
-    let tight = lower_bound(&m, Some(budget), &limits()).unwrap().bound;
+    let tight = lower_bound(&m, Some(budget), &limits(), None)
+        .unwrap()
+        .bound;
     assert_eq!(tight.rows, free.rows + 1);
     assert!(
         tight.bound > free.bound * (1.0 + 1e-6),
@@ -535,6 +539,49 @@ fn a_budget_that_cannot_bind_leaves_the_program_unbudgeted() {
         tight.bound,
         free.bound
     );
+}
+
+/// The cutoff (a plan that fits: the cheapest role plan, or the graph
+/// left unannotated) keeps the program's optimum, and leaves columns out
+/// of it where it is tight: on every small graph, unbudgeted on `[4]` and `[2, 2]` and at
+/// 3/4 of replication's memory on `[4]`.
+#[test]
+fn a_cutoff_leaves_columns_out_and_keeps_the_bound() {
+    use spmd_autoshard::solver::{MIP_GAP, lower_bound};
+    for (name, text) in GRAPHS {
+        for (mesh, budgeted) in [(vec![4], false), (vec![2, 2], false), (vec![4], true)] {
+            let mut f = file(text);
+            f.mesh = mesh.clone();
+            let registry = spmd_ops::builtins();
+            let mut m = measurer(&f, &registry);
+            let budget = budgeted.then(|| replicated_memory(text, &mesh) * 3 / 4);
+            // The last plan priced is the unannotated graph: the program
+            // below sees no layout of the plans.
+            let cutoff = fitting_step_times(&mut m, budget.unwrap_or(u64::MAX))
+                .into_iter()
+                .min_by(f64::total_cmp)
+                .unwrap();
+            let without = lower_bound(&m, budget, &limits(), None).unwrap().bound;
+            let with = lower_bound(&m, budget, &limits(), Some(cutoff))
+                .unwrap()
+                .bound;
+            let case = format!("{name} {mesh:?} budgeted: {budgeted}: {with:?}");
+            assert!(without.optimal && with.optimal, "{case}");
+            assert_eq!(without.columns_left_out, 0, "{case}");
+            // Unbudgeted, replication is the cutoff, and a reshard alone
+            // costs more than its whole step.
+            assert!(budgeted || with.columns_left_out > 0, "{case}");
+            let apart = (with.bound - without.bound).abs() / without.bound;
+            let allowed = if budgeted { MIP_GAP } else { 1e-9 };
+            assert!(
+                apart <= allowed,
+                "{case}: {} against {}",
+                with.bound,
+                without.bound
+            );
+            assert!(with.bound <= cutoff * (1.0 + 1e-9), "{case}");
+        }
+    }
 }
 
 /// Layers that repeat are one layer in the program: on the full-size
@@ -555,7 +602,7 @@ fn the_folded_bound_is_below_the_7b_plans() {
     let registry = spmd_ops::builtins();
     let mut m = measurer(&f, &registry);
     let budget = 24u64 << 30;
-    let s = lower_bound(&m, Some(budget), &limits()).unwrap();
+    let s = lower_bound(&m, Some(budget), &limits(), None).unwrap();
     assert!(s.bound.columns < 10_000, "{} columns", s.bound.columns);
     assert!(s.bound.bound > m.step_time_bound());
     let times = fitting_step_times(&mut m, budget);
