@@ -333,6 +333,7 @@ pub fn autoshard(
         .map(|f| f.step_time)
         .min_by(f64::total_cmp);
     // The graph holds only the pins here: the solver bounds every plan.
+    let (measurer, space) = eval.annotated(&free)?;
     let solution = if options.solver_time > 0.0 && options.solver_nodes > 0 {
         progress("bounding the step time with the MIP solver (HiGHS)");
         let limits = solver::SolverLimits {
@@ -340,7 +341,6 @@ pub fn autoshard(
             seconds: options.solver_time,
             columns: options.solver_columns,
         };
-        let (measurer, _) = eval.annotated(&free)?;
         let solution = solver::lower_bound(measurer, options.memory, &limits, cutoff);
         if let Ok(s) = &solution
             && !s.bound.stop.reproducible()
@@ -355,7 +355,6 @@ pub fn autoshard(
     } else {
         Err("not asked for".into())
     };
-    let (measurer, space) = eval.annotated(&free)?;
     let graph = measurer.graph();
     let solver_starts = match &solution {
         Ok(s) if !s.leaves.is_empty() => solver_starts(space, graph, s),

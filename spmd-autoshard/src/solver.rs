@@ -460,19 +460,22 @@ impl Program {
     }
 
     /// Leaves out (an upper bound of 0) every choice or pair column that no
-    /// whole solution costing at most `cutoff` sets, and says how many.
-    /// Costs are never negative, so a solution that sets column `c` costs
-    /// at least
-    /// the cheapest column of every other choice, `c`'s own cost, and for
-    /// each column above several expressions ([`add_dearest`]) its weight
-    /// times `c`'s largest entry in them. The optimum is unchanged wherever
-    /// it is at most `cutoff`; the relaxation only gains.
-    fn leave_out_dearer_than(&mut self, cutoff: f64) -> usize {
+    /// whole solution costing at most `cutoff` sets. Costs are never
+    /// negative, so a solution that sets column `c` costs at least the
+    /// cheapest column of every other choice, `c`'s own cost, and for each
+    /// column above several expressions ([`add_dearest`]) its weight times
+    /// `c`'s largest entry in them. The optimum is unchanged wherever it is
+    /// at most `cutoff`; the relaxation only gains.
+    fn leave_out_dearer_than(&mut self, cutoff: f64) {
         let n = self.costs.len();
         let cheapest = self.cheapest();
         let base: f64 = cheapest.iter().sum();
         let mut through = vec![0.0f64; n];
+        // A column above several expressions is no choice but their
+        // largest value: it stays.
+        let mut above = vec![false; n];
         for (top, rows) in &self.dearest {
+            above[*top] = true;
             let mut most: FxHashMap<usize, f64> = FxHashMap::default();
             for &r in rows {
                 for &(c, v) in &self.rows[r].2 {
@@ -486,24 +489,15 @@ impl Program {
                 through[c] += self.costs[*top] * v;
             }
         }
-        // A column above several expressions is no choice but their
-        // largest value: it stays.
-        let mut above = vec![false; n];
-        for &(top, _) in &self.dearest {
-            above[top] = true;
-        }
-        let mut left_out = 0;
         for c in (0..n).filter(|&c| !above[c]) {
             let others = match self.choice_of[c] {
                 Some(g) => base - cheapest[g],
                 None => base,
             };
-            if others + self.costs[c] + through[c] > cutoff * (1.0 + 1e-9) && self.upper[c] > 0.0 {
+            if others + self.costs[c] + through[c] > cutoff * (1.0 + 1e-9) {
                 self.upper[c] = 0.0;
-                left_out += 1;
             }
         }
-        left_out
     }
 
     /// Columns left out by the cutoff: never made, or bounded to 0.
