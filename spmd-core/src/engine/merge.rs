@@ -4,13 +4,56 @@
 
 use spmd_notation::AxisSet;
 
-use super::program::NONE;
+use super::program::{NONE, Program};
 use super::state::{Run, Table, UNKNOWN};
 use crate::dist_attr::{ReduceType, Sharding};
 use crate::error::SpmdError;
 use crate::merge::{AxisClash, MeshDimClash};
 use crate::policy::{Conflicts, Divisibility, UnshardedClaims};
+use crate::rule::EinsumRule;
 use crate::trace::Trace;
+
+/// The axes a call's fit must check whatever the divisibility policy
+/// (see [`Run::fit`]), settled when the call compiles: those whose
+/// sharding must divide their extent, and those that must leave every
+/// device a nonempty block.
+pub(crate) fn fit_sets(rule: &EinsumRule<'_>, prog: &Program) -> (AxisSet, AxisSet) {
+    let plan = &rule.plan;
+    // A compound's major factor must divide (else the reshape could not
+    // carry it), and so must a contracted axis averaged over: devices
+    // holding blocks of different sizes cannot average their averages.
+    let mut always = plan.compound_major;
+    if rule.options.reduce == ReduceType::Avg {
+        always = always.union(plan.contracted());
+    }
+    for &(a, r) in rule.reduce_overrides {
+        if r == ReduceType::Avg {
+            always = always.with(a);
+        }
+    }
+    // Role priority settles divisibility by role in every direction, as
+    // its forward merge does: batch axes (the dims `...` stands for, and
+    // labels every input and some output have) must divide, free axes
+    // need not.
+    if rule.options.policy.conflicts == Conflicts::RolePriority {
+        let in_every = (0..plan.n_inputs())
+            .map(|i| plan.axes_of(plan.input(i)))
+            .fold(AxisSet(u64::MAX), AxisSet::intersect);
+        always = always.union(in_every.intersect(plan.output_axes).union(prog.ellipsis));
+    }
+    // A contracted axis reduced by a max or a min must leave no device an
+    // empty block: its kernel has no value to give for one, so such an
+    // axis keeps only the mesh dims it outnumbers.
+    let mut nonempty = AxisSet::EMPTY;
+    if rule.options.reduce != ReduceType::Sum || !rule.reduce_overrides.is_empty() {
+        for a in plan.contracted().iter() {
+            if matches!(rule.reduce_of(a), ReduceType::Max | ReduceType::Min) {
+                nonempty = nonempty.with(a);
+            }
+        }
+    }
+    (always, nonempty)
+}
 
 impl Run<'_, '_, '_> {
     /// Merges slot `s`'s layout into the axis map; with `check`, its
@@ -191,78 +234,37 @@ impl Run<'_, '_, '_> {
             )
     }
 
-    /// The batch axes of role priority, from the notation alone: the dims
-    /// `...` stands for, and labels every input and some output have.
-    pub(crate) fn batch_axes(&self) -> AxisSet {
-        let plan = &self.rule.plan;
-        let in_every = (0..plan.n_inputs())
-            .map(|i| plan.axes_of(plan.input(i)))
-            .fold(AxisSet(u64::MAX), AxisSet::intersect);
-        in_every
-            .intersect(plan.output_axes)
-            .union(self.prog.ellipsis)
-    }
-
     /// Applies the divisibility policy: the axis map becomes the given
-    /// side's; the derived side's is returned when it differs. A
-    /// compound's major factor must always divide (else the reshape could
-    /// not carry its sharding), whatever the policy.
+    /// side's; the derived side's is written to `derived` when it differs
+    /// (`derived` is `None` on entry). A compound's major factor must
+    /// always divide (else the reshape could not carry its sharding),
+    /// whatever the policy.
     #[inline(always)]
-    pub(crate) fn fit<T: Trace + ?Sized>(&mut self, trace: &mut T) -> Option<Table> {
-        let rule = self.rule;
+    pub(crate) fn fit<T: Trace + ?Sized>(&mut self, derived: &mut Option<Table>, trace: &mut T) {
         // The common case: uneven shards allowed, and no axis that must
         // divide or must leave every block nonempty.
-        if rule.options.policy.divisibility == Divisibility::Uneven
-            && rule.plan.compound_major.is_empty()
-            && rule.options.reduce == ReduceType::Sum
-            && rule.reduce_overrides.is_empty()
-            && rule.options.policy.conflicts != Conflicts::RolePriority
+        let prog = self.prog;
+        if self.rule.options.policy.divisibility == Divisibility::Uneven
+            && prog.must_divide.is_empty()
+            && prog.nonempty.is_empty()
         {
-            return None;
+            return;
         }
-        self.fit_all(trace)
+        self.fit_all(derived, trace)
     }
 
-    fn fit_all<T: Trace + ?Sized>(&mut self, trace: &mut T) -> Option<Table> {
-        let rule = self.rule;
-        let policy = rule.options.policy.divisibility;
-        // A compound's major factor must divide (else the reshape could
-        // not carry it), and so must a contracted axis averaged over:
-        // devices holding blocks of different sizes cannot average their
-        // averages.
-        let mut always = rule.plan.compound_major;
-        if rule.options.reduce == ReduceType::Avg {
-            always = always.union(rule.plan.contracted());
-        }
-        for &(a, r) in rule.reduce_overrides {
-            if r == ReduceType::Avg {
-                always = always.with(a);
-            }
-        }
-        // Role priority settles divisibility by role in every direction,
-        // as its forward merge does: batch axes must divide, free axes
-        // need not.
-        if rule.options.policy.conflicts == Conflicts::RolePriority {
-            always = always.union(self.batch_axes());
-        }
-        // A contracted axis reduced by a max or a min must leave no device
-        // an empty block: its kernel has no value to give for one, so such
-        // an axis keeps only the mesh dims it outnumbers.
-        let mut nonempty = AxisSet::EMPTY;
-        if rule.options.reduce != ReduceType::Sum || !rule.reduce_overrides.is_empty() {
-            for a in rule.plan.contracted().iter() {
-                if matches!(rule.reduce_of(a), ReduceType::Max | ReduceType::Min) {
-                    nonempty = nonempty.with(a);
-                }
-            }
-        }
-        if policy == Divisibility::Uneven && always.is_empty() && nonempty.is_empty() {
-            return None;
-        }
-        // The given side is edited in place; a derived table exists only
-        // when the derived side differs (DropDerived dropped something).
-        let mut derived: Option<Table> = None;
-        for a in 0..usize::from(self.prog.n_axes) {
+    fn fit_all<T: Trace + ?Sized>(&mut self, derived: &mut Option<Table>, trace: &mut T) {
+        let policy = self.rule.options.policy.divisibility;
+        let (always, nonempty) = (self.prog.must_divide, self.prog.nonempty);
+        // Uneven shards allowed: only the axes that must divide or stay
+        // nonempty can change.
+        let n_axes = u32::from(self.prog.n_axes);
+        let axes = match policy {
+            Divisibility::Uneven => always.union(nonempty),
+            _ => AxisSet(u64::MAX.checked_shr(64 - n_axes).unwrap_or(0)),
+        };
+        for a in axes.iter() {
+            let a = usize::from(a);
             let mut s = self.map.sharding[a];
             if nonempty.contains(a as u8) {
                 let trimmed = self.trim_empty(a as u8, s, trace);
@@ -291,7 +293,6 @@ impl Run<'_, '_, '_> {
                 derived.get_or_insert(self.map.sharding)[a] = fitted;
             }
         }
-        derived
     }
 
     /// Drops trailing mesh dims until their product divides the axis extent.

@@ -166,6 +166,7 @@ impl Compiled {
             }
             _ => roles::RolePlan::default(),
         };
+        (prog.must_divide, prog.nonempty) = merge::fit_sets(rule, prog);
         self.direction = self.prog.direction;
         self.absent = call.absent();
         self.shapes.clear();
@@ -244,61 +245,63 @@ impl Compiled {
 /// by index: shapes are short, and a slice compare calls `memcmp`.
 #[inline]
 fn same_shapes(call: &Call<'_>, key: &[usize]) -> bool {
-    /// Whether `key[at..]` starts with the list `shapes`; moves `at` past it.
+    /// Whether `key` starts with the list `shapes`; moves `key` past it.
     #[inline(always)]
-    fn list<'s>(
-        key: &[usize],
-        at: &mut usize,
-        n: usize,
-        mut shape: impl FnMut(usize) -> &'s [usize],
-    ) -> bool {
-        if key.get(*at) != Some(&n) {
+    fn list<'s>(key: &mut &[usize], shapes: impl ExactSizeIterator<Item = &'s [usize]>) -> bool {
+        let Some((&count, rest)) = key.split_first() else {
+            return false;
+        };
+        if count != shapes.len() {
             return false;
         }
-        *at += 1;
-        for k in 0..n {
-            let shape = shape(k);
-            let end = *at + 1 + shape.len();
-            if end > key.len() || key[*at] != shape.len() {
+        *key = rest;
+        for shape in shapes {
+            let Some((&rank, rest)) = key.split_first() else {
+                return false;
+            };
+            if rank != shape.len() || rest.len() < rank {
                 return false;
             }
-            for (a, b) in key[*at + 1..end].iter().zip(shape) {
-                if a != b {
+            let (dims, rest) = rest.split_at(rank);
+            // Dim by dim: shapes are short, and a slice compare calls
+            // `memcmp`.
+            for i in 0..rank {
+                if dims[i] != shape[i] {
                     return false;
                 }
             }
-            *at = end;
+            *key = rest;
         }
         true
     }
-    let mut at = 0;
+    let mut key = key;
     let same = match *call {
         Call::Forward {
             inputs,
             output_shapes,
             ..
         } => {
-            list(key, &mut at, inputs.len(), |k| inputs[k].shape)
-                && list(key, &mut at, output_shapes.len(), |k| output_shapes[k])
+            list(&mut key, inputs.iter().map(|s| s.shape))
+                && list(&mut key, output_shapes.iter().copied())
         }
         Call::Backward {
             input_shapes,
             outputs,
             ..
         } => {
-            list(key, &mut at, input_shapes.len(), |k| input_shapes[k])
-                && list(key, &mut at, outputs.len(), |k| outputs[k].shape)
+            list(&mut key, input_shapes.iter().copied())
+                && list(&mut key, outputs.iter().map(|s| s.shape))
         }
         Call::Grad {
             inputs,
             output_grads,
             ..
         } => {
-            list(key, &mut at, inputs.len(), |k| inputs[k].shape)
-                && list(key, &mut at, output_grads.len(), |k| output_grads[k].shape)
+            list(&mut key, inputs.iter().map(|s| s.shape))
+                && list(&mut key, output_grads.iter().map(|s| s.shape))
         }
     };
-    same && at == key.len()
+    same && key.is_empty()
 }
 
 /// Slot `s`'s shape as `call` gives it (empty when it gives none).
@@ -578,23 +581,21 @@ impl<'c> Run<'_, '_, 'c> {
         // the others.
         let merged = |i: usize| present(i) && !rule.options.follows.contains(i);
         let mut aligned_partial = Partial::NONE;
-        let derived = match rule.options.policy.conflicts {
-            Conflicts::RolePriority => {
-                self.merge_by_role(trace);
-                None
-            }
+        // The derived side's table, where it differs from the given side's.
+        let mut derived = None;
+        match rule.options.policy.conflicts {
+            Conflicts::RolePriority => self.merge_by_role(trace),
             Conflicts::Align => {
                 let ops: SmallVec<[usize; 8]> = (0..n_in).filter(|&i| merged(i)).collect();
                 aligned_partial = self.merge_aligned(&ops);
-                None
             }
             _ => {
                 self.merge_in_order(0..n_in, merged, checked, trace)?;
                 self.resolve(trace)?;
                 // Given side: the inputs; derived side: the outputs.
-                self.fit(trace)
+                self.fit(&mut derived, trace);
             }
-        };
+        }
         let derived = derived.as_ref().unwrap_or(&self.map.sharding);
         self.answer_forward(derived, aligned_partial, trace, sink)
     }
@@ -631,7 +632,8 @@ impl<'c> Run<'_, '_, 'c> {
         }
         self.resolve(trace)?;
         // Given side: the outputs; derived side: the inputs.
-        let mut derived = self.fit(trace);
+        let mut derived = None;
+        self.fit(&mut derived, trace);
         // Partial Stage-II: what explains the given outputs'
         // partial status.
         let by_inputs = if rule.options.policy.backward_partial == BackwardPartial::Explain {
@@ -709,7 +711,8 @@ impl<'c> Run<'_, '_, 'c> {
         }
         // Given side: the grad op's inputs; derived side: the
         // input grads.
-        let derived = self.fit(trace);
+        let mut derived = None;
+        self.fit(&mut derived, trace);
         let derived = derived.as_ref().unwrap_or(&self.map.sharding);
         self.answer_grad(derived, trace, sink)
     }

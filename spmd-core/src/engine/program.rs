@@ -157,6 +157,11 @@ pub(crate) struct Program {
     /// A forward call under role priority: its merge, settled from the
     /// shapes (empty otherwise).
     pub(crate) roles: RolePlan,
+    /// Axes whose sharding must divide their extent, and axes that must
+    /// leave every block nonempty, whatever the divisibility policy (see
+    /// `merge::fit_sets`).
+    pub(crate) must_divide: AxisSet,
+    pub(crate) nonempty: AxisSet,
 }
 
 impl Program {
@@ -194,6 +199,8 @@ impl Program {
             slots: SmallVec::new(),
             dims: SmallVec::new(),
             roles: RolePlan::default(),
+            must_divide: AxisSet::EMPTY,
+            nonempty: AxisSet::EMPTY,
             never: AxisSet::EMPTY,
             ellipsis: AxisSet::EMPTY,
             input_axes: AxisSet::EMPTY,
