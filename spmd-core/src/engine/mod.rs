@@ -375,8 +375,19 @@ pub(crate) fn run<T: Trace + ?Sized, S: Sink>(
             .collect(),
         None => SmallVec::new(),
     };
-    let mut specs = Specs::of(prog, call);
-    let specs = specs.as_mut_slice();
+    // Every slot's shape and layout, as the call gives them: in a fixed
+    // array for the common call of a few tensors, on the heap past it.
+    let n = prog.slots.len();
+    let mut inline = [BARE; INLINE_SPECS];
+    let mut heap = alloc::vec::Vec::new();
+    let specs: &mut [Spec<'_>] = if n <= INLINE_SPECS {
+        fill_specs(prog, call, &mut inline[..n]);
+        &mut inline[..n]
+    } else {
+        heap.resize(n, BARE);
+        fill_specs(prog, call, &mut heap);
+        &mut heap
+    };
     if let Some(range) = absorbing {
         for (s, attr) in range.zip(&absorbed) {
             if let Some(attr) = attr {
@@ -455,59 +466,57 @@ fn slot_spec<'c>(prog: &Program, call: &Call<'c>, s: usize) -> Spec<'c> {
     }
 }
 
-/// Every slot's shape and layout, as the call gives them: in a fixed
-/// array for the common call of a few tensors, on the heap past it.
-enum Specs<'c> {
-    Inline {
-        buf: [Spec<'c>; INLINE_SPECS],
-        len: usize,
-    },
-    Heap(alloc::vec::Vec<Spec<'c>>),
-}
+/// A slot the call gives nothing of.
+const BARE: Spec<'static> = Spec {
+    shape: &[],
+    attr: &NO_LAYOUT,
+};
 
 /// Slots a call's specs hold without a heap allocation.
 const INLINE_SPECS: usize = 8;
 
-impl<'c> Specs<'c> {
-    #[inline(always)]
-    fn of(prog: &Program, call: &Call<'c>) -> Specs<'c> {
-        let n = prog.slots.len();
-        if n > INLINE_SPECS {
-            return Specs::Heap((0..n).map(|s| slot_spec(prog, call, s)).collect());
-        }
-        let bare = Spec {
-            shape: &[],
-            attr: &NO_LAYOUT,
-        };
-        let mut buf = [bare; INLINE_SPECS];
-        match *call {
-            // The common case: the inputs as given, the outputs bare.
-            Call::Forward {
-                inputs,
-                output_shapes,
-                ..
-            } => {
-                buf[..inputs.len()].copy_from_slice(inputs);
-                if output_shapes.len() == usize::from(prog.n_outputs) {
-                    for (b, &shape) in buf[inputs.len()..n].iter_mut().zip(output_shapes) {
-                        b.shape = shape;
-                    }
-                }
-            }
-            _ => {
-                for (s, b) in buf[..n].iter_mut().enumerate() {
-                    *b = slot_spec(prog, call, s);
+/// Writes every slot's shape and layout into `out` (bare on entry, one
+/// per slot), as the call gives them.
+#[inline(always)]
+fn fill_specs<'c>(prog: &Program, call: &Call<'c>, out: &mut [Spec<'c>]) {
+    let n_in = usize::from(prog.n_inputs);
+    let given = |s: usize| prog.slots[s].given;
+    match *call {
+        // The common cases, without a match per slot: forward inputs as
+        // given, outputs bare or shaped; backward inputs shaped, outputs
+        // as given.
+        Call::Forward {
+            inputs,
+            output_shapes,
+            ..
+        } if inputs.len() == n_in => {
+            out[..n_in].copy_from_slice(inputs);
+            if output_shapes.len() == out.len() - n_in {
+                for (o, &shape) in out[n_in..].iter_mut().zip(output_shapes) {
+                    o.shape = shape;
                 }
             }
         }
-        Specs::Inline { buf, len: n }
-    }
-
-    #[inline(always)]
-    fn as_mut_slice(&mut self) -> &mut [Spec<'c>] {
-        match self {
-            Specs::Inline { buf, len } => &mut buf[..*len],
-            Specs::Heap(v) => v,
+        Call::Backward {
+            input_shapes,
+            outputs,
+            ..
+        } if input_shapes.len() == n_in && outputs.len() == out.len() - n_in => {
+            for (s, (o, &shape)) in out[..n_in].iter_mut().zip(input_shapes).enumerate() {
+                if given(s) == Given::Shape {
+                    o.shape = shape;
+                }
+            }
+            for (k, (o, spec)) in out[n_in..].iter_mut().zip(outputs).enumerate() {
+                if given(n_in + k) == Given::Layout {
+                    *o = *spec;
+                }
+            }
+        }
+        _ => {
+            for (s, o) in out.iter_mut().enumerate() {
+                *o = slot_spec(prog, call, s);
+            }
         }
     }
 }
