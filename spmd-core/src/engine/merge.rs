@@ -296,12 +296,8 @@ impl Run<'_, '_, '_> {
     }
 
     /// Drops trailing mesh dims until their product divides the axis extent.
-    pub(crate) fn fit_one<T: Trace + ?Sized>(
-        &self,
-        a: u8,
-        mut s: Sharding,
-        trace: &mut T,
-    ) -> Sharding {
+    #[inline(always)]
+    pub(crate) fn fit_one<T: Trace + ?Sized>(&self, a: u8, s: Sharding, trace: &mut T) -> Sharding {
         if s.is_replicated() {
             return s;
         }
@@ -314,6 +310,17 @@ impl Run<'_, '_, '_> {
         {
             return s;
         }
+        self.drop_until_divisible(a, s, extent, trace)
+    }
+
+    #[inline(never)]
+    fn drop_until_divisible<T: Trace + ?Sized>(
+        &self,
+        a: u8,
+        mut s: Sharding,
+        extent: usize,
+        trace: &mut T,
+    ) -> Sharding {
         // Mesh::new guarantees the whole mesh's product fits in a usize.
         let mut product: usize = s.iter().map(|m| self.mesh.dim(m)).product();
         while let Some(last) = s.last() {

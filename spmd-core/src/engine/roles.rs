@@ -139,20 +139,40 @@ impl Run<'_, '_, '_> {
         // Batch: the input whose batch dims carry the most shards first
         // (tie: more batch dims, then the earlier input), the others
         // co-shard. `batch` holds each input's takes in one run.
-        let mut groups: SmallVec<[BatchGroup<'_>; 4]> = SmallVec::new();
-        let mut rest = batch;
-        while let Some(first) = rest.first() {
-            let n = rest.iter().take_while(|t| t.input == first.input).count();
-            let (group, tail) = rest.split_at(n);
+        let key = |group: &[Take]| -> (usize, usize) {
             let shards = group.iter().map(|t| self.given(t).len()).sum();
-            groups.push(((shards, n), group));
-            rest = tail;
-        }
-        // Most shards first; the sort is stable, so input order on ties.
-        insertion_sort_by(&mut groups, |x, y| y.0.cmp(&x.0));
-        for (_, group) in &groups {
-            for t in group.iter() {
+            (shards, group.len())
+        };
+        let (first, rest) = input_group(batch);
+        let (second, rest) = if rest.is_empty() {
+            (rest, rest)
+        } else {
+            input_group(rest)
+        };
+        if rest.is_empty() {
+            // One or two inputs with batch dims (the common case): no list.
+            let (a, b) = if !second.is_empty() && key(second) > key(first) {
+                (second, first)
+            } else {
+                (first, second)
+            };
+            for t in a.iter().chain(b) {
                 self.take(&mut owner, t, trace);
+            }
+        } else {
+            let mut groups: SmallVec<[BatchGroup<'_>; 4]> = SmallVec::new();
+            let mut rest = batch;
+            while !rest.is_empty() {
+                let (group, tail) = input_group(rest);
+                groups.push((key(group), group));
+                rest = tail;
+            }
+            // Most shards first; the sort is stable, so input order on ties.
+            insertion_sort_by(&mut groups, |x, y| y.0.cmp(&x.0));
+            for (_, group) in &groups {
+                for t in group.iter() {
+                    self.take(&mut owner, t, trace);
+                }
             }
         }
         for a in plan.batch.iter() {
@@ -172,14 +192,25 @@ impl Run<'_, '_, '_> {
         while let Some(first) = rest.first() {
             let n = rest.iter().take_while(|t| t.axis == first.axis).count();
             let (group, tail) = rest.split_at(n);
-            let mut order: SmallVec<[(u8, &Take); 4]> = group
-                .iter()
-                .map(|t| (self.given(t).len() as u8, t))
-                .collect();
-            // Stable: input order on ties.
-            insertion_sort_by(&mut order, |x, y| y.0.cmp(&x.0));
-            for (_, t) in order {
-                self.take(&mut owner, t, trace);
+            if let [x, y] = group {
+                // Two inputs hold the axis (the common case): no list.
+                let (x, y) = if self.given(y).len() > self.given(x).len() {
+                    (y, x)
+                } else {
+                    (x, y)
+                };
+                self.take(&mut owner, x, trace);
+                self.take(&mut owner, y, trace);
+            } else {
+                let mut order: SmallVec<[(u8, &Take); 4]> = group
+                    .iter()
+                    .map(|t| (self.given(t).len() as u8, t))
+                    .collect();
+                // Stable: input order on ties.
+                insertion_sort_by(&mut order, |x, y| y.0.cmp(&x.0));
+                for (_, t) in order {
+                    self.take(&mut owner, t, trace);
+                }
             }
             self.fit_owned(first.axis, &mut owner, trace);
             rest = tail;
@@ -232,6 +263,7 @@ impl Run<'_, '_, '_> {
 
     /// Fits axis `a`'s sharding until divisible, freeing the mesh dims it
     /// drops.
+    #[inline(always)]
     fn fit_owned<T: Trace + ?Sized>(
         &mut self,
         a: u8,
@@ -243,6 +275,9 @@ impl Run<'_, '_, '_> {
             return;
         }
         let fitted = self.fit_one(a, s, trace);
+        if fitted == s {
+            return;
+        }
         for m in s.mesh_set().minus(fitted.mesh_set()).iter() {
             owner[m as usize] = FREE;
         }
@@ -261,4 +296,14 @@ fn insertion_sort_by<T: Copy>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -> Orderi
         }
         v[j] = x;
     }
+}
+
+/// The first input's takes at the head of `takes`, and the rest.
+#[inline(always)]
+fn input_group(takes: &[Take]) -> (&[Take], &[Take]) {
+    let n = takes
+        .iter()
+        .take_while(|t| t.input == takes[0].input)
+        .count();
+    takes.split_at(n)
 }
