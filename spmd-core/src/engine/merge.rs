@@ -75,10 +75,14 @@ impl Run<'_, '_, '_> {
         let on_mesh = self.mesh.on_mesh_bits();
         let mut used = 0u8;
         let mut single = true;
-        for (dim, (&given, d)) in mapping.iter().zip(dims).enumerate() {
+        let n = mapping.len().min(dims.len());
+        let (mapping, dims) = (&mapping[..n], &dims[..n]);
+        for dim in 0..n {
+            let given = mapping[dim];
             if given.is_replicated() {
                 continue;
             }
+            let d = &dims[dim];
             if check && single {
                 match given.single_bits() {
                     Some(bits) if bits != 0 && bits & !used & on_mesh == bits => used |= bits,

@@ -123,13 +123,15 @@ impl<'r, 'a, 'c> Run<'r, 'a, 'c> {
         let dims = self.dims_of(s);
         // Axis ids are below 63; `NONE` masks to 63, an entry no step
         // writes: replicated. So the lookup needs no branch nor check.
+        let n = out.len().min(dims.len());
+        let (out, dims) = (&mut out[..n], &dims[..n]);
         if sized {
-            for (o, d) in out.iter_mut().zip(dims) {
-                *o = table[usize::from(d.live) & 63];
+            for k in 0..n {
+                out[k] = table[usize::from(dims[k].live) & 63];
             }
         } else {
-            for (o, d) in out.iter_mut().zip(dims) {
-                *o = table[usize::from(d.carrier) & 63];
+            for k in 0..n {
+                out[k] = table[usize::from(dims[k].carrier) & 63];
             }
         }
     }
