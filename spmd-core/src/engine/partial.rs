@@ -107,8 +107,26 @@ impl Run<'_, '_, '_> {
     /// keeps partial inputs in forward explains a `Sum` (aligned: `Sum` or
     /// `Avg`) by partial inputs: that partial is returned. The rest is left
     /// unexplained: the output comes back not partial over it.
-    #[inline(never)]
+    #[inline(always)]
     pub(crate) fn explain_partials<T: Trace + ?Sized>(
+        &mut self,
+        derived: &mut Option<Table>,
+        trace: &mut T,
+    ) -> Partial {
+        // The common case, checked inline: no given output is partial.
+        let n_in = usize::from(self.prog.n_inputs);
+        let outputs = n_in..usize::from(self.prog.n_given);
+        if !outputs
+            .clone()
+            .any(|s| self.slots[s].present && self.attr(s).partial.is_partial())
+        {
+            return Partial::NONE;
+        }
+        self.explain_given_partials(derived, trace)
+    }
+
+    #[inline(never)]
+    fn explain_given_partials<T: Trace + ?Sized>(
         &mut self,
         derived: &mut Option<Table>,
         trace: &mut T,
@@ -116,12 +134,6 @@ impl Run<'_, '_, '_> {
         let prog = self.prog;
         let n_in = usize::from(prog.n_inputs);
         let outputs = n_in..usize::from(prog.n_given);
-        if !outputs
-            .clone()
-            .any(|s| self.slots[s].present && self.attr(s).partial.is_partial())
-        {
-            return Partial::NONE;
-        }
         let out_axes = prog.output_axes;
         // Contracted axes some present input really holds (not only as a
         // broadcast size-1 dim).
