@@ -560,3 +560,74 @@ fn a_template_rebinds_when_the_attributes_or_the_ranks_change() {
     assert_eq!(t(vec![1, 0, 2]), "[1, 0, -1]");
     assert_eq!(t(vec![2, 0, 1]), "[-1, 0, 1]");
 }
+
+/// A reduce type an attribute sets is read per call, not kept with what a
+/// call compiled: `reduce_base` calls with the same shapes share one
+/// compiled program whatever their `reduce_type`, and each must answer as
+/// a first call of its own type does (fresh thread: nothing kept). Max
+/// must leave every device a nonempty block and Avg must divide, where Sum
+/// keeps the uneven sharding.
+#[test]
+fn a_reduce_type_read_per_call_is_not_kept_with_the_compiled_call() {
+    let m = mesh(&[4]);
+    // Axis 1 has 6 elements: 4 shards are uneven (Avg drops them) but
+    // none empty; axis 1 of [8, 3]: 4 shards leave one empty (Max drops).
+    let cases: &[(i64, &[usize])] = &[(0, &[8, 6]), (4, &[8, 6]), (1, &[8, 3]), (4, &[8, 3])];
+    let x = attr(&[-1, 0]);
+    let answer = |reduce_type: i64, shape: &[usize]| {
+        let rule = build(
+            "reduce_base",
+            Attrs::new()
+                .with("axis", vec![1_i64])
+                .with("keep_dim", false)
+                .with("reduce_type", reduce_type),
+        );
+        let r = rule.forward(&m, &[Spec::new(shape, &x)]).unwrap();
+        (r.inputs[0].to_string(), r.outputs[0].to_string())
+    };
+    for &(reduce_type, shape) in cases {
+        let fresh = std::thread::scope(|s| s.spawn(|| answer(reduce_type, shape)).join().unwrap());
+        // A Sum call of the same shapes compiles first on this thread.
+        answer(0, shape);
+        assert_eq!(
+            answer(reduce_type, shape),
+            fresh,
+            "reduce_type {reduce_type}"
+        );
+    }
+    // The types answer differently here, so a kept Sum program would be
+    // caught: Avg drops the uneven split, Max the one that empties a block.
+    let fresh = |t: i64, shape: &[usize]| {
+        std::thread::scope(|s| s.spawn(|| answer(t, shape)).join().unwrap())
+    };
+    assert_eq!(fresh(0, &[8, 6]).0, "[-1, 0]");
+    assert_eq!(fresh(4, &[8, 6]).0, "[-1, -1]");
+    assert_eq!(fresh(1, &[8, 3]).0, "[-1, -1]");
+}
+
+/// An `Einsum` given another policy (or reduce type) compiles its calls
+/// anew: a clone with another policy must not reuse what the first
+/// compiled for the same shapes.
+#[test]
+fn an_einsum_with_another_policy_does_not_reuse_the_first_ones_calls() {
+    use spmd_core::{Conflicts, Einsum, Policy};
+    let m = mesh(&[2, 4]);
+    let (x, w) = (attr(&[0, 1]), attr(&[0, 1]));
+    let first_wins = Einsum::new("mk,kn->mn").unwrap();
+    let by_role = first_wins
+        .clone()
+        .with_policy(Policy::default().with_conflicts(Conflicts::RolePriority));
+    let answer = |e: &Einsum| {
+        let r = e
+            .forward(&m, &[Spec::new(&[64, 32], &x), Spec::new(&[32, 48], &w)])
+            .unwrap();
+        r.outputs[0].to_string()
+    };
+    let fresh = |e: &Einsum| std::thread::scope(|s| s.spawn(|| answer(e)).join().unwrap());
+    // First wins: k keeps mesh dim 1 (from x) and n loses it; by role, m
+    // and n take the mesh dims first and k none.
+    assert_eq!(fresh(&first_wins), "[0, -1] partial{1: SUM}");
+    assert_eq!(fresh(&by_role), "[0, 1]");
+    assert_eq!(answer(&first_wins), "[0, -1] partial{1: SUM}");
+    assert_eq!(answer(&by_role), "[0, 1]");
+}

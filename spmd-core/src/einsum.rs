@@ -94,6 +94,9 @@ impl Einsum {
 
     pub fn with_policy(mut self, policy: Policy) -> Einsum {
         self.policy = policy;
+        // A call compiles differently under another policy: the key names
+        // what it compiles.
+        self.key = RuleKey::unique();
         self
     }
 
@@ -113,6 +116,7 @@ impl Einsum {
     /// ```
     pub fn with_reduce(mut self, reduce: ReduceType) -> Einsum {
         self.reduce = Some(reduce);
+        self.key = RuleKey::unique();
         self
     }
 

@@ -4,10 +4,12 @@
 //!
 //! An entry is found by the rule's [`RuleKey`] and checked against the
 //! call's direction, absent tensors and shapes. A key names what a rule
-//! compiles from (its plan, never-sharded axes, optional tensors, names,
+//! compiles from (its plan, policy, never-sharded axes, optional tensors, names,
 //! grad signature): `#[spmd_rule]` gives each notation of an op a key, a
 //! template's binding a new key each time it binds, and an [`Einsum`]
-//! one when it is built. A rule without a key ([`RuleKey::NONE`]) is
+//! one when it is built and a new one with each policy or reduce type it
+//! is given. What a call reads per call (a reduce type an attribute sets)
+//! is not compiled. A rule without a key ([`RuleKey::NONE`]) is
 //! compiled on every call.
 //!
 //! [`Einsum`]: crate::Einsum

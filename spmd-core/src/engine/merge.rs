@@ -13,46 +13,24 @@ use crate::policy::{Conflicts, Divisibility, UnshardedClaims};
 use crate::rule::EinsumRule;
 use crate::trace::Trace;
 
-/// The axes a call's fit must check whatever the divisibility policy
-/// (see [`Run::fit`]), settled when the call compiles: those whose
-/// sharding must divide their extent, and those that must leave every
-/// device a nonempty block.
-pub(crate) fn fit_sets(rule: &EinsumRule<'_>, prog: &Program) -> (AxisSet, AxisSet) {
+/// The axes whose sharding must divide their extent whatever the
+/// divisibility policy, as far as the notation and the conflict policy
+/// decide them (what a rule's key names): a compound's major factor (else
+/// the reshape could not carry its sharding) and, under role priority, the
+/// batch axes (the dims `...` stands for, and labels every input and some
+/// output have), as its forward merge settles them. Settled when the call
+/// compiles; the reduce type's share is added per call (see
+/// [`Run::fit`]), since an attribute may set it.
+pub(crate) fn must_divide(rule: &EinsumRule<'_>, prog: &Program) -> AxisSet {
     let plan = &rule.plan;
-    // A compound's major factor must divide (else the reshape could not
-    // carry it), and so must a contracted axis averaged over: devices
-    // holding blocks of different sizes cannot average their averages.
     let mut always = plan.compound_major;
-    if rule.options.reduce == ReduceType::Avg {
-        always = always.union(plan.contracted());
-    }
-    for &(a, r) in rule.reduce_overrides {
-        if r == ReduceType::Avg {
-            always = always.with(a);
-        }
-    }
-    // Role priority settles divisibility by role in every direction, as
-    // its forward merge does: batch axes (the dims `...` stands for, and
-    // labels every input and some output have) must divide, free axes
-    // need not.
     if rule.options.policy.conflicts == Conflicts::RolePriority {
         let in_every = (0..plan.n_inputs())
             .map(|i| plan.axes_of(plan.input(i)))
             .fold(AxisSet(u64::MAX), AxisSet::intersect);
         always = always.union(in_every.intersect(plan.output_axes).union(prog.ellipsis));
     }
-    // A contracted axis reduced by a max or a min must leave no device an
-    // empty block: its kernel has no value to give for one, so such an
-    // axis keeps only the mesh dims it outnumbers.
-    let mut nonempty = AxisSet::EMPTY;
-    if rule.options.reduce != ReduceType::Sum || !rule.reduce_overrides.is_empty() {
-        for a in plan.contracted().iter() {
-            if matches!(rule.reduce_of(a), ReduceType::Max | ReduceType::Min) {
-                nonempty = nonempty.with(a);
-            }
-        }
-    }
-    (always, nonempty)
+    always
 }
 
 impl Run<'_, '_, '_> {
@@ -245,12 +223,14 @@ impl Run<'_, '_, '_> {
     /// whatever the policy.
     #[inline(always)]
     pub(crate) fn fit<T: Trace + ?Sized>(&mut self, derived: &mut Option<Table>, trace: &mut T) {
-        // The common case: uneven shards allowed, and no axis that must
-        // divide or must leave every block nonempty.
-        let prog = self.prog;
-        if self.rule.options.policy.divisibility == Divisibility::Uneven
-            && prog.must_divide.is_empty()
-            && prog.nonempty.is_empty()
+        // The common case: uneven shards allowed, no axis that must divide,
+        // and contractions summed (no axis that must divide or must leave
+        // every block nonempty for its reduce type).
+        let rule = self.rule;
+        if rule.options.policy.divisibility == Divisibility::Uneven
+            && self.prog.must_divide.is_empty()
+            && rule.options.reduce == ReduceType::Sum
+            && rule.reduce_overrides.is_empty()
         {
             return;
         }
@@ -258,8 +238,30 @@ impl Run<'_, '_, '_> {
     }
 
     fn fit_all<T: Trace + ?Sized>(&mut self, derived: &mut Option<Table>, trace: &mut T) {
-        let policy = self.rule.options.policy.divisibility;
-        let (always, nonempty) = (self.prog.must_divide, self.prog.nonempty);
+        let rule = self.rule;
+        let policy = rule.options.policy.divisibility;
+        let mut always = self.prog.must_divide;
+        // A contracted axis averaged over must divide: devices holding
+        // blocks of different sizes cannot average their averages.
+        if rule.options.reduce == ReduceType::Avg {
+            always = always.union(rule.plan.contracted());
+        }
+        for &(a, r) in rule.reduce_overrides {
+            if r == ReduceType::Avg {
+                always = always.with(a);
+            }
+        }
+        // A contracted axis reduced by a max or a min must leave no device
+        // an empty block: its kernel has no value to give for one, so such
+        // an axis keeps only the mesh dims it outnumbers.
+        let mut nonempty = AxisSet::EMPTY;
+        if rule.options.reduce != ReduceType::Sum || !rule.reduce_overrides.is_empty() {
+            for a in rule.plan.contracted().iter() {
+                if matches!(rule.reduce_of(a), ReduceType::Max | ReduceType::Min) {
+                    nonempty = nonempty.with(a);
+                }
+            }
+        }
         // Uneven shards allowed: only the axes that must divide or stay
         // nonempty can change.
         let n_axes = u32::from(self.prog.n_axes);

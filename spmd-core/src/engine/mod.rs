@@ -101,6 +101,9 @@ pub(crate) struct Compiled {
     direction: Direction,
     absent: crate::optional::Absent,
     shapes: SmallVec<[usize; 16]>,
+    /// Whether the run's merge reads every given tensor in the order they
+    /// are checked, so that it can check their layouts as it reads them.
+    merges_in_order: bool,
     pub(crate) prog: Program,
     /// Each axis's extent, one per axis of the program (compact: a
     /// prepared call keeps one per op of a graph).
@@ -116,6 +119,7 @@ impl Compiled {
             direction: Direction::Forward,
             absent: crate::optional::Absent::NONE,
             shapes: SmallVec::new(),
+            merges_in_order: false,
         }
     }
 
@@ -166,8 +170,9 @@ impl Compiled {
             }
             _ => roles::RolePlan::default(),
         };
-        (prog.must_divide, prog.nonempty) = merge::fit_sets(rule, prog);
+        prog.must_divide = merge::must_divide(rule, prog);
         self.direction = self.prog.direction;
+        self.merges_in_order = merges_in_order(rule, self.direction);
         self.absent = call.absent();
         self.shapes.clear();
         call.push_shapes(&mut self.shapes);
@@ -211,21 +216,7 @@ impl Compiled {
         trace: &mut T,
         sink: &mut S,
     ) -> Result<(), SpmdError> {
-        // The merge checks the layouts it reads, when it reads every given
-        // tensor in the order they are checked; otherwise they are checked
-        // first.
-        // (Absorbing compounds reads the layouts before they merge.)
-        let absorbs = rule.options.policy.compounds == Compounds::Absorb
-            && !rule.plan.compound_minor.is_empty();
-        let rule_merges_in_order = !absorbs
-            && match self.prog.direction {
-                Direction::Forward => matches!(
-                    rule.options.policy.conflicts,
-                    Conflicts::FirstWins | Conflicts::Strict
-                ),
-                Direction::Backward => rule.options.merge_first.is_empty(),
-                Direction::Grad => false,
-            };
+        let rule_merges_in_order = self.merges_in_order;
         if !rule_merges_in_order {
             self.prog.validate_layouts(rule, call)?;
         }
@@ -239,6 +230,24 @@ impl Compiled {
             sink,
         )
     }
+}
+
+/// Whether a run in `direction` merges every given tensor in the order
+/// their layouts are checked, so that it checks each as it merges it (else
+/// the layouts are checked first). Absorbing compounds reads the layouts
+/// before they merge.
+fn merges_in_order(rule: &EinsumRule<'_>, direction: Direction) -> bool {
+    let absorbs =
+        rule.options.policy.compounds == Compounds::Absorb && !rule.plan.compound_minor.is_empty();
+    !absorbs
+        && match direction {
+            Direction::Forward => matches!(
+                rule.options.policy.conflicts,
+                Conflicts::FirstWins | Conflicts::Strict
+            ),
+            Direction::Backward => rule.options.merge_first.is_empty(),
+            Direction::Grad => false,
+        }
 }
 
 /// Whether `call`'s shapes are `key`'s (see `Call::push_shapes`). Dim by dim,

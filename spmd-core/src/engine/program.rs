@@ -157,11 +157,10 @@ pub(crate) struct Program {
     /// A forward call under role priority: its merge, settled from the
     /// shapes (empty otherwise).
     pub(crate) roles: RolePlan,
-    /// Axes whose sharding must divide their extent, and axes that must
-    /// leave every block nonempty, whatever the divisibility policy (see
-    /// `merge::fit_sets`).
+    /// Axes whose sharding must divide their extent whatever the
+    /// divisibility policy, as the notation and conflict policy decide
+    /// (see `merge::must_divide`).
     pub(crate) must_divide: AxisSet,
-    pub(crate) nonempty: AxisSet,
 }
 
 impl Program {
@@ -200,7 +199,6 @@ impl Program {
             dims: SmallVec::new(),
             roles: RolePlan::default(),
             must_divide: AxisSet::EMPTY,
-            nonempty: AxisSet::EMPTY,
             never: AxisSet::EMPTY,
             ellipsis: AxisSet::EMPTY,
             input_axes: AxisSet::EMPTY,
