@@ -48,7 +48,7 @@ fn model(name: &str) -> (String, &'static str, (usize, usize)) {
             full_size::deepseek_v3_671b(),
             include_str!("../spmd-graph/graphs/hf/deepseek-v3_ep_tp_dp.json"),
             // `spmd propagate` prints them; moe_graphs.rs checks the all-to-alls.
-            (354, 1504),
+            (354, 1446),
         ),
     }
 }

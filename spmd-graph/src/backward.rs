@@ -11,6 +11,17 @@
 //!   gets an unannotated zero gradient: zeros can be made in any layout.
 //! - A tensor read by several ops gets one gradient per reader, summed by
 //!   `add` ops: the gradient accumulation.
+//! - Each forward tensor's final gradient (a reader's contribution, or the
+//!   sum of several) is annotated with the tensor's own layout without
+//!   partial status, so the grad op of its producer reads it as the forward
+//!   op wrote the tensor and splits its work as the forward op did. A
+//!   contribution laid out otherwise (a reader that split the tensor
+//!   another way, or left its gradient partial) is resharded into that
+//!   layout before the producer's grad op reads it: a gradient is never
+//!   carried on in a layout its tensor does not have, where the grad ops
+//!   after it would follow it (a replicated product's grad op following a
+//!   split gradient gives its weight a split gradient to gather, larger
+//!   than the activation's).
 //! - Only tensors that depend on a parameter take gradients (autograd's
 //!   `requires_grad`): an op none of whose inputs does (the positions and
 //!   masks a model computes from its input ids) has no grad op, and a grad
@@ -214,13 +225,19 @@ pub fn backward_graph(
             grad_inputs.push(saved);
         }
         for &t in forward.outputs(o) {
-            grad_inputs.push(accumulate(
-                &mut b,
-                &add,
-                forward,
-                t,
-                &mut contributions[t.index()],
-            )?);
+            let lay_out = match contributions[t.index()].len() {
+                // A zero gradient can be made in any layout.
+                0 => false,
+                // A lone seed is annotated already.
+                1 => !outputs.contains(&t),
+                _ => true,
+            };
+            let g = accumulate(&mut b, &add, forward, t, &mut contributions[t.index()])?;
+            if lay_out {
+                b.annotate(g, complete(prop.attr(t)))?;
+                sources.push((g, Source::Complete(t)));
+            }
+            grad_inputs.push(g);
         }
         let no_grad = registry
             .get(&op.rule)
@@ -435,6 +452,68 @@ mod tests {
             .map(|&t| bw.graph.tensor(t).name.as_str())
             .collect();
         assert_eq!(parts, ["dy", "dy@act2"]);
+    }
+
+    /// `h = x @ w` (replicated) scaled by `s`, split by column: the
+    /// product's gradient comes back split by column. It is gathered where
+    /// it is made, into `h`'s own layout, so the product's grad op runs as
+    /// the forward product did and gives `w` its gradient whole: the
+    /// gather moves `dh` ([8, 6]), not `w`'s gradient split the same way.
+    /// Both gradients of `h`, summed or not, are laid out as `h`.
+    #[test]
+    fn a_gradient_is_laid_out_as_its_tensor() {
+        let registry = spmd_ops::builtins();
+        for read_twice in [false, true] {
+            let mut b = GraphBuilder::new(Mesh::new(&[2]).unwrap());
+            let x = b.tensor("x", &[8, 4]).unwrap();
+            let w = b
+                .param("w", &[4, 6], DistAttr::from_paddle(&[-1, -1]))
+                .unwrap();
+            let s = b.tensor("s", &[8, 6]).unwrap();
+            b.annotate(x, DistAttr::from_paddle(&[-1, -1]).unwrap())
+                .unwrap();
+            b.annotate(s, DistAttr::from_paddle(&[-1, 0]).unwrap())
+                .unwrap();
+            let h = b
+                .apply("mm", "matmul", Attrs::new(), &[x, w], ("h", &[8, 6]))
+                .unwrap();
+            b.annotate(h, DistAttr::from_paddle(&[-1, -1]).unwrap())
+                .unwrap();
+            let mut y = b
+                .apply("scale", "multiply", Attrs::new(), &[h, s], ("y", &[8, 6]))
+                .unwrap();
+            if read_twice {
+                y = b
+                    .apply("res", "add", Attrs::new(), &[y, h], ("z", &[8, 6]))
+                    .unwrap();
+            }
+            let g = b.build(&registry).unwrap();
+            let p = propagate(&g).unwrap();
+            let bw = backward_graph(&g, &p, &registry, &[y]).unwrap();
+            let bp = propagate(&bw.graph).unwrap();
+            let mm_grad = bw
+                .graph
+                .op_ids()
+                .find(|&o| bw.graph.op(o).name == "mm_grad")
+                .unwrap();
+            // (x, w, dh): dh is h's final gradient.
+            let dh = bw.graph.inputs(mm_grad)[2];
+            assert_eq!(
+                bp.attr(dh).to_string(),
+                "[-1, -1]",
+                "read twice: {read_twice}"
+            );
+            let reshards = plan(&bw.graph, &bp, DType::F32).unwrap().reshards;
+            let moved: Vec<&str> = reshards
+                .iter()
+                .filter(|r| !r.steps.is_empty())
+                .map(|r| bw.graph.tensor(r.tensor).name.as_str())
+                .collect();
+            assert!(
+                !moved.is_empty() && moved.iter().all(|n| n.starts_with("dh")),
+                "read twice: {read_twice}: {moved:?}"
+            );
+        }
     }
 
     /// Re-annotating a backward graph for another plan of the same forward
