@@ -378,9 +378,9 @@ pub fn autoshard(
             _ => Some(f),
         })
         .cloned();
-    // A solution HiGHS proved optimal that prices within its gap of the
-    // bound (and no worse than the best baseline) is the answer: no plan
-    // is cheaper by more than that gap, so no descent is worth its time.
+    // A solution HiGHS proved optimal that prices within 1% of the bound
+    // (and no worse than the best baseline) is the answer: no plan is
+    // cheaper by more than that, so no descent is worth its time.
     let proven = proven_solution(
         &mut eval,
         &solver,
@@ -392,7 +392,7 @@ pub fn autoshard(
         progress(&format!(
             "the solver's solution prices at {}, within {:.1}% of its bound: no search needed",
             report::time(f.step_time),
-            100.0 * solver::MIP_GAP
+            100.0 * CLOSE_ENOUGH
         ));
     }
     let best = match proven {
@@ -565,9 +565,14 @@ fn search_from(
     Ok(best)
 }
 
+/// A plan that prices within this fraction of the solver's bound is as
+/// good as the search could make it: no plan is cheaper than the bound, so
+/// none is better by more.
+const CLOSE_ENOUGH: f64 = 0.01;
+
 /// The solver's solution, every tensor pinned as it lays it out, when
 /// HiGHS proved it optimal and it is as good as the search could do: it
-/// fits the budget, prices within [`solver::MIP_GAP`] of the bound (the
+/// fits the budget, prices within [`CLOSE_ENOUGH`] of the bound (the
 /// program is a relaxation of the pricing, so a plan the program
 /// undercharges prices above it and is searched from instead), and no
 /// baseline is better.
@@ -592,7 +597,7 @@ fn proven_solution(
         return Ok(None);
     };
     let fits = options.memory.is_none_or(|m| f.memory.total <= m);
-    let near = f.step_time <= bound.bound * (1.0 + solver::MIP_GAP);
+    let near = f.step_time <= bound.bound * (1.0 + CLOSE_ENOUGH);
     let no_better_baseline = best_baseline.is_none_or(|b| !search::better(b, &f, options.memory));
     Ok((fits && near && no_better_baseline).then(|| (exact.clone(), f)))
 }
