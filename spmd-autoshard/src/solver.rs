@@ -1,5 +1,6 @@
 //! A lower bound on the modelled step time of every plan, from a
-//! mixed-integer program that HiGHS solves.
+//! mixed-integer program that HiGHS's LPs solve: through a branch and bound
+//! of our own, and HiGHS's MIP search where that falls short.
 //!
 //! The program relaxes the plans the search reaches. Each forward op picks
 //! one of its **strategies**: the distinct answers its own rule gives to
@@ -172,9 +173,8 @@ pub struct ExactLayout {
     pub read_by: Vec<(OpId, DistAttr)>,
 }
 
-/// The relative gap at which HiGHS stops: its solution is then within half
-/// of the 1% the plan is judged at, and on the 2-D meshes the last tenths
-/// of a percent take it most of its time.
+/// The relative gap at which the branches and HiGHS stop: the solution is
+/// then within half of the 1% the plan is judged at.
 pub const MIP_GAP: f64 = 5e-3;
 
 /// Ops whose inputs offer more assignments than this are enumerated one
@@ -436,6 +436,17 @@ struct Program {
     dearest: Vec<(usize, Vec<usize>)>,
     /// Pair columns never made: dearer than the cutoff ([`edge_costs`]).
     pairs_left_out: usize,
+    /// Per edge with pair columns, what completes a whole setting of the
+    /// choices ([`Program::complete`]).
+    paired: Vec<Paired>,
+}
+
+/// An edge's pair columns: `z[i][j]` per pair of classes (producer layout
+/// `i`, consumer read `j`), and the choice columns of each class.
+struct Paired {
+    from: Vec<Vec<usize>>,
+    to: Vec<Vec<usize>>,
+    z: Vec<Vec<Option<usize>>>,
 }
 
 impl Program {
@@ -498,6 +509,76 @@ impl Program {
                 self.upper[c] = 0.0;
             }
         }
+    }
+
+    /// The whole solution that sets the choice columns `set` (one of each
+    /// choice): each edge's pair where its two classes meet, and each
+    /// column above several expressions at their largest. `None` where it
+    /// needs a column the cutoff left out.
+    fn complete(&self, set: &[usize]) -> Option<Vec<f64>> {
+        let mut x = vec![0.0f64; self.costs.len()];
+        for &c in set {
+            if self.upper[c] == 0.0 {
+                return None;
+            }
+            x[c] = 1.0;
+        }
+        let class = |classes: &[Vec<usize>], x: &[f64]| {
+            classes
+                .iter()
+                .position(|cols| cols.iter().any(|&c| x[c] == 1.0))
+        };
+        for e in &self.paired {
+            if let (Some(i), Some(j)) = (class(&e.from, &x), class(&e.to, &x)) {
+                x[e.z[i][j]?] = 1.0;
+            }
+        }
+        for (top, rows) in &self.dearest {
+            x[*top] = rows
+                .iter()
+                .map(|&r| {
+                    let row = self.rows[r].2.iter().filter(|&&(c, _)| c != *top);
+                    row.map(|&(c, v)| -v * x[c]).sum::<f64>()
+                })
+                .fold(0.0, f64::max);
+        }
+        Some(x)
+    }
+
+    /// Per choice, the column largest in `x` (the first of equals).
+    fn rounded(&self, x: &[f64]) -> Vec<usize> {
+        let mut pick: Vec<Option<usize>> = vec![None; self.choices];
+        for (c, g) in self.choice_of.iter().enumerate() {
+            if let Some(g) = *g
+                && pick[g].is_none_or(|b| x[c] > x[b])
+            {
+                pick[g] = Some(c);
+            }
+        }
+        pick.into_iter().flatten().collect()
+    }
+
+    /// Per choice, of the columns `x` sets at all, the one that uses the
+    /// least memory (`uses`), the largest in `x` of equals. Memory is a
+    /// sum over choice columns, so this fits wherever `x` does.
+    fn leanest(&self, x: &[f64], uses: &[f64]) -> Vec<usize> {
+        let mut pick: Vec<Option<usize>> = vec![None; self.choices];
+        for (c, g) in self.choice_of.iter().enumerate() {
+            let Some(g) = *g else { continue };
+            if x[c] <= INTEGRALITY {
+                continue;
+            }
+            let leaner = |b: usize| (uses[c], -x[c]) < (uses[b], -x[b]);
+            if pick[g].is_none_or(leaner) {
+                pick[g] = Some(c);
+            }
+        }
+        pick.into_iter().flatten().collect()
+    }
+
+    /// What the solution `x` costs.
+    fn cost(&self, x: &[f64]) -> f64 {
+        x.iter().zip(&self.costs).map(|(v, c)| v * c).sum()
     }
 
     /// Columns left out by the cutoff: never made, or bounded to 0.
@@ -675,6 +756,11 @@ fn edge_costs<A, B>(
                 }
             }
         }
+        p.paired.push(Paired {
+            from: from.classes.iter().map(|(_, c)| c.clone()).collect(),
+            to: to.classes.iter().map(|(_, c)| c.clone()).collect(),
+            z,
+        });
     }
     (fwd, bwd)
 }
@@ -1095,12 +1181,13 @@ pub fn lower_bound(
 }
 
 /// Hands `p` to HiGHS, its costs in units of `unit` seconds, with its
-/// `memory` row (at most 1) where a budget binds. The memory is first
-/// priced rather than bounded ([`price_memory`]); where that gives a whole
-/// solution within the gap of its bound, that is the answer, found without
-/// the MIP search's presolve and heuristics. Otherwise HiGHS searches the
-/// MIP (given the pricing's best solution as a start, it searched longer
-/// on the budgeted 2-layer graphs: the start was far from the optimum).
+/// `memory` row (at most 1) where a budget binds. Our own search of
+/// branches over its LPs comes first ([`branch`]); where it reaches the
+/// gap, that is the answer, found without the MIP search's presolve and
+/// heuristics. Otherwise HiGHS searches the MIP from scratch (given the
+/// best whole solution as a start, it searched longer on the budgeted
+/// 2-layer graphs: the start was far from the optimum), and the better of
+/// the two solutions is the answer.
 fn solve(
     p: Program,
     memory: Option<Expr>,
@@ -1122,13 +1209,17 @@ fn solve(
         solve_seconds: started.elapsed().as_secs_f64(),
     };
     use highs::HighsModelStatus as S;
-    let priced = price_memory(&p, memory.as_ref(), unit, limits)?;
-    if let Some((cost, values)) = priced.best
-        && cost - priced.bound <= MIP_GAP * cost
+    let branched = branch(&p, memory.as_ref(), unit, limits)?;
+    if let Some((cost, values)) = &branched.best
+        && cost - branched.bound <= MIP_GAP * cost
     {
         return Ok((
-            size(unit * priced.bound, Some(unit * cost), SolverStop::Optimal),
-            values,
+            size(
+                unit * branched.bound,
+                Some(unit * cost),
+                SolverStop::Optimal,
+            ),
+            values.clone(),
         ));
     }
     let left = limits.seconds - started.elapsed().as_secs_f64();
@@ -1144,139 +1235,210 @@ fn solve(
         S::Infeasible => return Err(SolverError::Infeasible),
         other => return Err(SolverError::Solver(format!("{other:?}"))),
     };
-    // The pricing's bound holds too; HiGHS's is usually the higher.
+    // The branches' bound holds too; HiGHS's is usually the higher.
     let bound = unit
         * solved
             .double_info_value(c"mip_dual_bound")
             .map_err(|s| SolverError::Solver(format!("{s:?}")))?
-            .max(priced.bound);
+            .max(branched.bound);
     if !(bound.is_finite() && bound > 0.0) {
         return Err(SolverError::NoBound { limits: *limits });
     }
-    let incumbent = unit * solved.objective_value();
-    let values = every_column(&cols, solved.get_solution().columns());
+    let found = solved.objective_value();
+    let (incumbent, values) = match branched.best {
+        // HiGHS's objective is infinite where it found no solution.
+        Some((cost, values)) if cost < found || found.is_nan() => (cost, values),
+        _ => (found, every_column(&cols, solved.get_solution().columns())),
+    };
+    let incumbent = unit * incumbent;
     Ok((
         size(bound, incumbent.is_finite().then_some(incumbent), stop),
         values,
     ))
 }
 
-/// What pricing the memory gives: a bound on the program's optimum, and
-/// its best whole solution within the budget (its cost and columns), in
-/// the solve's units.
-struct Priced {
+/// What the search of branches gives: a bound on the program's optimum,
+/// and its best whole solution within the budget (its cost and columns),
+/// in the solve's units.
+struct Branched {
     bound: f64,
     best: Option<(f64, Vec<f64>)>,
 }
 
-/// At most this many LPs price the memory.
-const PRICE_ROUNDS: usize = 8;
+/// At most this many LPs search the branches before HiGHS's MIP search
+/// takes over.
+const BRANCH_LPS: usize = 16;
 
-/// The Lagrangian relaxation of the memory row: the program's LP
-/// relaxation without the row, each budget's worth of memory priced at
-/// `λ` (its objective less `λ` bounds the program for every `λ ≥ 0`).
-/// Without the row, the choices are tied only by the edges, and the LP's
-/// vertices here are whole: each is a plan of the program, whose cost is
-/// its objective less the memory's price. `λ` is bisected between prices
-/// whose solutions overrun the budget and prices whose solutions fit.
-/// Each LP starts from the last one's basis.
+/// A choice column's value counts as 0 up to this, and as 1 from 1 less it.
+const INTEGRALITY: f64 = 1e-6;
+
+/// A node of the search: the LP bound it inherits, and the choice columns
+/// it fixes (each to 0 or 1).
+struct Node {
+    bound: f64,
+    fixed: Vec<(usize, f64)>,
+}
+
+/// A branch and bound of our own over HiGHS's LP relaxation of `p`, its
+/// memory row included: on these programs it reaches the gap in a few
+/// LPs, where HiGHS's MIP search spends seconds in presolve, heuristics
+/// and restarts (the 7B graph on `[4, 8]` at 24 GiB: three LPs, 0.6 s,
+/// against 3.7 s).
 ///
-/// It stops when the best fitting solution is within [`MIP_GAP`] of the
-/// best bound, when a fitting vertex is not whole, when the bracket on `λ`
-/// closes, after [`PRICE_ROUNDS`] LPs, or when the re-solves take twice
-/// the first LP's simplex iterations. Without a memory row it is one LP.
-fn price_memory(
+/// The open node of least bound goes first, each LP starting from the last
+/// one's basis. Every LP's solution is made whole two ways, both priced
+/// in full ([`Program::complete`]): per choice its largest column, and its
+/// leanest column the LP sets at all (which fits wherever the LP does). An
+/// LP not within [`MIP_GAP`] of the best whole solution branches on a
+/// column of the choice that trades the most memory in it, set to 1 and
+/// to 0: without the budget the LP's vertices here are whole, and the
+/// budget makes them fractional where it mixes a lean layout with a
+/// dearer one. It stops when no open node can improve on the best by more
+/// than the gap, or after [`BRANCH_LPS`] LPs.
+fn branch(
     p: &Program,
     memory: Option<&Expr>,
     unit: f64,
     limits: &SolverLimits,
-) -> Result<Priced, SolverError> {
+) -> Result<Branched, SolverError> {
     use highs::HighsModelStatus as S;
     let started = Instant::now();
-    let (mut model, cols) = highs_model(p, None, unit, false, limits.nodes, limits.seconds)?;
-    // HiGHS's presolve removes little from this LP and takes twice as
-    // long as the simplex without it (the 7B graph on `[2, 4]` at 24 GiB:
-    // 0.70 s against 0.36 s), unless the cutoff left most of its pair
-    // columns out: the marginal rows then mostly keep one pair each,
-    // which presolve substitutes away (the 2-layer Llama on `[2, 2]`:
-    // 16 ms against 40 ms). Devex pricing takes about 20% less than the
-    // default on the larger ones.
+    let (mut model, cols) = highs_model(p, memory, unit, false, limits.nodes, limits.seconds)?;
+    // HiGHS's presolve removes little from this LP and takes longer than
+    // the simplex without it (the 7B graph on `[2, 4]` at 24 GiB: 0.6 s
+    // against 0.3 s), unless the cutoff left most of its pair columns
+    // out: the marginal rows then mostly keep one pair each, which
+    // presolve substitutes away (the 2-layer Llama on `[2, 2]`: 16 ms
+    // against 40 ms). With the memory row, steepest-edge pricing takes
+    // about half the time of Devex, the default's choice here (the 7B
+    // graph on `[2, 4]`: 0.27 s against 0.48 s).
     if p.left_out() <= p.costs.len() {
         model.set_option("presolve", "off");
     }
-    model.set_option("simplex_dual_edge_weight_strategy", 1);
+    model.set_option("simplex_dual_edge_weight_strategy", 2);
     let mut uses = vec![0.0f64; p.costs.len()];
     for &(c, v) in memory.into_iter().flatten() {
         uses[c] += v;
     }
-    let priced: Vec<usize> = (0..uses.len()).filter(|&c| uses[c] != 0.0).collect();
-    let mut out = Priced {
-        bound: f64::NEG_INFINITY,
-        best: None,
+    let mut best: Option<(f64, Vec<f64>)> = None;
+    let improves = |bound: f64, best: &Option<(f64, Vec<f64>)>| {
+        best.as_ref()
+            .is_none_or(|(cost, _)| cost - bound > MIP_GAP * cost)
     };
-    // The largest price found to overrun the budget, and the smallest
-    // found to fit.
-    let (mut lambda, mut over, mut fits) = (0.0f64, 0.0f64, None::<f64>);
-    let (mut first, mut spent) = (0i64, 0i64);
-    for round in 0..PRICE_ROUNDS {
-        if round > 0 {
-            for &c in &priced {
-                if let Some(col) = cols[c] {
-                    model.change_column_cost(col, p.costs[c] / unit + lambda * uses[c]);
-                }
+    let mut open = vec![Node {
+        bound: f64::NEG_INFINITY,
+        fixed: Vec::new(),
+    }];
+    // The columns the last LP fixed, to be freed for the next.
+    let mut fixed: Vec<usize> = Vec::new();
+    // The least bound of the nodes closed without branching: they bound
+    // the optimum too.
+    let mut closed = f64::INFINITY;
+    for lp in 0..BRANCH_LPS {
+        open.retain(|n| {
+            let keep = improves(n.bound, &best);
+            if !keep {
+                closed = closed.min(n.bound);
             }
+            keep
+        });
+        let Some(next) = (0..open.len()).min_by(|&a, &b| open[a].bound.total_cmp(&open[b].bound))
+        else {
+            break;
+        };
+        let node = open.swap_remove(next);
+        for c in fixed.drain(..) {
+            if let Some(col) = cols[c] {
+                model.change_column_bounds(col, 0.0..=p.upper[c]);
+            }
+        }
+        for &(c, v) in &node.fixed {
+            if let Some(col) = cols[c] {
+                model.change_column_bounds(col, v..=v);
+            }
+            fixed.push(c);
         }
         let left = limits.seconds - started.elapsed().as_secs_f64();
         model.set_option("time_limit", left.max(0.0));
         let solved = model
             .try_solve()
             .map_err(|s| SolverError::Solver(format!("{s:?}")))?;
-        if solved.status() != S::Optimal {
-            break;
-        }
-        let iterations = solved.simplex_iteration_count();
-        if round == 0 {
-            first = iterations;
-        } else {
-            spent += iterations;
+        match solved.status() {
+            S::Optimal => {}
+            // The budget admits no setting of the choices at all.
+            S::Infeasible if lp == 0 => return Err(SolverError::Infeasible),
+            S::Infeasible => {
+                model = solved.into();
+                continue;
+            }
+            _ => {
+                open.push(node);
+                break;
+            }
         }
         let x = every_column(&cols, solved.get_solution().columns());
         let objective = solved.objective_value();
-        out.bound = out.bound.max(objective - lambda);
-        let used: f64 = priced.iter().map(|&c| uses[c] * x[c]).sum();
-        if used <= 1.0 {
-            let whole = (0..x.len())
-                .filter(|&c| p.integer[c])
-                .all(|c| (x[c] - x[c].round()).abs() <= 1e-6);
-            if !whole {
-                break;
-            }
-            let cost = objective - lambda * used;
-            if out.best.as_ref().is_none_or(|(b, _)| cost < *b) {
-                out.best = Some((cost, x));
-            }
-            fits = Some(lambda);
-        } else {
-            over = lambda;
-        }
-        let closed = out
-            .best
-            .as_ref()
-            .is_some_and(|(cost, _)| cost - out.bound <= MIP_GAP * cost);
-        if closed || memory.is_none() || spent > 2 * first {
-            break;
-        }
-        lambda = match fits {
-            // No price tried yet makes the plan fit: raise it, from one
-            // where a budget's worth costs the whole unpriced optimum.
-            None if round == 0 => objective.max(f64::MIN_POSITIVE),
-            None => 16.0 * lambda,
-            Some(f) if f - over <= 1e-3 * f => break,
-            Some(f) => 0.5 * (over + f),
-        };
         model = solved.into();
+        for set in [p.rounded(&x), p.leanest(&x, &uses)] {
+            let Some(whole) = p.complete(&set) else {
+                continue;
+            };
+            let used: f64 = uses.iter().zip(&whole).map(|(u, v)| u * v).sum();
+            let cost = p.cost(&whole) / unit;
+            if used <= 1.0 && best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                best = Some((cost, whole));
+            }
+        }
+        let on = branching_column(p, &x, &uses).filter(|_| improves(objective, &best));
+        let Some(on) = on else {
+            closed = closed.min(objective);
+            continue;
+        };
+        for v in [1.0, 0.0] {
+            let mut fixed = node.fixed.clone();
+            fixed.push((on, v));
+            open.push(Node {
+                bound: objective,
+                fixed,
+            });
+        }
     }
-    Ok(out)
+    let bound = open
+        .iter()
+        .map(|n| n.bound)
+        .chain(best.as_ref().map(|(cost, _)| *cost))
+        .fold(closed, f64::min);
+    Ok(Branched { bound, best })
+}
+
+/// The fractional choice column of `x` to branch on: one of the choice
+/// whose columns' memory (`uses`) spreads most about its mean in `x`, the
+/// largest of them; without a budget, the most fractional.
+fn branching_column(p: &Program, x: &[f64], uses: &[f64]) -> Option<usize> {
+    let mut mean = vec![0.0f64; p.choices];
+    for (c, g) in p.choice_of.iter().enumerate() {
+        if let Some(g) = *g {
+            mean[g] += x[c] * uses[c];
+        }
+    }
+    let mut spread = vec![0.0f64; p.choices];
+    for (c, g) in p.choice_of.iter().enumerate() {
+        if let Some(g) = *g {
+            spread[g] += x[c] * (uses[c] - mean[g]).abs();
+        }
+    }
+    let key = |c: usize| {
+        let g = p.choice_of[c].unwrap_or_default();
+        (spread[g], x[c].min(1.0 - x[c]), x[c])
+    };
+    (0..x.len())
+        .filter(|&c| p.choice_of[c].is_some() && x[c] > INTEGRALITY && x[c] < 1.0 - INTEGRALITY)
+        .max_by(|&a, &b| {
+            key(a)
+                .partial_cmp(&key(b))
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(b.cmp(&a))
+        })
 }
 
 /// A solution HiGHS gives for the columns it has (`cols`), as values of
@@ -1384,14 +1546,14 @@ mod tests {
     use proptest::strategy::Strategy as _;
 
     /// A program of independent choices (a multiple-choice knapsack): each
-    /// option's cost and memory, in budgets.
-    fn knapsack(options: &[Vec<(u8, u8)>], budget: u32) -> (Program, Expr) {
+    /// option's cost (above `base`) and memory, in budgets.
+    fn knapsack(options: &[Vec<(u8, u8)>], budget: u32, base: f64) -> (Program, Expr) {
         let mut p = Program::default();
         let mut memory = Expr::new();
         for choice in options {
             let cols = p.choice(choice.len());
             for (&c, &(cost, mem)) in cols.iter().zip(choice) {
-                p.costs[c] = f64::from(cost) + 1.0;
+                p.costs[c] = f64::from(cost) + base;
                 memory.push((c, f64::from(mem) / f64::from(budget)));
             }
         }
@@ -1399,7 +1561,7 @@ mod tests {
     }
 
     /// The cheapest setting within the budget, by enumeration.
-    fn optimum(options: &[Vec<(u8, u8)>], budget: u32) -> Option<f64> {
+    fn optimum(options: &[Vec<(u8, u8)>], budget: u32, base: f64) -> Option<f64> {
         let mut best: Option<f64> = None;
         let mut pick = vec![0usize; options.len()];
         loop {
@@ -1407,7 +1569,7 @@ mod tests {
                 .iter()
                 .zip(&pick)
                 .fold((0.0, 0u32), |(c, m), (o, &i)| {
-                    (c + f64::from(o[i].0) + 1.0, m + u32::from(o[i].1))
+                    (c + f64::from(o[i].0) + base, m + u32::from(o[i].1))
                 });
             if mem <= budget && best.is_none_or(|b| cost < b) {
                 best = Some(cost);
@@ -1431,32 +1593,39 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
-        /// Pricing the memory bounds the optimum from below, and its best
-        /// solution fits and costs what its columns say; the solve's
+        /// The search of branches bounds the optimum from below, and its
+        /// best solution fits and costs what its columns say; the solve's
         /// answer is a setting within the budget, within the gap of the
-        /// optimum when it says optimal, above its own bound.
+        /// optimum when it says optimal, above its own bound. Above a base
+        /// of 1000 the options' costs are within the gap of each other,
+        /// and nodes close before their LPs reach the optimum.
         #[test]
-        fn pricing_the_memory_bounds_and_fits(
+        fn branching_bounds_and_fits(
             options in prop::collection::vec(
                 prop::collection::vec((0u8..50, 0u8..20), 1..4),
                 1..6,
             ),
             budget in 1u32..60,
+            base in prop::sample::select(vec![1.0, 1000.0]),
         ) {
-            let (p, memory) = knapsack(&options, budget);
-            let best = optimum(&options, budget);
-            let priced = price_memory(&p, Some(&memory), 1.0, &limits()).unwrap();
+            let (p, memory) = knapsack(&options, budget, base);
+            let best = optimum(&options, budget, base);
+            let branched = branch(&p, Some(&memory), 1.0, &limits());
+            let branched = match (branched, best) {
+                (Err(SolverError::Infeasible), None) => return Ok(()),
+                (got, _) => got.unwrap(),
+            };
             if let Some(opt) = best {
-                prop_assert!(priced.bound <= opt + 1e-6, "{} > {opt}", priced.bound);
+                prop_assert!(branched.bound <= opt + 1e-6, "{} > {opt}", branched.bound);
             }
-            if let Some((cost, x)) = &priced.best {
+            if let Some((cost, x)) = &branched.best {
                 let used: f64 = memory.iter().map(|&(c, v)| v * x[c]).sum();
                 let paid: f64 = (0..x.len()).map(|c| p.costs[c] * x[c]).sum();
                 prop_assert!(used <= 1.0 + 1e-9);
                 prop_assert!((paid - cost).abs() <= 1e-6 * paid.max(1.0));
                 prop_assert!(best.is_some_and(|opt| *cost >= opt - 1e-6));
             }
-            let (again, _) = knapsack(&options, budget);
+            let (again, _) = knapsack(&options, budget, base);
             match (solve(again, Some(memory.clone()), 1.0, &limits(), 0.0), best) {
                 (Ok((bound, x)), Some(opt)) => {
                     let used: f64 = memory.iter().map(|&(c, v)| v * x[c]).sum();
@@ -1602,6 +1771,31 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
+        /// A whole setting of the choices, completed, costs what the
+        /// setting costs by enumeration, and satisfies every row; where
+        /// the cutoff left a pair it needs out, it costs more than the
+        /// cutoff.
+        #[test]
+        fn a_setting_completes_to_its_cost(t in tied(), at in 0usize..1000) {
+            let costs = t.costs();
+            let cutoff = costs[at % costs.len()].0;
+            for cutoff in [None, Some(cutoff)] {
+                let (p, choices) = t.program(cutoff);
+                for (cost, pick) in &costs {
+                    let set: Vec<usize> = choices.iter().zip(pick).map(|(c, &k)| c[k]).collect();
+                    let Some(x) = p.complete(&set) else {
+                        prop_assert!(cutoff.is_some_and(|c| *cost > c), "{cost} left out");
+                        continue;
+                    };
+                    prop_assert!((p.cost(&x) - cost).abs() <= 1e-9 * cost.max(1.0));
+                    for (lo, hi, row) in &p.rows {
+                        let v: f64 = row.iter().map(|&(c, a)| a * x[c]).sum();
+                        prop_assert!(*lo - 1e-9 <= v && v <= *hi + 1e-9, "{lo} <= {v} <= {hi}");
+                    }
+                }
+            }
+        }
+
         /// Leaving out what no solution within a cutoff sets keeps the
         /// optimum, for any cutoff at or above it (here: the cost of some
         /// setting), and the bound stays below it.
@@ -1625,16 +1819,16 @@ mod tests {
         }
     }
 
-    /// A budget the cheap options overrun, where the price of memory finds
-    /// the optimum: one choice must trade cost for memory, and the price
-    /// at which it does bounds the rest exactly.
+    /// A budget the cheap options overrun, where one branch finds the
+    /// optimum: the LP takes a fraction of the lean option, and setting it
+    /// whole either way closes the gap.
     #[test]
-    fn pricing_the_memory_closes_where_one_trade_suffices() {
+    fn branching_closes_where_one_trade_suffices() {
         let options = vec![vec![(0, 10), (5, 2)], vec![(0, 1)], vec![(3, 1), (0, 1)]];
-        let (p, memory) = knapsack(&options, 4);
-        let priced = price_memory(&p, Some(&memory), 1.0, &limits()).unwrap();
-        let (cost, _) = priced.best.expect("a fitting solution");
-        assert_eq!(Some(cost), optimum(&options, 4));
-        assert!(cost - priced.bound <= MIP_GAP * cost);
+        let (p, memory) = knapsack(&options, 4, 1.0);
+        let branched = branch(&p, Some(&memory), 1.0, &limits()).unwrap();
+        let (cost, _) = branched.best.expect("a fitting solution");
+        assert_eq!(Some(cost), optimum(&options, 4, 1.0));
+        assert!(cost - branched.bound <= MIP_GAP * cost);
     }
 }
