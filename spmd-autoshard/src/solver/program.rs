@@ -132,29 +132,32 @@ impl Program {
 
     /// Per choice, the column largest in `x` (the first of equals).
     pub(super) fn rounded(&self, x: &[f64]) -> Vec<usize> {
-        let mut pick: Vec<Option<usize>> = vec![None; self.choices];
-        for (c, g) in self.choice_of.iter().enumerate() {
-            if let Some(g) = *g
-                && pick[g].is_none_or(|b| x[c] > x[b])
-            {
-                pick[g] = Some(c);
-            }
-        }
-        pick.into_iter().flatten().collect()
+        self.pick(|_| true, |c, b| x[c] > x[b])
     }
 
     /// Per choice, of the columns `x` sets at all, the one that uses the
     /// least memory (`uses`), the largest in `x` of equals. Memory is a
     /// sum over choice columns, so this fits wherever `x` does.
     pub(super) fn leanest(&self, x: &[f64], uses: &[f64]) -> Vec<usize> {
+        self.pick(
+            |c| x[c] > INTEGRALITY,
+            |c, b| (uses[c], -x[c]) < (uses[b], -x[b]),
+        )
+    }
+
+    /// Per choice, of its columns that are `eligible`, the one no later
+    /// column is `better` than (`better(c, b)`: `c` beats `b`).
+    fn pick(
+        &self,
+        eligible: impl Fn(usize) -> bool,
+        better: impl Fn(usize, usize) -> bool,
+    ) -> Vec<usize> {
         let mut pick: Vec<Option<usize>> = vec![None; self.choices];
         for (c, g) in self.choice_of.iter().enumerate() {
-            let Some(g) = *g else { continue };
-            if x[c] <= INTEGRALITY {
-                continue;
-            }
-            let leaner = |b: usize| (uses[c], -x[c]) < (uses[b], -x[b]);
-            if pick[g].is_none_or(leaner) {
+            if let Some(g) = *g
+                && eligible(c)
+                && pick[g].is_none_or(|b| better(c, b))
+            {
                 pick[g] = Some(c);
             }
         }

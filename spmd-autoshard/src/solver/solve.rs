@@ -217,11 +217,11 @@ pub(super) fn branch(
             continue;
         };
         for v in [1.0, 0.0] {
-            let mut fixed = node.fixed.clone();
-            fixed.push((on, v));
+            let mut child = node.fixed.clone();
+            child.push((on, v));
             open.push(Node {
                 bound: objective,
-                fixed,
+                fixed: child,
             });
         }
     }
