@@ -11,7 +11,7 @@
 //! `TRYBUILD=overwrite cargo test -p spmd-ui-tests`, then review the diff.
 //!
 //! A new case: add `ui-tests/<diagnostic>.rs` and run the suite; trybuild
-//! writes the actual output to `wip/<diagnostic>.stderr` (git-ignored) and
+//! writes the actual output to `ui-tests/wip/<diagnostic>.stderr` (git-ignored) and
 //! fails. Read it, then move it next to the case. A single case:
 //! `cargo test -p spmd-ui-tests -- ui trybuild=<diagnostic>.rs` (the first `ui` is
 //! libtest's filter, which must keep this test).
