@@ -501,8 +501,6 @@ mod tests {
         assert_eq!(out, e.forward(&mesh, &[Spec::new(&[4, 6], &x)]).unwrap());
     }
 
-    /// An answer into fixed arrays reads as the `RuleResult` answer, and
-    /// reading past its tensors gives `None`, never a panic.
     /// Past the tensors a call lays out on the stack (eight inputs), the
     /// call's tensors go on the heap: the answer is the same.
     #[test]
@@ -530,6 +528,8 @@ mod tests {
         assert_eq!(out.inputs.len(), 10);
     }
 
+    /// An answer into fixed arrays reads as the `RuleResult` answer, and
+    /// reading past its tensors gives `None`, never a panic.
     #[test]
     fn inline_answers_read_as_the_rule_result() {
         let e = Einsum::new("mk,kn->mn").unwrap();
